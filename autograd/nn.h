@@ -1,0 +1,117 @@
+// ddpkit::nn: modules with named parameters, as PyTorch's torch.nn.
+//
+// Parameter names are dot-separated paths, the same strings as the keys of a PyTorch
+// state_dict: an nn.Sequential(Linear, ReLU, Linear) has "0.weight", "0.bias", "2.weight",
+// "2.bias". Initialisation follows PyTorch's defaults (Linear: U(-1/sqrt(in), 1/sqrt(in)) for
+// weight and bias; Embedding: N(0, 1)) drawn from a seeded Generator, so a seed fixes a model.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "autograd/random.h"
+#include "autograd/tensor.h"
+
+namespace ddpkit {
+
+using NamedTensor = std::pair<std::string, Tensor>;
+using NamedTensors = std::vector<NamedTensor>;
+
+namespace nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor Forward(const Tensor& input) = 0;
+  Tensor operator()(const Tensor& input) { return Forward(input); }
+
+  // Own parameters first, then each child's under "<child>.", in registration order. A tensor
+  // registered twice (a shared parameter) appears once, under its first name.
+  NamedTensors NamedParameters() const;
+  TensorList Parameters() const;
+  // Non-trainable state (none of the built-in modules has any; DDP broadcasts them).
+  NamedTensors NamedBuffers() const;
+  // "Sequential(\n  (0): Linear(in_features=4, out_features=8, bias=true)\n ...)".
+  std::string DebugString() const;
+
+ protected:
+  // Registers `value` as a parameter (it becomes a leaf that requires grad).
+  Tensor RegisterParameter(std::string name, Tensor value);
+  Tensor RegisterBuffer(std::string name, Tensor value);
+  template <typename M>
+  std::shared_ptr<M> RegisterModule(std::string name, std::shared_ptr<M> module) {
+    children_.emplace_back(std::move(name), module);
+    return module;
+  }
+  // One line describing this module's own configuration, e.g. "Linear(in_features=4, ...)".
+  virtual std::string Describe() const = 0;
+
+ private:
+  void CollectNamed(const std::string& prefix, bool parameters, NamedTensors& out,
+                    std::vector<const TensorImpl*>& seen) const;
+  void AppendDebugString(const std::string& indent, std::string& out) const;
+
+  NamedTensors parameters_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias, Generator& generator,
+         DType dtype = DType::kFloat32);
+  Tensor Forward(const Tensor& input) override;
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+
+ private:
+  std::string Describe() const override;
+  Tensor weight_, bias_;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator& generator,
+            DType dtype = DType::kFloat32);
+  // `input` holds int64 indices [n].
+  Tensor Forward(const Tensor& input) override;
+  const Tensor& weight() const { return weight_; }
+
+ private:
+  std::string Describe() const override;
+  Tensor weight_;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor Forward(const Tensor& input) override;
+
+ private:
+  std::string Describe() const override { return "ReLU()"; }
+};
+
+// Children named "0", "1", ...; Forward applies them in order.
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  void Append(std::shared_ptr<Module> module);
+  Tensor Forward(const Tensor& input) override;
+  size_t size() const { return layers_.size(); }
+
+ private:
+  std::string Describe() const override { return "Sequential"; }
+  std::vector<std::shared_ptr<Module>> layers_;
+};
+
+// "mlp:IN,H1,...,OUT" -> {IN, H1, ..., OUT}: at least two positive widths.
+absl::StatusOr<std::vector<int64_t>> ParseMlpSpec(std::string_view spec);
+// Linear(IN,H1), ReLU, Linear(H1,H2), ReLU, ..., Linear(Hk,OUT): parameters "0.weight",
+// "0.bias", "2.weight", ... as PyTorch's nn.Sequential of the same layers.
+std::shared_ptr<Sequential> MakeMlp(const std::vector<int64_t>& widths, uint64_t seed,
+                                    DType dtype = DType::kFloat32);
+
+}  // namespace nn
+}  // namespace ddpkit

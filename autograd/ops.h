@@ -1,0 +1,69 @@
+// Differentiable ops. Each is defined in autograd/ops/<family>.cc with its backward right
+// below its forward. All compute in float32 or float64; mixing dtypes is an error.
+//
+// Shapes: tensors are row-major. Elementwise ops take equal shapes, or one side with a single
+// element (a scalar, e.g. a learnable logit scale), which is broadcast.
+#pragma once
+
+#include <cstdint>
+
+#include "autograd/tensor.h"
+
+namespace ddpkit {
+
+// --- Elementwise (ops/elementwise.cc) --------------------------------------------------------
+Tensor Add(const Tensor& a, const Tensor& b);
+Tensor Sub(const Tensor& a, const Tensor& b);
+Tensor Mul(const Tensor& a, const Tensor& b);
+Tensor MulScalar(const Tensor& a, double factor);
+Tensor DivScalar(const Tensor& a, double divisor);
+Tensor Relu(const Tensor& x);
+Tensor Tanh(const Tensor& x);
+Tensor Gelu(const Tensor& x);  // exact form, x * Phi(x), as PyTorch's default
+Tensor Exp(const Tensor& x);
+Tensor Log(const Tensor& x);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return Add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return Sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return Mul(a, b); }
+inline Tensor operator*(const Tensor& a, double s) { return MulScalar(a, s); }
+inline Tensor operator*(double s, const Tensor& a) { return MulScalar(a, s); }
+inline Tensor operator/(const Tensor& a, double s) { return DivScalar(a, s); }
+
+// --- Reductions (ops/reduce.cc) --------------------------------------------------------------
+Tensor Sum(const Tensor& x);   // all elements -> shape []
+Tensor Mean(const Tensor& x);  // all elements -> shape []; NaN for an empty tensor, as PyTorch
+
+// --- Matrix products (ops/matmul.cc) ---------------------------------------------------------
+Tensor Matmul(const Tensor& a, const Tensor& b);  // [m, k] x [k, n] -> [m, n]
+// x [n, in], weight [out, in] (PyTorch's layout), bias [out] or undefined -> [n, out].
+Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// --- Losses (ops/loss.cc) --------------------------------------------------------------------
+Tensor LogSoftmax(const Tensor& x);  // over the last dimension of [n, c]
+
+enum class Reduction { kMean, kSum };
+struct CrossEntropyOptions {
+  // Row i's class is targets[i] + target_offset. With targets = 0..b-1 and offset r*b, a rank
+  // holding rows r*b... of a global batch labels them against globally gathered columns.
+  int64_t target_offset = 0;
+  Reduction reduction = Reduction::kMean;
+};
+// logits [n, c], targets int64 [n].
+Tensor CrossEntropy(const Tensor& logits, const Tensor& targets,
+                    const CrossEntropyOptions& options = {});
+Tensor Mse(const Tensor& prediction, const Tensor& target);  // mean of squared differences
+
+// --- Shape (ops/shape.cc) --------------------------------------------------------------------
+Tensor Transpose(const Tensor& x);                 // [m, n] -> [n, m]
+Tensor Concat(const TensorList& parts);            // along dim 0
+Tensor Slice(const Tensor& x, int64_t begin, int64_t end);  // rows [begin, end), a view
+Tensor Reshape(const Tensor& x, const Shape& shape);        // a view
+
+// --- Others ----------------------------------------------------------------------------------
+// Each row divided by max(its L2 norm, eps), as torch.nn.functional.normalize (ops/normalize.cc).
+Tensor L2NormalizeRows(const Tensor& x, double eps = 1e-12);
+// Rows of weight [v, d] picked by int64 indices [n] -> [n, d] (ops/embedding.cc).
+Tensor EmbeddingLookup(const Tensor& weight, const Tensor& indices);
+
+}  // namespace ddpkit

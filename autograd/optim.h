@@ -1,0 +1,64 @@
+// Optimizers with PyTorch's update rules (torch.optim.SGD and Adam, non-fused, as in 1.13).
+// Parameters whose .grad is undefined are skipped, as in PyTorch. Steps run under no-grad and
+// update the parameters in place.
+#pragma once
+
+#include <vector>
+
+#include "autograd/tensor.h"
+
+namespace ddpkit {
+
+class Optimizer {
+ public:
+  explicit Optimizer(TensorList parameters);
+  virtual ~Optimizer() = default;
+  virtual void Step() = 0;
+  // set_to_none: drop each .grad (PyTorch's default since 2.0, and what DDP's reducer expects
+  // for an unused parameter); otherwise zero it in place, keeping its storage (a bucket view
+  // stays a bucket view).
+  void ZeroGrad(bool set_to_none = true);
+  const TensorList& parameters() const { return parameters_; }
+
+ protected:
+  TensorList parameters_;
+};
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+class Sgd : public Optimizer {
+ public:
+  Sgd(TensorList parameters, SgdOptions options);
+  void Step() override;
+
+ private:
+  SgdOptions options_;
+  TensorList momentum_buffers_;  // per parameter; undefined until its first step
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(TensorList parameters, AdamOptions options);
+  void Step() override;
+
+ private:
+  AdamOptions options_;
+  TensorList exp_avg_, exp_avg_sq_;
+  std::vector<int64_t> steps_;
+};
+
+}  // namespace ddpkit

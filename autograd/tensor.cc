@@ -1,0 +1,271 @@
+#include "autograd/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_join.h"
+#include "autograd/accumulate_grad.h"
+#include "autograd/engine.h"
+
+namespace ddpkit {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+// Element conversions through double (exact for every value of every dtype but int64 beyond
+// 2^53, which never holds a class label or index that large).
+double LoadAsDouble(const std::byte* base, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kFloat32: return reinterpret_cast<const float*>(base)[i];
+    case DType::kFloat64: return reinterpret_cast<const double*>(base)[i];
+    case DType::kFloat16: return ToFloat(reinterpret_cast<const Float16*>(base)[i]);
+    case DType::kBFloat16: return ToFloat(reinterpret_cast<const BFloat16*>(base)[i]);
+    case DType::kInt32: return reinterpret_cast<const int32_t*>(base)[i];
+    case DType::kInt64: return static_cast<double>(reinterpret_cast<const int64_t*>(base)[i]);
+  }
+  return 0;
+}
+
+void StoreDouble(std::byte* base, DType dtype, int64_t i, double v) {
+  switch (dtype) {
+    case DType::kFloat32: reinterpret_cast<float*>(base)[i] = static_cast<float>(v); return;
+    case DType::kFloat64: reinterpret_cast<double*>(base)[i] = v; return;
+    case DType::kFloat16:
+      reinterpret_cast<Float16*>(base)[i] = ToFloat16(static_cast<float>(v));
+      return;
+    case DType::kBFloat16:
+      reinterpret_cast<BFloat16*>(base)[i] = ToBFloat16(static_cast<float>(v));
+      return;
+    case DType::kInt32: reinterpret_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); return;
+    case DType::kInt64: reinterpret_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); return;
+  }
+}
+
+std::shared_ptr<TensorImpl> NewImpl(const Shape& shape, DType dtype) {
+  for (int64_t extent : shape) {
+    DDPKIT_CHECK(extent >= 0, "[Tensor] negative extent in shape ", ShapeString(shape));
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(NumElements(shape) * ElementSize(dtype));
+  impl->shape = shape;
+  impl->dtype = dtype;
+  return impl;
+}
+
+const Tensor& UndefinedTensor() {
+  static const Tensor* const kUndefined = new Tensor();
+  return *kUndefined;
+}
+
+}  // namespace
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t extent : shape) n *= extent;
+  return n;
+}
+
+std::string ShapeString(const Shape& shape) {
+  return StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
+  const size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  data_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded));
+  DDPKIT_CHECK(data_ != nullptr, "[Storage] out of memory allocating ", nbytes, " bytes");
+  std::memset(data_, 0, nbytes);
+}
+
+Storage::~Storage() { std::free(data_); }
+
+AutogradMeta& TensorImpl::meta() {
+  if (!autograd) autograd = std::make_unique<AutogradMeta>();
+  return *autograd;
+}
+
+Tensor Tensor::Empty(const Shape& shape, DType dtype) { return Tensor(NewImpl(shape, dtype)); }
+Tensor Tensor::Zeros(const Shape& shape, DType dtype) { return Empty(shape, dtype); }
+
+Tensor Tensor::Full(const Shape& shape, double value, DType dtype) {
+  Tensor t = Empty(shape, dtype);
+  t.Fill(value);
+  return t;
+}
+
+Tensor Tensor::Scalar(double value, DType dtype) { return Full({}, value, dtype); }
+
+template <typename T>
+Tensor Tensor::FromVector(absl::Span<const T> values, const Shape& shape) {
+  Tensor t = Empty(shape, kDTypeOf<T>);
+  DDPKIT_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "[Tensor::FromVector] ",
+               values.size(), " values do not fill shape ", ShapeString(shape));
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  return t;
+}
+template Tensor Tensor::FromVector<float>(absl::Span<const float>, const Shape&);
+template Tensor Tensor::FromVector<double>(absl::Span<const double>, const Shape&);
+template Tensor Tensor::FromVector<int32_t>(absl::Span<const int32_t>, const Shape&);
+template Tensor Tensor::FromVector<int64_t>(absl::Span<const int64_t>, const Shape&);
+template Tensor Tensor::FromVector<Float16>(absl::Span<const Float16>, const Shape&);
+template Tensor Tensor::FromVector<BFloat16>(absl::Span<const BFloat16>, const Shape&);
+
+int64_t Tensor::size(int64_t d) const {
+  const int64_t n = dim();
+  DDPKIT_CHECK(d >= -n && d < n, "[Tensor::size] dimension ", d, " out of range for shape ",
+               ShapeString(shape()));
+  return shape()[d < 0 ? d + n : d];
+}
+
+double Tensor::at(int64_t i) const {
+  DDPKIT_CHECK(i >= 0 && i < numel(), "[Tensor::at] index ", i, " out of range for ",
+               numel(), " elements");
+  return LoadAsDouble(static_cast<const std::byte*>(raw_data()), dtype(), i);
+}
+
+double Tensor::item() const {
+  DDPKIT_CHECK(numel() == 1, "[Tensor::item] needs one element, tensor has shape ",
+               ShapeString(shape()));
+  return at(0);
+}
+
+std::vector<double> Tensor::ToDoubles() const {
+  std::vector<double> out(numel());
+  const auto* base = static_cast<const std::byte*>(raw_data());
+  for (int64_t i = 0; i < numel(); ++i) out[i] = LoadAsDouble(base, dtype(), i);
+  return out;
+}
+
+std::string Tensor::DebugString() const {
+  if (!defined()) return "undefined";
+  std::string s = StrCat(DTypeName(dtype()), ShapeString(shape()));
+  if (numel() <= 16) absl::StrAppend(&s, " {", absl::StrJoin(ToDoubles(), ", "), "}");
+  return s;
+}
+
+Tensor Tensor::Rows(int64_t begin, int64_t end) const {
+  DDPKIT_CHECK(dim() >= 1, "[Tensor::Rows] needs at least one dimension, got a scalar");
+  DDPKIT_CHECK(0 <= begin && begin <= end && end <= shape()[0], "[Tensor::Rows] rows [", begin,
+               ", ", end, ") out of range for shape ", ShapeString(shape()));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->dtype = impl_->dtype;
+  impl->shape = shape();
+  impl->shape[0] = end - begin;
+  impl->offset = impl_->offset + begin * (shape()[0] == 0 ? 0 : numel() / shape()[0]);
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::View(const Shape& new_shape) const {
+  DDPKIT_CHECK(NumElements(new_shape) == numel(), "[Tensor::View] cannot view ",
+               ShapeString(shape()), " as ", ShapeString(new_shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->dtype = impl_->dtype;
+  impl->shape = new_shape;
+  impl->offset = impl_->offset;
+  return Tensor(std::move(impl));
+}
+
+bool Tensor::SharesStorageWith(const Tensor& other) const {
+  return defined() && other.defined() && impl_->storage == other.impl_->storage;
+}
+
+bool Tensor::IsAliasOf(const Tensor& other) const {
+  return SharesStorageWith(other) && impl_->offset == other.impl_->offset &&
+         numel() == other.numel() && dtype() == other.dtype();
+}
+
+Tensor Tensor::Detach() const {
+  Tensor view = View(shape());
+  return view;
+}
+
+Tensor Tensor::Clone() const {
+  Tensor copy = Empty(shape(), dtype());
+  if (nbytes() > 0) std::memcpy(copy.raw_data(), raw_data(), nbytes());
+  return copy;
+}
+
+Tensor Tensor::To(DType target) const {
+  if (target == dtype()) return Clone();
+  Tensor out = Empty(shape(), target);
+  out.CopyFrom(*this);
+  return out;
+}
+
+void Tensor::CopyFrom(const Tensor& src) const {
+  DDPKIT_CHECK(src.numel() == numel(), "[Tensor::CopyFrom] source has ", src.numel(),
+               " elements ", ShapeString(src.shape()), ", destination ", numel(), " ",
+               ShapeString(shape()));
+  if (src.dtype() == dtype()) {
+    if (nbytes() > 0) std::memmove(raw_data(), src.raw_data(), nbytes());
+    return;
+  }
+  const auto* in = static_cast<const std::byte*>(src.raw_data());
+  auto* out = static_cast<std::byte*>(raw_data());
+  for (int64_t i = 0; i < numel(); ++i) StoreDouble(out, dtype(), i, LoadAsDouble(in, src.dtype(), i));
+}
+
+void Tensor::Fill(double value) const {
+  auto* out = static_cast<std::byte*>(raw_data());
+  if (value == 0.0) {
+    if (nbytes() > 0) std::memset(out, 0, nbytes());
+    return;
+  }
+  for (int64_t i = 0; i < numel(); ++i) StoreDouble(out, dtype(), i, value);
+}
+
+bool Tensor::requires_grad() const {
+  return defined() && impl_->autograd && impl_->autograd->requires_grad;
+}
+
+Tensor& Tensor::set_requires_grad(bool requires_grad) {
+  DDPKIT_CHECK(is_leaf(), "[set_requires_grad] only a leaf tensor's requires_grad can be set; "
+               "this tensor was produced by ", "an op (use Detach() first)");
+  DDPKIT_CHECK(!requires_grad || IsFloatingPoint(dtype()),
+               "[set_requires_grad] only floating-point tensors can require grad, got ",
+               DTypeName(dtype()));
+  impl_->meta().requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
+
+const Tensor& Tensor::grad() const {
+  return impl_->autograd ? impl_->autograd->grad : UndefinedTensor();
+}
+
+void Tensor::set_grad(Tensor grad) const {
+  if (grad.defined()) {
+    DDPKIT_CHECK(grad.dtype() == dtype() && grad.numel() == numel(), "[set_grad] gradient ",
+                 DTypeName(grad.dtype()), ShapeString(grad.shape()), " does not match tensor ",
+                 DTypeName(dtype()), ShapeString(shape()));
+  }
+  impl_->meta().grad = std::move(grad);
+}
+
+const std::shared_ptr<Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<Node>* const kNone = new std::shared_ptr<Node>();
+  return impl_->autograd ? impl_->autograd->grad_fn : *kNone;
+}
+
+uint32_t Tensor::output_nr() const { return impl_->autograd ? impl_->autograd->output_nr : 0; }
+
+std::shared_ptr<AccumulateGrad> Tensor::grad_accumulator() const {
+  DDPKIT_CHECK(is_leaf() && requires_grad(),
+               "[grad_accumulator] only leaves that require grad have an accumulator");
+  AutogradMeta& meta = impl_->meta();
+  if (!meta.grad_accumulator) meta.grad_accumulator = std::make_shared<AccumulateGrad>(impl_);
+  return meta.grad_accumulator;
+}
+
+void Tensor::SetHistory(std::shared_ptr<Node> grad_fn, uint32_t output_nr) const {
+  AutogradMeta& meta = impl_->meta();
+  meta.requires_grad = true;
+  meta.grad_fn = std::move(grad_fn);
+  meta.output_nr = output_nr;
+}
+
+void Tensor::Backward(const Tensor& grad) const { Engine::Backward({*this}, {grad}); }
+
+}  // namespace ddpkit

@@ -1,0 +1,162 @@
+// Tensor: a handle to row-major data in shared storage, plus autograd metadata.
+//
+// Every tensor is contiguous; a view (Rows, View) is the same storage at an element offset
+// with a new shape. That is all DDP needs: a bucket is one flat buffer and each parameter's
+// gradient is a view into it.
+//
+// Copying a Tensor copies the handle (both refer to the same data and metadata), as in
+// PyTorch. Tensors are not internally synchronised: one thread owns a tensor at a time.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "autograd/dtype.h"
+#include "autograd/error.h"
+
+namespace ddpkit {
+
+using Shape = std::vector<int64_t>;
+int64_t NumElements(const Shape& shape);
+std::string ShapeString(const Shape& shape);  // "[2, 3]"
+
+class Node;
+class AccumulateGrad;
+class Tensor;
+using TensorList = std::vector<Tensor>;
+
+// One owned, 64-byte aligned, zero-initialised buffer.
+class Storage {
+ public:
+  explicit Storage(size_t nbytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  std::byte* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+
+ private:
+  std::byte* data_;
+  size_t nbytes_;
+};
+
+struct AutogradMeta;
+
+// The shared state behind Tensor handles.
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;  // in elements
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  std::unique_ptr<AutogradMeta> autograd;  // null until requires_grad or grad is set
+
+  AutogradMeta& meta();
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // --- Factories (no autograd history; requires_grad false) -----------------------------
+  static Tensor Empty(const Shape& shape, DType dtype = DType::kFloat32);  // zero-filled
+  static Tensor Zeros(const Shape& shape, DType dtype = DType::kFloat32);
+  static Tensor Full(const Shape& shape, double value, DType dtype = DType::kFloat32);
+  static Tensor Scalar(double value, DType dtype = DType::kFloat32);  // shape []
+  template <typename T>
+  static Tensor FromVector(absl::Span<const T> values, const Shape& shape);
+  template <typename T>
+  static Tensor FromVector(std::initializer_list<T> values, const Shape& shape) {
+    return FromVector<T>(absl::Span<const T>(values.begin(), values.size()), shape);
+  }
+
+  // --- Shape and data ---------------------------------------------------------------------
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl_->shape; }
+  int64_t dim() const { return static_cast<int64_t>(impl_->shape.size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the back
+  int64_t numel() const { return NumElements(impl_->shape); }
+  DType dtype() const { return impl_->dtype; }
+  size_t nbytes() const { return numel() * ElementSize(dtype()); }
+  int64_t storage_offset() const { return impl_->offset; }
+  void* raw_data() const {
+    return impl_->storage->data() + impl_->offset * ElementSize(impl_->dtype);
+  }
+  template <typename T>
+  T* data() const {
+    DDPKIT_CHECK(kDTypeOf<T> == dtype(), "[Tensor::data] tensor holds ", DTypeName(dtype()),
+                 ", accessed as ", DTypeName(kDTypeOf<T>));
+    return static_cast<T*>(raw_data());
+  }
+  // Element i of the flattened tensor, converted to double (any dtype).
+  double at(int64_t i) const;
+  // The only element of a one-element tensor, as double.
+  double item() const;
+  // All elements converted to double, for tests and reports.
+  std::vector<double> ToDoubles() const;
+  std::string DebugString() const;  // "float32[2, 3]" + values when small
+
+  // --- Views (share storage) and copies ---------------------------------------------------
+  Tensor Rows(int64_t begin, int64_t end) const;  // rows [begin, end) along dim 0
+  Tensor View(const Shape& shape) const;          // same elements, another shape
+  Tensor Flatten() const { return View({numel()}); }
+  bool SharesStorageWith(const Tensor& other) const;
+  // True when both handles see exactly the same elements (same storage, offset, numel).
+  bool IsAliasOf(const Tensor& other) const;
+  Tensor Detach() const;       // shares storage, no autograd history, requires_grad false
+  Tensor Clone() const;        // deep copy without history
+  Tensor To(DType dtype) const;  // converted deep copy (Clone when already `dtype`)
+  // In place: this <- src (same numel; dtypes may differ: values are converted).
+  void CopyFrom(const Tensor& src) const;
+  void Fill(double value) const;
+  void Zero() const { Fill(0.0); }
+
+  // --- Autograd ---------------------------------------------------------------------------
+  bool requires_grad() const;
+  // Only for leaves (tensors without grad_fn); returns *this for chaining.
+  Tensor& set_requires_grad(bool requires_grad);
+  bool is_leaf() const;
+  const Tensor& grad() const;       // undefined when no gradient was accumulated
+  void set_grad(Tensor grad) const;  // undefined resets to "no gradient" (zero_grad to none)
+  const std::shared_ptr<Node>& grad_fn() const;
+  uint32_t output_nr() const;
+  // The persistent node that accumulates this leaf's gradient; the same object for the
+  // tensor's whole life, so hooks registered on it stay in place across iterations.
+  std::shared_ptr<AccumulateGrad> grad_accumulator() const;
+  // Makes this tensor output `output_nr` of `grad_fn` (used by ops when recording).
+  void SetHistory(std::shared_ptr<Node> grad_fn, uint32_t output_nr) const;
+  // Backward from this tensor; a scalar is seeded with 1 when `grad` is undefined.
+  void Backward(const Tensor& grad = Tensor()) const;
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;
+  uint32_t output_nr = 0;
+  std::shared_ptr<AccumulateGrad> grad_accumulator;  // leaves only; created on first use
+};
+
+// Calls f.template operator()<T>() with T = float or double for the tensor's dtype, and
+// throws "[op] expects float32 or float64" for any other dtype.
+template <typename F>
+decltype(auto) DispatchFloating(DType dtype, std::string_view op, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: return f.template operator()<float>();
+    case DType::kFloat64: return f.template operator()<double>();
+    default:
+      throw Error(StrCat("[", op, "] expects float32 or float64, got ", DTypeName(dtype)));
+  }
+}
+
+}  // namespace ddpkit

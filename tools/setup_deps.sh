@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages ddpkit builds against, skipping those already present.
+# Sourced by tools/demo.sh and tools/test.sh; safe to run on its own.
+set -euo pipefail
+
+DDPKIT_DEBIAN_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libabsl-dev                          # flags, strings, containers, Status
+  libprotobuf-dev protobuf-compiler    # typed reports
+  nlohmann-json3-dev                   # safetensors headers
+  libopenblas-dev                      # matmul
+  libgtest-dev libgmock-dev            # tests
+  libbenchmark-dev                     # benchmarks
+)
+
+missing=()
+for pkg in "${DDPKIT_DEBIAN_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "ddpkit: installing missing Debian packages: ${missing[*]}" >&2
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "ddpkit: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

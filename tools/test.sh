@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds ddpkit and runs the whole test suite; exits non-zero on any failure.
+#   1. the normal build, all tests;
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, all tests
+#      (skip with DDPKIT_SKIP_SANITIZERS=1 for a quick local run).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+jobs="$(nproc)"
+
+echo "== ddpkit: build and test (build/)"
+bash "$root/tools/build.sh" "$root/build"
+ctest --test-dir "$root/build" --output-on-failure --parallel "$jobs"
+
+if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
+  echo "== ddpkit: build and test under ASan+UBSan (build-asan/)"
+  bash "$root/tools/build.sh" "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug \
+    "-DDDPKIT_SANITIZE=address;undefined" -DDDPKIT_BUILD_BENCHMARKS=OFF
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir "$root/build-asan" --output-on-failure --parallel "$jobs"
+fi
