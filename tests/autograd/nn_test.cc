@@ -1,0 +1,87 @@
+// Modules: names, initialisation, structure.
+#include "autograd/nn.h"
+
+#include <cmath>
+
+#include "autograd/ops.h"
+#include "gtest/gtest.h"
+
+namespace ddpkit {
+namespace {
+
+std::vector<std::string> Names(const NamedTensors& named) {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : named) names.push_back(name);
+  return names;
+}
+
+TEST(NnTest, MlpHasPyTorchSequentialNamesAndShapes) {
+  auto mlp = nn::MakeMlp({5, 7, 3, 2}, /*seed=*/0);
+  NamedTensors params = mlp->NamedParameters();
+  EXPECT_EQ(Names(params), (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias",
+                                                     "4.weight", "4.bias"}));
+  EXPECT_EQ(params[0].second.shape(), (Shape{7, 5}));
+  EXPECT_EQ(params[5].second.shape(), (Shape{2}));
+  for (const auto& [name, p] : params) EXPECT_TRUE(p.requires_grad() && p.is_leaf()) << name;
+  EXPECT_EQ(mlp->Forward(Tensor::Zeros({4, 5})).shape(), (Shape{4, 2}));
+  EXPECT_EQ(mlp->DebugString(),
+            "Sequential(\n"
+            "  (0): Linear(in_features=5, out_features=7, bias=true)\n"
+            "  (1): ReLU()\n"
+            "  (2): Linear(in_features=7, out_features=3, bias=true)\n"
+            "  (3): ReLU()\n"
+            "  (4): Linear(in_features=3, out_features=2, bias=true)\n"
+            ")");
+}
+
+TEST(NnTest, InitIsSeededAndWithinPyTorchBounds) {
+  auto a = nn::MakeMlp({16, 4}, /*seed=*/9);
+  auto b = nn::MakeMlp({16, 4}, /*seed=*/9);
+  auto c = nn::MakeMlp({16, 4}, /*seed=*/10);
+  EXPECT_EQ(a->Parameters()[0].ToDoubles(), b->Parameters()[0].ToDoubles());
+  EXPECT_NE(a->Parameters()[0].ToDoubles(), c->Parameters()[0].ToDoubles());
+  for (double w : a->Parameters()[0].ToDoubles()) EXPECT_LE(std::fabs(w), 0.25);  // 1/sqrt(16)
+}
+
+class Tied : public nn::Module {
+ public:
+  Tied() {
+    Generator gen(1);
+    first_ = RegisterModule("first", std::make_shared<nn::Linear>(3, 3, false, gen));
+    second_ = RegisterModule("second", std::make_shared<nn::Linear>(3, 3, true, gen));
+    RegisterParameter("shared", first_->weight());  // the same tensor again
+  }
+  Tensor Forward(const Tensor& x) override { return second_->Forward(first_->Forward(x)); }
+
+ private:
+  std::string Describe() const override { return "Tied"; }
+  std::shared_ptr<nn::Linear> first_, second_;
+};
+
+TEST(NnTest, SharedParameterAppearsOnceUnderItsFirstName) {
+  Tied tied;
+  // Own parameters come first, so "shared" is the first name; "first.weight" is dropped.
+  EXPECT_EQ(Names(tied.NamedParameters()),
+            (std::vector<std::string>{"shared", "second.weight", "second.bias"}));
+}
+
+TEST(NnTest, ParseMlpSpec) {
+  EXPECT_EQ(*nn::ParseMlpSpec("mlp:784,2048,10"), (std::vector<int64_t>{784, 2048, 10}));
+  EXPECT_EQ(nn::ParseMlpSpec("cnn:3").status().message(),
+            "model spec 'cnn:3' is not understood; expected mlp:IN,H1,...,OUT, e.g. mlp:32,64,10");
+  EXPECT_EQ(nn::ParseMlpSpec("mlp:4,0,2").status().message(),
+            "model spec 'mlp:4,0,2': width '0' is not a positive integer");
+  EXPECT_FALSE(nn::ParseMlpSpec("mlp:4").ok());
+  EXPECT_FALSE(nn::ParseMlpSpec("mlp:4,x").ok());
+}
+
+TEST(NnTest, EmbeddingModule) {
+  Generator gen(3);
+  nn::Embedding embedding(10, 4, gen);
+  Tensor out = embedding.Forward(Tensor::FromVector<int64_t>({3, 3, 9}, {3}));
+  EXPECT_EQ(out.shape(), (Shape{3, 4}));
+  EXPECT_EQ(out.Rows(0, 1).ToDoubles(), embedding.weight().Rows(3, 4).ToDoubles());
+}
+
+}  // namespace
+}  // namespace ddpkit
