@@ -17,7 +17,7 @@ namespace {
 constexpr int64_t kSize = 512;
 
 void SetFlops(benchmark::State& state, double flops_per_iteration) {
-  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iteration / 1e9,
+  state.counters["GFLOP"] = benchmark::Counter(flops_per_iteration / 1e9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 

@@ -1,0 +1,83 @@
+// The ddpkit binary, run as a user would: exit statuses, one-line errors, pure JSON on stdout.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out;  // stdout only
+  std::string err;  // stderr only
+};
+
+// Runs `ddpkit ARGS` from the build tree, capturing stdout and stderr separately.
+Result RunDdpkit(const std::string& args) {
+  const std::string err_path = testing::TempDir() + "/ddpkit_cli_stderr.txt";
+  const std::string command =
+      std::string(DDPKIT_BINARY_DIR) + "/bin/ddpkit " + args + " 2>" + err_path;
+  Result result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (FILE* err = std::fopen(err_path.c_str(), "r")) {
+    while ((n = std::fread(buffer.data(), 1, buffer.size(), err)) > 0) result.err.append(buffer.data(), n);
+    std::fclose(err);
+  }
+  return result;
+}
+
+int Lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+TEST(CliTest, HelpListsSubcommands) {
+  Result r = RunDdpkit("--help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "train")) << r.out;
+  r = RunDdpkit("train --help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "--batch-size")) << r.out;
+}
+
+TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
+  for (const char* args : {"", "no-such-subcommand", "train --no-such-flag", "train --steps=abc",
+                           "train --steps", "train extra-positional", "train --model mlp:3"}) {
+    Result r = RunDdpkit(args);
+    EXPECT_EQ(r.status, 2) << args;
+    if (*args == '\0') continue;  // bare `ddpkit` prints the overview on stderr
+    EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
+    EXPECT_TRUE(absl::StartsWith(r.err, "ddpkit")) << r.err;
+  }
+}
+
+TEST(CliTest, FlagSpellings) {
+  EXPECT_EQ(RunDdpkit("train --steps 1 --batch-size=4 --nojson").status, 0);
+  EXPECT_EQ(RunDdpkit("train --steps=1 --batch_size 4").status, 0);
+}
+
+TEST(CliTest, JsonModePrintsOnlyJsonWithOneLossPerStep) {
+  Result r = RunDdpkit("train --json --steps 7 --batch-size 8");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);  // throws if anything else is on stdout
+  ASSERT_TRUE(report["losses"].is_array());
+  EXPECT_EQ(report["losses"].size(), 7u);
+  EXPECT_EQ(report["batch_size"], 8);
+  EXPECT_EQ(report["parameter_names"][0], "0.weight");
+}
+
+TEST(CliTest, MissingFilesFailWithExit1AndNameTheFile) {
+  Result r = RunDdpkit("train --weights /nonexistent/w.safetensors");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(absl::StrContains(r.err, "/nonexistent/w.safetensors")) << r.err;
+}
+
+}  // namespace

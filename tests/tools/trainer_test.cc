@@ -1,0 +1,116 @@
+// The training loop behind `ddpkit train`.
+#include "tools/trainer.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "autograd/nn.h"
+#include "autograd/safetensors.h"
+#include "gtest/gtest.h"
+#include "tools/dataset.h"
+
+namespace ddpkit::tools {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("ddpkit_trainer_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+TEST(TrainerTest, LossFallsOnTheDefaultTaskWithin60Steps) {
+  absl::StatusOr<TrainReport> report = Train(TrainConfig{});
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->losses_size(), 60);
+  const double first = report->losses(0), last = report->losses(59);
+  EXPECT_LT(last, 0.5 * first) << first << " -> " << last;
+  EXPECT_GT(report->final_accuracy(), 0.9);
+  EXPECT_EQ(report->parameter_names_size(), 6);
+  EXPECT_EQ(report->num_parameters(), 32 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10);
+}
+
+TEST(TrainerTest, SameSeedSameLosses) {
+  TrainConfig config;
+  config.steps = 5;
+  EXPECT_EQ(Train(config)->losses(4), Train(config)->losses(4));
+  config.seed = 1;
+  TrainConfig other = config;
+  other.seed = 2;
+  EXPECT_NE(Train(config)->losses(4), Train(other)->losses(4));
+}
+
+TEST(TrainerTest, SavedWeightsReloadAndDataFileIsUsed) {
+  const std::string weights = TempPath("w.safetensors"), data = TempPath("d.safetensors");
+  ClassificationData synthetic = MakeSyntheticClassification(64, 4, 3, /*seed=*/5);
+  ASSERT_TRUE(WriteSafetensors(data, {{"x", synthetic.x}, {"y", synthetic.y}}).ok());
+
+  TrainConfig config;
+  config.model = "mlp:4,8,3";
+  config.data_path = data;
+  config.steps = 20;
+  config.save_weights_path = weights;
+  absl::StatusOr<TrainReport> first = Train(config);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->data(), data);
+
+  // Continuing from the saved weights starts where the first run ended.
+  config.weights_path = weights;
+  config.save_weights_path.clear();
+  config.steps = 1;
+  absl::StatusOr<TrainReport> resumed = Train(config);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_LT(resumed->losses(0), first->losses(0));
+  std::filesystem::remove(weights);
+  std::filesystem::remove(data);
+}
+
+TEST(TrainerTest, BadDataFilesNameTheFileAndTensor) {
+  const std::string path = TempPath("bad.safetensors");
+  TrainConfig config;
+  config.model = "mlp:4,3";
+  config.data_path = path;
+  auto expect_error = [&](const NamedTensors& tensors, const std::string& expected) {
+    ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
+    absl::StatusOr<TrainReport> report = Train(config);
+    ASSERT_FALSE(report.ok());
+    EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(report.status().message(), path + ": " + expected))
+        << report.status();
+  };
+  Tensor y = Tensor::FromVector<int64_t>({0, 2}, {2});
+  expect_error({{"x", Tensor::Zeros({2, 4})}}, "needs tensors 'x'");
+  expect_error({{"x", Tensor::Zeros({2, 5})}, {"y", y}},
+               "tensor 'x' has 5 columns but the model's input width is 4");
+  expect_error({{"x", Tensor::Zeros({2, 4})}, {"y", Tensor::Zeros({2})}}, "tensor 'y' must be int64 [2]");
+  expect_error({{"x", Tensor::Zeros({2, 4})}, {"y", Tensor::FromVector<int64_t>({0, 3}, {2})}},
+               "tensor 'y' row 1 has label 3, outside the model's 3 output classes");
+  std::filesystem::remove(path);
+}
+
+TEST(TrainerTest, InvalidConfigIsRejectedBeforeTraining) {
+  TrainConfig config;
+  config.batch_size = 0;
+  EXPECT_EQ(Train(config).status().message(), "--batch-size must be positive, got 0");
+  config = TrainConfig{};
+  config.model = "mlp:4,x";
+  EXPECT_EQ(Train(config).status().code(), absl::StatusCode::kInvalidArgument);
+  config = TrainConfig{};
+  config.weights_path = "/nonexistent.safetensors";
+  EXPECT_FALSE(Train(config).ok());
+}
+
+TEST(DatasetTest, GatherRowsWrapsAround) {
+  ClassificationData data = MakeSyntheticClassification(5, 2, 2, /*seed=*/1);
+  Tensor x = Tensor::Empty({7, 2}), y = Tensor::Empty({7}, DType::kInt64);
+  GatherRows(data, 3, 7, x, y);  // rows 3, 4, 0, 1, 2, 3, 4
+  const int64_t expected[] = {3, 4, 0, 1, 2, 3, 4};
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(y.data<int64_t>()[i], data.y.data<int64_t>()[expected[i]]);
+    EXPECT_EQ(x.Rows(i, i + 1).ToDoubles(), data.x.Rows(expected[i], expected[i] + 1).ToDoubles());
+  }
+}
+
+}  // namespace
+}  // namespace ddpkit::tools

@@ -1,0 +1,16 @@
+// The subcommands `ddpkit` offers; each is defined in tools/<name>_command.cc.
+#pragma once
+
+#include <string>
+
+#include "google/protobuf/message.h"
+#include "tools/cli/subcommand.h"
+
+namespace ddpkit::cli {
+
+Subcommand TrainSubcommand();
+
+// A report message as pretty JSON with the field names of its .proto, ending in a newline.
+std::string ReportToJson(const google::protobuf::Message& report);
+
+}  // namespace ddpkit::cli

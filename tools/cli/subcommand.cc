@@ -1,0 +1,145 @@
+#include "tools/cli/subcommand.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
+#include "autograd/error.h"
+
+namespace ddpkit::cli {
+namespace {
+
+std::string Dashed(absl::string_view name) { return absl::StrReplaceAll(name, {{"_", "-"}}); }
+std::string Underscored(absl::string_view name) { return absl::StrReplaceAll(name, {{"-", "_"}}); }
+
+bool Accepts(const Subcommand& subcommand, const std::string& name) {
+  return std::find(subcommand.flag_names.begin(), subcommand.flag_names.end(), name) !=
+         subcommand.flag_names.end();
+}
+
+absl::Status UnknownFlag(const Subcommand& subcommand, absl::string_view written) {
+  return absl::InvalidArgumentError(StrCat("unknown flag '", written, "' for 'ddpkit ",
+                                           subcommand.name, "' (see 'ddpkit ", subcommand.name,
+                                           " --help')"));
+}
+
+}  // namespace
+
+absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::string>& args,
+                        std::vector<std::string>& positionals, bool& help) {
+  help = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      if (!subcommand.takes_positionals) {
+        return absl::InvalidArgumentError(
+            StrCat("'ddpkit ", subcommand.name, "' takes no arguments after '--'"));
+      }
+      positionals.insert(positionals.end(), args.begin() + i + 1, args.end());
+      return absl::OkStatus();
+    }
+    if (arg == "--help" || arg == "-h" || arg == "--helpfull") {
+      help = true;
+      continue;
+    }
+    if (!absl::StartsWith(arg, "-") || arg == "-") {
+      if (!subcommand.takes_positionals) {
+        return absl::InvalidArgumentError(StrCat("unexpected argument '", arg, "' for 'ddpkit ",
+                                                 subcommand.name, "' (flags start with --)"));
+      }
+      positionals.insert(positionals.end(), args.begin() + i, args.end());
+      return absl::OkStatus();
+    }
+
+    // --name=value, --name value, --name, --noname
+    absl::string_view body = absl::string_view(arg).substr(absl::StartsWith(arg, "--") ? 2 : 1);
+    std::string name = Underscored(body.substr(0, body.find('=')));
+    const bool has_value = body.find('=') != absl::string_view::npos;
+    std::string value = has_value ? std::string(body.substr(body.find('=') + 1)) : "";
+    absl::CommandLineFlag* flag = Accepts(subcommand, name) ? absl::FindCommandLineFlag(name) : nullptr;
+    if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
+      absl::CommandLineFlag* negated =
+          Accepts(subcommand, name.substr(2)) ? absl::FindCommandLineFlag(name.substr(2)) : nullptr;
+      if (negated != nullptr && negated->IsOfType<bool>()) {
+        flag = negated;
+        value = "false";
+      }
+    }
+    if (flag == nullptr) return UnknownFlag(subcommand, arg.substr(0, arg.find('=')));
+    if (!has_value && value.empty()) {
+      if (flag->IsOfType<bool>()) {
+        value = "true";
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        return absl::InvalidArgumentError(
+            StrCat("flag '--", Dashed(flag->Name()), "' needs a value"));
+      }
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(
+          StrCat("invalid value '", value, "' for flag '--", Dashed(flag->Name()), "': ", error));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string SubcommandHelp(const Subcommand& subcommand) {
+  std::string out = StrCat("usage: ", subcommand.usage, "\n\n", subcommand.summary, "\n\nflags:\n");
+  for (const std::string& name : subcommand.flag_names) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) continue;
+    absl::StrAppend(&out, "  --", Dashed(name), " (default: ",
+                    flag->DefaultValue().empty() ? "\"\"" : flag->DefaultValue(), ")\n      ",
+                    flag->Help(), "\n");
+  }
+  return out;
+}
+
+int Main(int argc, char** argv, const std::vector<Subcommand>& subcommands) {
+  auto overview = [&] {
+    std::string out =
+        "ddpkit: a readable PyTorch-DDP-style reducer runtime.\n\nusage: ddpkit <subcommand> "
+        "[flags]\n\nsubcommands:\n";
+    for (const Subcommand& s : subcommands) absl::StrAppend(&out, "  ", s.name, "\t", s.summary, "\n");
+    absl::StrAppend(&out, "\n'ddpkit <subcommand> --help' lists a subcommand's flags.\n");
+    return out;
+  };
+  if (argc < 2) {
+    std::cerr << overview();
+    return kExitUsage;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    std::cout << overview();
+    return kExitOk;
+  }
+  auto it = std::find_if(subcommands.begin(), subcommands.end(),
+                         [&](const Subcommand& s) { return s.name == name; });
+  if (it == subcommands.end()) {
+    std::cerr << "ddpkit: unknown subcommand '" << name << "' (see 'ddpkit --help')\n";
+    return kExitUsage;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc), positionals;
+  bool help = false;
+  if (absl::Status parsed = ParseFlags(*it, args, positionals, help); !parsed.ok()) {
+    std::cerr << "ddpkit " << name << ": " << parsed.message() << "\n";
+    return kExitUsage;
+  }
+  if (help) {
+    std::cout << SubcommandHelp(*it);
+    return kExitOk;
+  }
+  try {
+    return it->run(positionals);
+  } catch (const Error& e) {  // API misuse surfaced from a library: still one line
+    std::cerr << "ddpkit " << name << ": error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+}  // namespace ddpkit::cli

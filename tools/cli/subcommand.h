@@ -1,0 +1,44 @@
+// The `ddpkit` command line: one binary, one subcommand per job.
+//
+// Flags are ordinary Abseil flags (ABSL_FLAG in the subcommand's .cc), but each subcommand
+// declares which ones it accepts and parsing never exits the process: an unknown flag, a flag
+// another subcommand owns, or a bad value is reported as one line and exit status 2. Flags are
+// written with dashes on the command line (--batch-size) and underscores in C++ (batch_size).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace ddpkit::cli {
+
+// Exit statuses shared by every subcommand.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // the job ran and failed
+inline constexpr int kExitUsage = 2;    // the command line was wrong
+
+struct Subcommand {
+  std::string name;
+  std::string summary;                  // one line for `ddpkit --help`
+  std::string usage;                    // e.g. "ddpkit train [flags]"
+  std::vector<std::string> flag_names;  // Abseil names (underscores)
+  bool takes_positionals = false;       // arguments after "--" (or not starting with "--")
+  // Runs with flags already parsed; returns the exit status.
+  std::function<int(const std::vector<std::string>& positionals)> run;
+};
+
+// Sets the named flags from `args` ("--name=value", "--name value", "--name" and "--noname" for
+// booleans). Arguments after "--", and other non-flag arguments when the subcommand takes
+// them, go to `positionals`. `help` is set by --help / -h.
+absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::string>& args,
+                        std::vector<std::string>& positionals, bool& help);
+
+// "usage line, then each flag with its default and help text".
+std::string SubcommandHelp(const Subcommand& subcommand);
+
+// The entry point: picks the subcommand named by argv[1] and runs it.
+int Main(int argc, char** argv, const std::vector<Subcommand>& subcommands);
+
+}  // namespace ddpkit::cli

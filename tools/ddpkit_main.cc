@@ -1,0 +1,6 @@
+// build/bin/ddpkit — the one binary; see `ddpkit --help`.
+#include "tools/cli/commands.h"
+
+int main(int argc, char** argv) {
+  return ddpkit::cli::Main(argc, argv, {ddpkit::cli::TrainSubcommand()});
+}
