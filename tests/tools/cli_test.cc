@@ -1,5 +1,6 @@
 // The ddpkit binary, run as a user would: exit statuses, one-line errors, pure JSON on stdout.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -20,7 +21,10 @@ struct Result {
 
 // Runs `ddpkit ARGS` from the build tree, capturing stdout and stderr separately.
 Result RunDdpkit(const std::string& args) {
-  const std::string err_path = testing::TempDir() + "/ddpkit_cli_stderr.txt";
+  // Unique per process and call: CTest runs tests of this binary in parallel processes.
+  static int calls = 0;
+  const std::string err_path = testing::TempDir() + "/ddpkit_cli_stderr." +
+                               std::to_string(::getpid()) + "." + std::to_string(calls++);
   const std::string command =
       std::string(DDPKIT_BINARY_DIR) + "/bin/ddpkit " + args + " 2>" + err_path;
   Result result;
@@ -34,6 +38,7 @@ Result RunDdpkit(const std::string& args) {
     while ((n = std::fread(buffer.data(), 1, buffer.size(), err)) > 0) result.err.append(buffer.data(), n);
     std::fclose(err);
   }
+  std::remove(err_path.c_str());
   return result;
 }
 
