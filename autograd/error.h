@@ -41,6 +41,12 @@ std::string StrCat(const Parts&... parts) {
   return absl::StrCat(internal::AsAlphaNum(parts)...);
 }
 
+// absl::StrAppend that also accepts std::string_view.
+template <typename... Parts>
+void StrAppend(std::string* out, const Parts&... parts) {
+  absl::StrAppend(out, internal::AsAlphaNum(parts)...);
+}
+
 // Thrown for API misuse (see above). Carries a canonical code so boundaries can convert it
 // into an absl::Status without losing the category.
 class Error : public std::runtime_error {

@@ -1,0 +1,209 @@
+#include "comm/process_group.h"
+
+#include <numeric>
+
+#include "autograd/log.h"
+
+namespace ddpkit::comm {
+namespace {
+
+int64_t Total(const std::vector<int64_t>& counts) {
+  return std::accumulate(counts.begin(), counts.end(), int64_t{0});
+}
+
+void CheckCounts(std::string_view op, const std::vector<int64_t>& counts, int size,
+                 std::string_view what) {
+  DDPKIT_CHECK(static_cast<int>(counts.size()) == size, "[", op, "] ", what, " has ",
+               counts.size(), " entries for a world of ", size);
+  for (int64_t c : counts) DDPKIT_CHECK(c >= 0, "[", op, "] ", what, " has a negative count ", c);
+}
+
+void CheckTensor(std::string_view op, const Tensor& t, std::string_view what) {
+  DDPKIT_CHECK(t.defined(), "[", op, "] ", what, " is undefined");
+}
+
+void CheckSameDtype(std::string_view op, const Tensor& input, const Tensor& output) {
+  DDPKIT_CHECK(input.dtype() == output.dtype(), "[", op, "] input is ", DTypeName(input.dtype()),
+               " but output is ", DTypeName(output.dtype()));
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(int rank, int size, ProcessGroupOptions options)
+    : rank_(rank), size_(size), options_(options), recorder_(options.flight_recorder_size) {
+  DDPKIT_CHECK(size >= 1 && rank >= 0 && rank < size, "[ProcessGroup] rank ", rank,
+               " is not in a world of size ", size);
+  DDPKIT_CHECK(options.timeout > absl::ZeroDuration(), "[ProcessGroup] timeout must be positive");
+}
+
+// A still-running comm thread here means a derived destructor forgot StopCommThread();
+// std::thread's destructor then terminates the process, which is the right outcome for a bug.
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::StartCommThread() {
+  comm_thread_ = std::thread([this] {
+    SetThreadLogPrefix(StrCat("rank ", rank_, " comm"));
+    CommLoop();
+  });
+}
+
+void ProcessGroup::StopCommThread() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (comm_thread_.joinable()) comm_thread_.join();
+}
+
+std::string ProcessGroup::Describe(const Collective& c) const {
+  return StrCat(OpTypeName(c.op), " (sequence number ", c.sequence_number, ", world size ", size_,
+                ")");
+}
+
+std::shared_ptr<Work> ProcessGroup::Submit(Collective c) {
+  absl::MutexLock lock(&mu_);
+  c.sequence_number = next_sequence_number_++;
+  auto work = std::make_shared<Work>(c.op, c.sequence_number);
+  recorder_.Queued(c);
+  if (!broken_.ok()) {
+    recorder_.Finished(c.sequence_number, false);
+    work->Finish(absl::Status(broken_.code(),
+                              StrCat(Describe(c), " was not run: the process group is unusable "
+                                                  "after an earlier failure: ",
+                                     broken_.message())));
+    return work;
+  }
+  queue_.emplace_back(std::move(c), work);
+  return work;
+}
+
+void ProcessGroup::CommLoop() {
+  while (true) {
+    std::pair<Collective, std::shared_ptr<Work>> item;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;  // stopping, nothing left to run
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    auto& [collective, work] = item;
+    absl::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      status = broken_;
+    }
+    if (!status.ok()) {
+      status = absl::Status(status.code(), StrCat(Describe(collective),
+                                                  " was not run: the process group is unusable "
+                                                  "after an earlier failure: ", status.message()));
+    } else {
+      recorder_.Started(collective.sequence_number);
+      work->MarkStarted();
+      status = RunOne(collective);
+      recorder_.Finished(collective.sequence_number, status.ok());
+      if (!status.ok()) {
+        Log(LogLevel::kError, StrCat(status.message(), "\nlast collectives on rank ", rank_,
+                                     ":\n", recorder_.Dump()));
+        absl::MutexLock lock(&mu_);
+        if (broken_.ok()) broken_ = status;
+      }
+    }
+    work->Finish(status);
+  }
+}
+
+absl::Status ProcessGroup::RunOne(const Collective& c) {
+  if (options_.debug_level == DebugLevel::kDetail && !ChecksCallsItself() && size_ > 1) {
+    absl::StatusOr<std::vector<CollectiveFingerprint>> prints =
+        GatherFingerprints(CollectiveFingerprint::Of(c));
+    if (!prints.ok()) return prints.status();
+    DDPKIT_RETURN_IF_ERROR(CheckCollectivesMatch(*prints));
+  }
+  try {
+    return Execute(c);
+  } catch (const Error& e) {  // a backend's invariant: report it on the Work, keep the thread
+    return absl::InternalError(StrCat(Describe(c), " failed: ", e.what()));
+  }
+}
+
+// --- The collectives: check the arguments here, run them on the comm thread ----------------
+
+std::shared_ptr<Work> ProcessGroup::Allreduce(const Tensor& tensor, ReduceOp op) {
+  CheckTensor("allreduce", tensor, "tensor");
+  DDPKIT_CHECK(op != ReduceOp::kAvg || IsFloatingPoint(tensor.dtype()),
+               "[allreduce] AVG needs a floating-point tensor, got ", DTypeName(tensor.dtype()));
+  Collective c{.op = OpType::kAllreduce, .reduce_op = op, .input = tensor.Flatten()};
+  c.output = c.input;
+  return Submit(std::move(c));
+}
+
+std::shared_ptr<Work> ProcessGroup::Broadcast(const Tensor& tensor, int root) {
+  CheckTensor("broadcast", tensor, "tensor");
+  DDPKIT_CHECK(root >= 0 && root < size_, "[broadcast] root ", root, " is not a rank of a world of ",
+               size_);
+  Collective c{.op = OpType::kBroadcast, .input = tensor.Flatten(), .root = root};
+  c.output = c.input;
+  return Submit(std::move(c));
+}
+
+std::shared_ptr<Work> ProcessGroup::Allgather(const Tensor& input, const Tensor& output) {
+  CheckTensor("allgather", input, "input");
+  CheckTensor("allgather", output, "output");
+  CheckSameDtype("allgather", input, output);
+  DDPKIT_CHECK(output.numel() == input.numel() * size_, "[allgather] output has ", output.numel(),
+               " elements; ", size_, " ranks x ", input.numel(), " = ", input.numel() * size_,
+               " expected");
+  return Submit({.op = OpType::kAllgather, .input = input.Flatten(), .output = output.Flatten()});
+}
+
+std::shared_ptr<Work> ProcessGroup::AllgatherV(const Tensor& input, const Tensor& output,
+                                               std::vector<int64_t> counts) {
+  CheckTensor("allgather_v", input, "input");
+  CheckTensor("allgather_v", output, "output");
+  CheckSameDtype("allgather_v", input, output);
+  CheckCounts("allgather_v", counts, size_, "counts");
+  DDPKIT_CHECK(counts[rank_] == input.numel(), "[allgather_v] counts say rank ", rank_,
+               " contributes ", counts[rank_], " elements but its input has ", input.numel());
+  DDPKIT_CHECK(output.numel() == Total(counts), "[allgather_v] output has ", output.numel(),
+               " elements but the counts add up to ", Total(counts));
+  return Submit({.op = OpType::kAllgatherV, .input = input.Flatten(), .output = output.Flatten(),
+                 .counts = std::move(counts)});
+}
+
+std::shared_ptr<Work> ProcessGroup::ReduceScatter(const Tensor& input, const Tensor& output,
+                                                  std::vector<int64_t> counts, ReduceOp op) {
+  CheckTensor("reduce_scatter", input, "input");
+  CheckTensor("reduce_scatter", output, "output");
+  CheckSameDtype("reduce_scatter", input, output);
+  CheckCounts("reduce_scatter", counts, size_, "counts");
+  DDPKIT_CHECK(op != ReduceOp::kAvg || IsFloatingPoint(input.dtype()),
+               "[reduce_scatter] AVG needs a floating-point tensor, got ", DTypeName(input.dtype()));
+  DDPKIT_CHECK(input.numel() == Total(counts), "[reduce_scatter] input has ", input.numel(),
+               " elements but the counts add up to ", Total(counts));
+  DDPKIT_CHECK(output.numel() == counts[rank_], "[reduce_scatter] output has ", output.numel(),
+               " elements but rank ", rank_, "'s segment has ", counts[rank_]);
+  return Submit({.op = OpType::kReduceScatter, .reduce_op = op, .input = input.Flatten(),
+                 .output = output.Flatten(), .counts = std::move(counts)});
+}
+
+std::shared_ptr<Work> ProcessGroup::AllToAllV(const Tensor& input, const Tensor& output,
+                                              std::vector<int64_t> send_counts,
+                                              std::vector<int64_t> recv_counts) {
+  CheckTensor("all_to_all_v", input, "input");
+  CheckTensor("all_to_all_v", output, "output");
+  CheckSameDtype("all_to_all_v", input, output);
+  CheckCounts("all_to_all_v", send_counts, size_, "send counts");
+  CheckCounts("all_to_all_v", recv_counts, size_, "recv counts");
+  DDPKIT_CHECK(input.numel() == Total(send_counts), "[all_to_all_v] input has ", input.numel(),
+               " elements but the send counts add up to ", Total(send_counts));
+  DDPKIT_CHECK(output.numel() == Total(recv_counts), "[all_to_all_v] output has ", output.numel(),
+               " elements but the recv counts add up to ", Total(recv_counts));
+  return Submit({.op = OpType::kAllToAllV, .input = input.Flatten(), .output = output.Flatten(),
+                 .counts = std::move(send_counts), .recv_counts = std::move(recv_counts)});
+}
+
+std::shared_ptr<Work> ProcessGroup::Barrier() { return Submit({.op = OpType::kBarrier}); }
+
+}  // namespace ddpkit::comm

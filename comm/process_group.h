@@ -1,0 +1,111 @@
+// ProcessGroup: the collectives every backend provides, as in PyTorch's c10d.
+//
+// Every call returns at once with a Work; the collective is queued on the group's own
+// communication thread and runs there in submission order, so the caller's computation
+// (backward, in DDP) continues meanwhile. Each call gets the next sequence number; all ranks
+// must issue the same collectives in the same order.
+//
+// Failures never hang: every collective is bounded by the group's timeout, and fails with an
+// error naming the operation, its sequence number, the group size and — where the backend can
+// tell — the ranks that did not arrive; the flight recorder's recent history is logged with it.
+// After a failure the group is unusable (peers are in an unknown state): later collectives fail
+// at once, citing the first error.
+//
+// Data: contiguous tensors of float32, float64, float16, bfloat16, int32 or int64. float16 and
+// bfloat16 are reduced in float32. Tensors must not be touched until their Work completes.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "comm/debug.h"
+#include "comm/flight_recorder.h"
+#include "comm/types.h"
+#include "comm/work.h"
+
+namespace ddpkit::comm {
+
+inline constexpr absl::Duration kDefaultTimeout = absl::Seconds(300);
+
+struct ProcessGroupOptions {
+  absl::Duration timeout = kDefaultTimeout;
+  DebugLevel debug_level = DebugLevelFromEnv();
+  size_t flight_recorder_size = 64;
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  virtual std::string_view backend_name() const = 0;
+  const ProcessGroupOptions& options() const { return options_; }
+  const FlightRecorder& flight_recorder() const { return recorder_; }
+
+  // In place on every rank: tensor <- op over all ranks' tensors.
+  std::shared_ptr<Work> Allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  // In place: every rank's tensor <- root's tensor.
+  std::shared_ptr<Work> Broadcast(const Tensor& tensor, int root);
+  // output (size * n elements) <- every rank's input (n elements), in rank order.
+  std::shared_ptr<Work> Allgather(const Tensor& input, const Tensor& output);
+  // As Allgather with counts[r] elements from rank r (every rank passes the same counts).
+  std::shared_ptr<Work> AllgatherV(const Tensor& input, const Tensor& output,
+                                   std::vector<int64_t> counts);
+  // input holds one segment per rank (counts[r] elements for rank r); output (counts[rank]
+  // elements) <- op over all ranks' segment for this rank.
+  std::shared_ptr<Work> ReduceScatter(const Tensor& input, const Tensor& output,
+                                      std::vector<int64_t> counts, ReduceOp op = ReduceOp::kSum);
+  // input: send_counts[j] elements for each peer j in order; output: recv_counts[j] elements
+  // from each peer j in order.
+  std::shared_ptr<Work> AllToAllV(const Tensor& input, const Tensor& output,
+                                  std::vector<int64_t> send_counts,
+                                  std::vector<int64_t> recv_counts);
+  std::shared_ptr<Work> Barrier();
+
+ protected:
+  ProcessGroup(int rank, int size, ProcessGroupOptions options);
+
+  // Derived constructors call StartCommThread() when ready; derived destructors call
+  // StopCommThread() first (it finishes queued work) so Execute never runs on a dead object.
+  void StartCommThread();
+  void StopCommThread();
+
+  // Runs one collective; called on the communication thread, one at a time.
+  virtual absl::Status Execute(const Collective& c) = 0;
+  // For DDPKIT_DEBUG=DETAIL: every rank's fingerprint of the collective about to run, gathered
+  // with a plain collective. Backends that compare calls on every collective anyway return
+  // nullopt-like empty vectors (see ChecksCallsItself).
+  virtual absl::StatusOr<std::vector<CollectiveFingerprint>> GatherFingerprints(
+      const CollectiveFingerprint& mine) = 0;
+  virtual bool ChecksCallsItself() const { return false; }
+
+  // "ALLREDUCE (sequence number 7, world size 4)" — the start of every error about `c`.
+  std::string Describe(const Collective& c) const;
+
+ private:
+  std::shared_ptr<Work> Submit(Collective c);
+  void CommLoop();
+  absl::Status RunOne(const Collective& c);
+
+  const int rank_;
+  const int size_;
+  const ProcessGroupOptions options_;
+  FlightRecorder recorder_;
+
+  absl::Mutex mu_;
+  uint64_t next_sequence_number_ ABSL_GUARDED_BY(mu_) = 1;
+  std::deque<std::pair<Collective, std::shared_ptr<Work>>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);  // first failure; OK while usable
+  std::thread comm_thread_;
+};
+
+}  // namespace ddpkit::comm

@@ -1,0 +1,219 @@
+#include "comm/threads/threads_world.h"
+
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_join.h"
+#include "autograd/log.h"
+#include "comm/reduce.h"
+
+namespace ddpkit::comm {
+namespace {
+
+// Offset of rank r's segment when each rank has counts[rank] elements.
+int64_t OffsetOf(const std::vector<int64_t>& counts, int r) {
+  int64_t offset = 0;
+  for (int i = 0; i < r; ++i) offset += counts[i];
+  return offset;
+}
+
+std::byte* At(const Tensor& t, int64_t element) {
+  return static_cast<std::byte*>(t.raw_data()) + element * ElementSize(t.dtype());
+}
+
+bool IsHalf(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
+
+// out <- op over the same `n` elements of every staged input at `offset`, in rank order.
+// Halves accumulate in float32 and round once.
+void ReduceSegments(const std::vector<Tensor>& staged, int64_t offset, int64_t n, ReduceOp op,
+                    const Tensor& out) {
+  const DType dtype = out.dtype();
+  const int size = static_cast<int>(staged.size());
+  const DType acc_type = IsHalf(dtype) ? DType::kFloat32 : dtype;
+  Tensor acc = staged[0].Flatten().Rows(offset, offset + n).To(acc_type);
+  for (int r = 1; r < size; ++r) {
+    Tensor part = staged[r].Flatten().Rows(offset, offset + n);
+    if (IsHalf(dtype)) part = part.To(DType::kFloat32);
+    ReduceInto(acc.raw_data(), part.raw_data(), n, acc_type, op);
+  }
+  if (op == ReduceOp::kAvg) DivideInPlace(acc.raw_data(), n, acc_type, size);
+  out.CopyFrom(acc);
+}
+
+}  // namespace
+
+ThreadsWorld::ThreadsWorld(int size) : size_(size), departed_(size, false) {
+  DDPKIT_CHECK(size >= 1, "[ThreadsWorld] world size must be >= 1, got ", size);
+}
+
+void ThreadsWorld::Depart(int rank) {
+  absl::MutexLock lock(&mu_);
+  departed_[rank] = true;
+}
+
+absl::Status ThreadsWorld::Blocker(const Slot& slot, const std::string& what) const {
+  if (!aborted_.ok()) {
+    return absl::UnavailableError(StrCat(what, " cannot complete: ", aborted_.message()));
+  }
+  std::vector<int> gone;
+  for (int r = 0; r < size_; ++r) {
+    if (!slot.arrived[r] && departed_[r]) gone.push_back(r);
+  }
+  if (gone.empty()) return absl::OkStatus();
+  return absl::UnavailableError(StrCat(
+      what, " cannot complete: rank", gone.size() > 1 ? "s " : " ", absl::StrJoin(gone, ", "),
+      gone.size() > 1 ? " have" : " has",
+      " finished without issuing it (uneven inputs? `ddpkit join` shows how Join handles them)"));
+}
+
+void ThreadsWorld::Abort(int rank, const absl::Status& reason) {
+  absl::MutexLock lock(&mu_);
+  if (aborted_.ok()) {
+    aborted_ = absl::UnavailableError(StrCat("rank ", rank, " failed: ", reason.message()));
+  }
+}
+
+absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duration timeout) {
+  Tensor staged = c.input.defined() ? c.input.Clone() : Tensor();  // copy outside the lock
+  const uint64_t seq = c.sequence_number;
+  const absl::Time deadline = absl::Now() + timeout;
+
+  absl::MutexLock lock(&mu_);
+  Slot& slot = slots_[seq];
+  if (slot.prints.empty()) {
+    slot.prints.resize(size_);
+    slot.staged.resize(size_);
+    slot.arrived.assign(size_, false);
+  }
+  slot.prints[rank] = CollectiveFingerprint::Of(c);
+  slot.staged[rank] = staged;
+  slot.arrived[rank] = true;
+  ++slot.num_arrived;
+
+  const std::string what = StrCat(OpTypeName(c.op), " (sequence number ", seq, ", world size ",
+                                   size_, ")");
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return slot.num_arrived == size_ || !slot.failure.ok() || !Blocker(slot, what).ok();
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  if (slot.num_arrived < size_ && slot.failure.ok()) {
+    slot.failure = Blocker(slot, what);
+    if (slot.failure.ok()) {
+      std::vector<int> missing;
+      for (int r = 0; r < size_; ++r) {
+        if (!slot.arrived[r]) missing.push_back(r);
+      }
+      slot.failure = absl::DeadlineExceededError(StrCat(
+          what, " timed out after ", absl::FormatDuration(timeout), ": rank",
+          missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
+          " did not arrive; they may have failed, finished early or issued different "
+          "collectives"));
+    }
+  }
+  // A failed slot stays in the map, so a rank arriving late fails at once with the same error.
+  if (!slot.failure.ok()) return slot.failure;
+  if (!slot.checked) {
+    slot.verdict = CheckCollectivesMatch(slot.prints);
+    slot.checked = true;
+  }
+  absl::Status verdict = slot.verdict;
+  std::vector<CollectiveFingerprint> prints = slot.prints;
+  std::vector<Tensor> inputs = slot.staged;
+  if (++slot.num_done == size_) slots_.erase(seq);  // the staged copies live on in `inputs`
+  if (!verdict.ok()) return verdict;
+
+  mu_.Unlock();  // compute without holding the world lock
+  Compute(rank, c, prints, inputs);
+  mu_.Lock();
+  return absl::OkStatus();
+}
+
+void ThreadsWorld::Compute(int rank, const Collective& c,
+                           const std::vector<CollectiveFingerprint>& prints,
+                           const std::vector<Tensor>& staged) {
+  const int size = static_cast<int>(staged.size());
+  switch (c.op) {
+    case OpType::kAllreduce:
+      ReduceSegments(staged, 0, c.output.numel(), c.reduce_op, c.output);
+      return;
+    case OpType::kBroadcast:
+      c.output.CopyFrom(staged[c.root]);
+      return;
+    case OpType::kAllgather:
+    case OpType::kAllgatherV: {
+      int64_t offset = 0;
+      for (int r = 0; r < size; ++r) {
+        const int64_t n = staged[r].numel();
+        c.output.Rows(offset, offset + n).CopyFrom(staged[r]);
+        offset += n;
+      }
+      return;
+    }
+    case OpType::kReduceScatter:
+      ReduceSegments(staged, OffsetOf(c.counts, rank), c.counts[rank], c.reduce_op, c.output);
+      return;
+    case OpType::kAllToAllV: {
+      int64_t out_offset = 0;
+      for (int peer = 0; peer < size; ++peer) {
+        const int64_t n = c.recv_counts[peer];
+        const int64_t in_offset = OffsetOf(prints[peer].counts, rank);
+        std::memcpy(At(c.output, out_offset), At(staged[peer], in_offset), n * ElementSize(c.output.dtype()));
+        out_offset += n;
+      }
+      return;
+    }
+    case OpType::kBarrier:
+      return;
+  }
+}
+
+ProcessGroupThreads::ProcessGroupThreads(std::shared_ptr<ThreadsWorld> world, int rank,
+                                         ProcessGroupOptions options)
+    : ProcessGroup(rank, world->size(), options), world_(std::move(world)) {
+  StartCommThread();
+}
+
+ProcessGroupThreads::~ProcessGroupThreads() { StopCommThread(); }
+
+absl::Status ProcessGroupThreads::Execute(const Collective& c) {
+  return world_->Exchange(rank(), c, options().timeout);
+}
+
+absl::StatusOr<std::vector<CollectiveFingerprint>> ProcessGroupThreads::GatherFingerprints(
+    const CollectiveFingerprint&) {
+  return absl::UnimplementedError("the threads world compares calls on every collective");
+}
+
+absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessGroup&)>& body,
+                             ProcessGroupOptions options) {
+  auto world = std::make_shared<ThreadsWorld>(size);
+  std::vector<absl::Status> results(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      SetThreadLogPrefix(StrCat("rank ", rank));
+      absl::Status status;
+      try {
+        ProcessGroupThreads group(world, rank, options);
+        status = body(group);
+      } catch (const std::exception& e) {
+        status = absl::InternalError(e.what());
+      }
+      if (!status.ok()) {
+        world->Abort(rank, status);
+      } else {
+        world->Depart(rank);
+      }
+      results[rank] = status;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < size; ++rank) {
+    if (!results[rank].ok()) {
+      return absl::Status(results[rank].code(), StrCat("rank ", rank, ": ", results[rank].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddpkit::comm

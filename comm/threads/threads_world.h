@@ -1,0 +1,90 @@
+// The `threads` backend: N ranks as threads of one process (the default for `ddpkit train` and
+// the tests).
+//
+// Each collective is a rendezvous on its sequence number: every rank stages a copy of its input
+// in the world's slot for that number and waits — up to the group timeout — for the others. The
+// first rank to see all of them compares the calls (op, dtype, counts; a mismatch fails every
+// rank with the same message), then each rank computes its own output from the staged inputs,
+// reducing in rank order. Results are therefore exact, deterministic and bitwise identical on
+// every rank, whatever the thread timing.
+//
+// A rank that fails can Abort the world so the others stop waiting at once instead of at the
+// timeout; RunThreadsWorld does that for you.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "comm/process_group.h"
+
+namespace ddpkit::comm {
+
+class ThreadsWorld {
+ public:
+  explicit ThreadsWorld(int size);
+  int size() const { return size_; }
+
+  // Marks `rank` as failed with `reason`: collectives that wait for it fail with Unavailable.
+  void Abort(int rank, const absl::Status& reason);
+  // Marks `rank` as finished: it will issue no more collectives, so any that wait for it fail
+  // at once (Unavailable, naming it) instead of at the timeout.
+  void Depart(int rank);
+
+  // Called by ProcessGroupThreads on its communication thread.
+  absl::Status Exchange(int rank, const Collective& c, absl::Duration timeout);
+
+ private:
+  struct Slot {
+    std::vector<CollectiveFingerprint> prints;  // per rank, valid where arrived[r]
+    std::vector<Tensor> staged;                 // per rank: a copy of its input
+    std::vector<bool> arrived;
+    int num_arrived = 0;
+    int num_done = 0;
+    bool checked = false;
+    absl::Status verdict;
+    // Set by the first rank whose wait ended without everyone: every rank of this slot, waiting
+    // or arriving later, fails with this same error.
+    absl::Status failure;
+  };
+  // Why `slot` cannot complete now (departed or aborted ranks), or OK while it still may.
+  absl::Status Blocker(const Slot& slot, const std::string& what) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Compute(int rank, const Collective& c, const std::vector<CollectiveFingerprint>& prints,
+                      const std::vector<Tensor>& staged);
+
+  const int size_;
+  absl::Mutex mu_;
+  // node_hash_map: a waiting rank holds a Slot& across Await while others insert slots.
+  absl::node_hash_map<uint64_t, Slot> slots_ ABSL_GUARDED_BY(mu_);
+  absl::Status aborted_ ABSL_GUARDED_BY(mu_);  // the first rank failure
+  std::vector<bool> departed_ ABSL_GUARDED_BY(mu_);
+};
+
+class ProcessGroupThreads final : public ProcessGroup {
+ public:
+  ProcessGroupThreads(std::shared_ptr<ThreadsWorld> world, int rank,
+                      ProcessGroupOptions options = {});
+  ~ProcessGroupThreads() override;
+  std::string_view backend_name() const override { return "threads"; }
+
+ private:
+  absl::Status Execute(const Collective& c) override;
+  absl::StatusOr<std::vector<CollectiveFingerprint>> GatherFingerprints(
+      const CollectiveFingerprint& mine) override;
+  bool ChecksCallsItself() const override { return true; }
+
+  std::shared_ptr<ThreadsWorld> world_;
+};
+
+// Runs body(group) for every rank on its own thread, each with its own group of one shared
+// world, and returns OK or the lowest failing rank's error prefixed "rank R: ". A rank that
+// fails (an error or an exception) aborts the world, and a rank that finishes departs from it,
+// so the others never wait for the timeout on a rank that is gone.
+absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessGroup&)>& body,
+                             ProcessGroupOptions options = {});
+
+}  // namespace ddpkit::comm

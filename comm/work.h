@@ -1,0 +1,57 @@
+// Work: the handle an asynchronous collective returns.
+//
+// A collective is queued on its group's communication thread and runs there in submission
+// order; the caller keeps computing and waits on the Work when it needs the result. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "comm/types.h"
+
+namespace ddpkit::comm {
+
+class Work {
+ public:
+  Work(OpType op, uint64_t sequence_number);
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  OpType op() const { return op_; }
+  uint64_t sequence_number() const { return sequence_number_; }
+
+  bool IsCompleted() const;
+  // Blocks until the collective finished; returns its outcome. The group's own timeout bounds
+  // the wait: a collective that cannot complete fails with DeadlineExceeded.
+  absl::Status Wait() const;
+  // As Wait, but gives up after `timeout` with DeadlineExceeded (the collective goes on).
+  absl::Status Wait(absl::Duration timeout) const;
+  // The outcome once completed; OK before.
+  absl::Status status() const;
+  // Time from the start of execution to completion (zero until completed).
+  absl::Duration duration() const;
+  // Runs `callback` with the outcome on completion (at once if already completed), on the
+  // thread that completes the work. DDP's communication hooks chain on this.
+  void OnCompletion(std::function<void(const absl::Status&)> callback);
+
+  // For process groups: mark the start of execution, and completion.
+  void MarkStarted();
+  void Finish(absl::Status status);
+
+ private:
+  const OpType op_;
+  const uint64_t sequence_number_;
+  mutable absl::Mutex mu_;
+  bool completed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  absl::Time started_ ABSL_GUARDED_BY(mu_);
+  absl::Duration duration_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(const absl::Status&)>> callbacks_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ddpkit::comm
