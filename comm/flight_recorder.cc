@@ -21,7 +21,7 @@ void FlightRecorder::Queued(const Collective& c) {
   entry.dtype = c.input.defined() ? c.input.dtype() : DType::kFloat32;
   entry.count = c.input.defined() ? c.input.numel() : 0;
   entry.queued = absl::Now();
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (ring_.size() < capacity_) {
     ring_.push_back(entry);
   } else {
@@ -38,7 +38,7 @@ FlightRecorder::Entry* FlightRecorder::Find(uint64_t sequence_number) {
 }
 
 void FlightRecorder::Started(uint64_t sequence_number) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (Entry* e = Find(sequence_number)) {
     e->state = State::kRunning;
     e->started = absl::Now();
@@ -46,7 +46,7 @@ void FlightRecorder::Started(uint64_t sequence_number) {
 }
 
 void FlightRecorder::Finished(uint64_t sequence_number, bool ok) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (Entry* e = Find(sequence_number)) {
     e->state = ok ? State::kCompleted : State::kFailed;
     e->finished = absl::Now();
@@ -54,7 +54,7 @@ void FlightRecorder::Finished(uint64_t sequence_number, bool ok) {
 }
 
 std::vector<FlightRecorder::Entry> FlightRecorder::Entries() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<Entry> out(ring_.begin() + next_, ring_.end());
   out.insert(out.end(), ring_.begin(), ring_.begin() + next_);
   return out;

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
+
 #include "absl/time/time.h"
 #include "comm/types.h"
 
@@ -37,12 +37,12 @@ class FlightRecorder {
   std::string Dump() const;
 
  private:
-  Entry* Find(uint64_t sequence_number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Entry* Find(uint64_t sequence_number);  // with mu_ held
 
   const size_t capacity_;
-  mutable absl::Mutex mu_;
-  std::vector<Entry> ring_ ABSL_GUARDED_BY(mu_);  // circular once full
-  size_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::mutex mu_;
+  std::vector<Entry> ring_;  // guarded by mu_; circular once full
+  size_t next_ = 0;          // guarded by mu_
 };
 
 std::string_view StateName(FlightRecorder::State state);

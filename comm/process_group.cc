@@ -49,9 +49,10 @@ void ProcessGroup::StartCommThread() {
 
 void ProcessGroup::StopCommThread() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
+  queue_cv_.notify_all();
   if (comm_thread_.joinable()) comm_thread_.join();
 }
 
@@ -61,7 +62,7 @@ std::string ProcessGroup::Describe(const Collective& c) const {
 }
 
 std::shared_ptr<Work> ProcessGroup::Submit(Collective c) {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   c.sequence_number = next_sequence_number_++;
   auto work = std::make_shared<Work>(c.op, c.sequence_number);
   recorder_.Queued(c);
@@ -74,26 +75,24 @@ std::shared_ptr<Work> ProcessGroup::Submit(Collective c) {
     return work;
   }
   queue_.emplace_back(std::move(c), work);
+  lock.unlock();
+  queue_cv_.notify_one();
   return work;
 }
 
 void ProcessGroup::CommLoop() {
   while (true) {
     std::pair<Collective, std::shared_ptr<Work>> item;
+    absl::Status status;
     {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
-      mu_.Await(absl::Condition(&ready));
+      std::unique_lock<std::mutex> lock(mu_);
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, nothing left to run
       item = std::move(queue_.front());
       queue_.pop_front();
-    }
-    auto& [collective, work] = item;
-    absl::Status status;
-    {
-      absl::MutexLock lock(&mu_);
       status = broken_;
     }
+    auto& [collective, work] = item;
     if (!status.ok()) {
       status = absl::Status(status.code(), StrCat(Describe(collective),
                                                   " was not run: the process group is unusable "
@@ -106,7 +105,7 @@ void ProcessGroup::CommLoop() {
       if (!status.ok()) {
         Log(LogLevel::kError, StrCat(status.message(), "\nlast collectives on rank ", rank_,
                                      ":\n", recorder_.Dump()));
-        absl::MutexLock lock(&mu_);
+        std::lock_guard<std::mutex> lock(mu_);
         if (broken_.ok()) broken_ = status;
       }
     }

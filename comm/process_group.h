@@ -15,13 +15,13 @@
 // bfloat16 are reduced in float32. Tensors must not be touched until their Work completes.
 #pragma once
 
+#include <condition_variable>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "comm/debug.h"
 #include "comm/flight_recorder.h"
@@ -100,11 +100,13 @@ class ProcessGroup {
   const ProcessGroupOptions options_;
   FlightRecorder recorder_;
 
-  absl::Mutex mu_;
-  uint64_t next_sequence_number_ ABSL_GUARDED_BY(mu_) = 1;
-  std::deque<std::pair<Collective, std::shared_ptr<Work>>> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status broken_ ABSL_GUARDED_BY(mu_);  // first failure; OK while usable
+  std::mutex mu_;
+  std::condition_variable queue_cv_;
+  // Guarded by mu_:
+  uint64_t next_sequence_number_ = 1;
+  std::deque<std::pair<Collective, std::shared_ptr<Work>>> queue_;
+  bool stopping_ = false;
+  absl::Status broken_;  // the first failure; OK while usable
   std::thread comm_thread_;
 };
 

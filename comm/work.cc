@@ -7,19 +7,19 @@ namespace ddpkit::comm {
 Work::Work(OpType op, uint64_t sequence_number) : op_(op), sequence_number_(sequence_number) {}
 
 bool Work::IsCompleted() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return completed_;
 }
 
 absl::Status Work::Wait() const {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(&completed_));
+  std::unique_lock<std::mutex> lock(mu_);
+  completed_cv_.wait(lock, [this] { return completed_; });
   return status_;
 }
 
 absl::Status Work::Wait(absl::Duration timeout) const {
-  absl::MutexLock lock(&mu_);
-  if (!mu_.AwaitWithTimeout(absl::Condition(&completed_), timeout)) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!completed_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return completed_; })) {
     return absl::DeadlineExceededError(StrCat(OpTypeName(op_), " (sequence number ",
                                               sequence_number_, ") did not complete within ",
                                               absl::FormatDuration(timeout)));
@@ -28,19 +28,19 @@ absl::Status Work::Wait(absl::Duration timeout) const {
 }
 
 absl::Status Work::status() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return status_;
 }
 
 absl::Duration Work::duration() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return duration_;
 }
 
 void Work::OnCompletion(std::function<void(const absl::Status&)> callback) {
   absl::Status status;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (!completed_) {
       callbacks_.push_back(std::move(callback));
       return;
@@ -51,20 +51,28 @@ void Work::OnCompletion(std::function<void(const absl::Status&)> callback) {
 }
 
 void Work::MarkStarted() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   started_ = absl::Now();
 }
 
 void Work::Finish(absl::Status status) {
-  std::vector<std::function<void(const absl::Status&)>> callbacks;
-  {
-    absl::MutexLock lock(&mu_);
-    completed_ = true;
-    status_ = status;
-    duration_ = started_ == absl::Time() ? absl::ZeroDuration() : absl::Now() - started_;
-    callbacks.swap(callbacks_);
+  // Callbacks run before completion is published, so once Wait() returns every callback
+  // chained on this work has run. A callback may chain another: loop until none is left.
+  while (true) {
+    std::vector<std::function<void(const absl::Status&)>> callbacks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (callbacks_.empty()) {
+        completed_ = true;
+        status_ = status;
+        duration_ = started_ == absl::Time() ? absl::ZeroDuration() : absl::Now() - started_;
+        break;
+      }
+      callbacks.swap(callbacks_);
+    }
+    for (auto& callback : callbacks) callback(status);
   }
-  for (auto& callback : callbacks) callback(status);
+  completed_cv_.notify_all();
 }
 
 }  // namespace ddpkit::comm

@@ -47,8 +47,11 @@ ThreadsWorld::ThreadsWorld(int size) : size_(size), departed_(size, false) {
 }
 
 void ThreadsWorld::Depart(int rank) {
-  absl::MutexLock lock(&mu_);
-  departed_[rank] = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    departed_[rank] = true;
+  }
+  changed_.notify_all();
 }
 
 absl::Status ThreadsWorld::Blocker(const Slot& slot, const std::string& what) const {
@@ -67,18 +70,21 @@ absl::Status ThreadsWorld::Blocker(const Slot& slot, const std::string& what) co
 }
 
 void ThreadsWorld::Abort(int rank, const absl::Status& reason) {
-  absl::MutexLock lock(&mu_);
-  if (aborted_.ok()) {
-    aborted_ = absl::UnavailableError(StrCat("rank ", rank, " failed: ", reason.message()));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_.ok()) {
+      aborted_ = absl::UnavailableError(StrCat("rank ", rank, " failed: ", reason.message()));
+    }
   }
+  changed_.notify_all();
 }
 
 absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duration timeout) {
   Tensor staged = c.input.defined() ? c.input.Clone() : Tensor();  // copy outside the lock
   const uint64_t seq = c.sequence_number;
-  const absl::Time deadline = absl::Now() + timeout;
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
 
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   Slot& slot = slots_[seq];
   if (slot.prints.empty()) {
     slot.prints.resize(size_);
@@ -89,13 +95,13 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
   slot.staged[rank] = staged;
   slot.arrived[rank] = true;
   ++slot.num_arrived;
+  changed_.notify_all();
 
   const std::string what = StrCat(OpTypeName(c.op), " (sequence number ", seq, ", world size ",
                                    size_, ")");
-  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  changed_.wait_until(lock, deadline, [&] {
     return slot.num_arrived == size_ || !slot.failure.ok() || !Blocker(slot, what).ok();
-  };
-  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  });
   if (slot.num_arrived < size_ && slot.failure.ok()) {
     slot.failure = Blocker(slot, what);
     if (slot.failure.ok()) {
@@ -111,7 +117,12 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
     }
   }
   // A failed slot stays in the map, so a rank arriving late fails at once with the same error.
-  if (!slot.failure.ok()) return slot.failure;
+  if (!slot.failure.ok()) {
+    absl::Status failure = slot.failure;
+    lock.unlock();
+    changed_.notify_all();  // others waiting on this slot fail with it too
+    return failure;
+  }
   if (!slot.checked) {
     slot.verdict = CheckCollectivesMatch(slot.prints);
     slot.checked = true;
@@ -122,9 +133,8 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
   if (++slot.num_done == size_) slots_.erase(seq);  // the staged copies live on in `inputs`
   if (!verdict.ok()) return verdict;
 
-  mu_.Unlock();  // compute without holding the world lock
+  lock.unlock();  // compute without holding the world lock
   Compute(rank, c, prints, inputs);
-  mu_.Lock();
   return absl::OkStatus();
 }
 

@@ -12,13 +12,13 @@
 // timeout; RunThreadsWorld does that for you.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/node_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "comm/process_group.h"
 
 namespace ddpkit::comm {
@@ -51,17 +51,17 @@ class ThreadsWorld {
     absl::Status failure;
   };
   // Why `slot` cannot complete now (departed or aborted ranks), or OK while it still may.
-  absl::Status Blocker(const Slot& slot, const std::string& what) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Blocker(const Slot& slot, const std::string& what) const;  // with mu_ held
   static void Compute(int rank, const Collective& c, const std::vector<CollectiveFingerprint>& prints,
                       const std::vector<Tensor>& staged);
 
   const int size_;
-  absl::Mutex mu_;
-  // node_hash_map: a waiting rank holds a Slot& across Await while others insert slots.
-  absl::node_hash_map<uint64_t, Slot> slots_ ABSL_GUARDED_BY(mu_);
-  absl::Status aborted_ ABSL_GUARDED_BY(mu_);  // the first rank failure
-  std::vector<bool> departed_ ABSL_GUARDED_BY(mu_);
+  std::mutex mu_;
+  std::condition_variable changed_;  // a rank arrived, failed or departed
+  // Guarded by mu_. node_hash_map: a waiting rank holds a Slot& while others insert slots.
+  absl::node_hash_map<uint64_t, Slot> slots_;
+  absl::Status aborted_;  // the first rank failure
+  std::vector<bool> departed_;
 };
 
 class ProcessGroupThreads final : public ProcessGroup {
