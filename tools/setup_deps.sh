@@ -9,6 +9,7 @@ DDPKIT_DEBIAN_PACKAGES=(
   libprotobuf-dev protobuf-compiler    # typed reports
   nlohmann-json3-dev                   # safetensors headers
   libopenblas-dev                      # matmul
+  libgloo-dev                          # the gloo backend
   libgtest-dev libgmock-dev            # tests
   libbenchmark-dev                     # benchmarks
 )

@@ -1,0 +1,276 @@
+#include "comm/gloo/process_group_gloo.h"
+
+#include <cstdlib>
+#include <numeric>
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "comm/reduce.h"
+
+namespace ddpkit::comm {
+namespace {
+
+// Gloo's rendezvous::Store on top of ours; Gloo's keys are namespaced under "gloo/".
+class GlooStoreAdapter : public gloo::rendezvous::Store {
+ public:
+  GlooStoreAdapter(std::shared_ptr<comm::Store> store, absl::Duration timeout)
+      : store_(std::move(store)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    Check(store_->Set("gloo/" + key, std::string(data.begin(), data.end())));
+  }
+  std::vector<char> get(const std::string& key) override {
+    absl::StatusOr<std::string> value = store_->Get("gloo/" + key, timeout_);
+    Check(value.status());
+    return std::vector<char>(value->begin(), value->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, absl::ToChronoMilliseconds(timeout_)); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> prefixed;
+    for (const std::string& k : keys) prefixed.push_back("gloo/" + k);
+    Check(store_->Wait(prefixed, absl::FromChrono(timeout)));
+  }
+
+ private:
+  static void Check(const absl::Status& status) {
+    if (!status.ok()) throw std::runtime_error(std::string(status.message()));
+  }
+  std::shared_ptr<comm::Store> store_;
+  absl::Duration timeout_;
+};
+
+template <typename F>
+decltype(auto) DispatchAll(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: return f.template operator()<float>();
+    case DType::kFloat64: return f.template operator()<double>();
+    case DType::kInt32: return f.template operator()<int32_t>();
+    case DType::kInt64: return f.template operator()<int64_t>();
+    default: throw Error(StrCat("[gloo] unexpected dtype ", DTypeName(dtype)));
+  }
+}
+
+bool IsHalf(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
+
+class ProcessGroupGloo final : public ProcessGroup {
+ public:
+  ProcessGroupGloo(int rank, int size, std::shared_ptr<gloo::Context> context,
+                   std::shared_ptr<Store> store, ProcessGroupOptions options)
+      : ProcessGroup(rank, size, options), context_(std::move(context)), store_(std::move(store)) {
+    StartCommThread();
+  }
+  ~ProcessGroupGloo() override { StopCommThread(); }
+  std::string_view backend_name() const override { return "gloo"; }
+
+ private:
+  uint32_t Tag(uint64_t seq) const { return static_cast<uint32_t>(seq & 0x7fffffff); }
+
+  absl::Status Execute(const Collective& c) override {
+    try {
+      Run(c);
+      return absl::OkStatus();
+    } catch (const gloo::Exception& e) {
+      return Diagnose(c, e.what());
+    } catch (const std::runtime_error& e) {
+      return Diagnose(c, e.what());
+    }
+  }
+
+  void Run(const Collective& c) {
+    const int64_t n = c.input.defined() ? c.input.numel() : 0;
+    switch (c.op) {
+      case OpType::kAllreduce:
+        if (n == 0 || size() == 1) break;
+        if (IsHalf(c.input.dtype())) {  // reduce in float32, round once
+          Tensor wide = c.input.To(DType::kFloat32);
+          Allreduce(wide, c.reduce_op, c.sequence_number);
+          c.output.CopyFrom(wide);
+          return;
+        }
+        Allreduce(c.output, c.reduce_op, c.sequence_number);
+        return;
+      case OpType::kBroadcast: {
+        if (n == 0 || size() == 1) break;
+        gloo::BroadcastOptions opts(context_);
+        const size_t bytes = c.output.nbytes();
+        opts.setOutput(static_cast<uint8_t*>(c.output.raw_data()), bytes);
+        if (rank() == c.root) opts.setInput(static_cast<uint8_t*>(c.output.raw_data()), bytes);
+        opts.setRoot(c.root);
+        opts.setTag(Tag(c.sequence_number));
+        opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
+        gloo::broadcast(opts);
+        return;
+      }
+      case OpType::kAllgather: {
+        if (n == 0) return;
+        gloo::AllgatherOptions opts(context_);
+        opts.setInput(static_cast<uint8_t*>(c.input.raw_data()), c.input.nbytes());
+        opts.setOutput(static_cast<uint8_t*>(c.output.raw_data()), c.output.nbytes());
+        opts.setTag(Tag(c.sequence_number));
+        opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
+        gloo::allgather(opts);
+        return;
+      }
+      case OpType::kAllgatherV: {
+        gloo::AllgathervOptions opts(context_);
+        std::vector<size_t> bytes;
+        for (int64_t count : c.counts) bytes.push_back(count * ElementSize(c.input.dtype()));
+        if (std::accumulate(bytes.begin(), bytes.end(), size_t{0}) == 0) return;
+        opts.setInput(static_cast<uint8_t*>(c.input.raw_data()), bytes[rank()]);
+        opts.setOutput(static_cast<uint8_t*>(c.output.raw_data()), bytes);
+        opts.setTag(Tag(c.sequence_number));
+        opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
+        gloo::allgatherv(opts);
+        return;
+      }
+      case OpType::kReduceScatter: {
+        // Each rank sends segment j to rank j and receives every rank's copy of its own
+        // segment: (n-1)/n of the data per rank, as a ring reduce-scatter.
+        const int64_t mine = c.counts[rank()];
+        Tensor received = Tensor::Empty({mine * size()}, c.input.dtype());
+        AllToAll(c.input, received, c.counts, std::vector<int64_t>(size(), mine), c.sequence_number);
+        const DType acc_type = IsHalf(c.input.dtype()) ? DType::kFloat32 : c.input.dtype();
+        Tensor acc = received.Rows(0, mine).To(acc_type);
+        for (int r = 1; r < size(); ++r) {
+          Tensor part = received.Rows(r * mine, (r + 1) * mine).To(acc_type);
+          ReduceInto(acc.raw_data(), part.raw_data(), mine, acc_type, c.reduce_op);
+        }
+        if (c.reduce_op == ReduceOp::kAvg) DivideInPlace(acc.raw_data(), mine, acc_type, size());
+        c.output.CopyFrom(acc);
+        return;
+      }
+      case OpType::kAllToAllV:
+        AllToAll(c.input, c.output, c.counts, c.recv_counts, c.sequence_number);
+        return;
+      case OpType::kBarrier: {
+        gloo::BarrierOptions opts(context_);
+        opts.setTag(Tag(c.sequence_number));
+        opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
+        gloo::barrier(opts);
+        return;
+      }
+    }
+  }
+
+  void Allreduce(const Tensor& t, ReduceOp op, uint64_t seq) {
+    DispatchAll(t.dtype(), [&]<typename T>() {
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(t.data<T>(), t.numel());
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kAvg: opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>)); break;
+        case ReduceOp::kMin: opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::min<T>)); break;
+        case ReduceOp::kMax: opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<T>)); break;
+      }
+      opts.setTag(Tag(seq));
+      opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
+      gloo::allreduce(opts);
+    });
+    if (op == ReduceOp::kAvg) DivideInPlace(t.raw_data(), t.numel(), t.dtype(), size());
+  }
+
+  void AllToAll(const Tensor& input, const Tensor& output, const std::vector<int64_t>& send,
+                const std::vector<int64_t>& recv, uint64_t seq) {
+    const int64_t element = static_cast<int64_t>(ElementSize(input.dtype()));
+    std::vector<int64_t> send_bytes, recv_bytes;
+    for (int64_t s : send) send_bytes.push_back(s * element);
+    for (int64_t r : recv) recv_bytes.push_back(r * element);
+    if (std::accumulate(send_bytes.begin(), send_bytes.end(), int64_t{0}) == 0 &&
+        std::accumulate(recv_bytes.begin(), recv_bytes.end(), int64_t{0}) == 0) {
+      return;
+    }
+    gloo::AlltoallvOptions opts(context_);
+    opts.setInput(static_cast<uint8_t*>(input.raw_data()), send_bytes);
+    opts.setOutput(static_cast<uint8_t*>(output.raw_data()), recv_bytes);
+    opts.setTag(Tag(seq));
+    opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
+    gloo::alltoallv(opts);
+  }
+
+  absl::StatusOr<std::vector<CollectiveFingerprint>> GatherFingerprints(
+      const CollectiveFingerprint& mine) override {
+    const size_t words = CollectiveFingerprint::EncodedSize(size());
+    std::vector<int64_t> local = mine.Encode(size());
+    std::vector<int64_t> all(words * size());
+    try {
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(local.data(), words);
+      opts.setOutput(all.data(), all.size());
+      opts.setTag(Tag(mine.sequence_number) | 0x80000000u);  // apart from the collective's own tag
+      opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
+      gloo::allgather(opts);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(StrCat("DETAIL check before sequence number ",
+                                           mine.sequence_number, " failed: ", e.what()));
+    }
+    std::vector<CollectiveFingerprint> prints;
+    for (int r = 0; r < size(); ++r) prints.push_back(CollectiveFingerprint::Decode(all.data() + r * words, size()));
+    return prints;
+  }
+
+  // Turns Gloo's exception into our error: which op, which sequence number, and — by asking the
+  // store where every rank stopped — which ranks never answered.
+  absl::Status Diagnose(const Collective& c, const std::string& gloo_error) {
+    const bool timed_out = absl::StrContains(gloo_error, "Timed out");
+    std::string who;
+    const std::string prefix = StrCat("ddpkit/failed/", c.sequence_number, "/");
+    if (store_->Set(prefix + std::to_string(rank()), "1").ok()) {
+      absl::SleepFor(absl::Seconds(2));  // let the other survivors record themselves too
+      std::vector<int> silent;
+      for (int r = 0; r < size(); ++r) {
+        absl::StatusOr<bool> there = store_->Check({prefix + std::to_string(r)});
+        if (there.ok() && !*there) silent.push_back(r);
+      }
+      if (!silent.empty()) {
+        who = StrCat("; rank", silent.size() > 1 ? "s " : " ", absl::StrJoin(silent, ", "),
+                     " did not reach this collective (dead, stuck, or issuing something else)");
+      }
+    } else {
+      who = "; the store (hosted by rank 0) is unreachable, so rank 0 may be gone";
+    }
+    return absl::Status(timed_out ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
+                        StrCat(Describe(c), timed_out ? StrCat(" timed out after ", absl::FormatDuration(options().timeout)) : " failed",
+                               ": ", gloo_error, who));
+  }
+
+  std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<Store> store_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
+    int rank, int size, std::shared_ptr<Store> store, const std::string& address,
+    ProcessGroupOptions options) {
+  gloo::transport::tcp::attr attr;
+  if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != '\0') {
+    attr.iface = iface;
+  } else {
+    attr.hostname = address;
+  }
+  try {
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
+    GlooStoreAdapter adapter(store, options.timeout);
+    context->connectFullMesh(adapter, device);
+    return std::unique_ptr<ProcessGroup>(
+        new ProcessGroupGloo(rank, size, std::move(context), std::move(store), options));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(StrCat("gloo: rank ", rank, " of ", size,
+                                         " could not connect to its peers: ", e.what()));
+  }
+}
+
+}  // namespace ddpkit::comm

@@ -1,0 +1,47 @@
+// env:// rendezvous, as torchrun: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (required),
+// LOCAL_RANK, LOCAL_WORLD_SIZE (optional). `ddpkit launch` sets them.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "comm/process_group.h"
+#include "comm/store/tcp_store.h"
+
+namespace ddpkit::comm {
+
+struct EnvRendezvous {
+  std::string master_addr;
+  int master_port = 0;
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+};
+
+// Reads and validates the variables; a missing or malformed one is an InvalidArgument that
+// names it and says how to set it.
+absl::StatusOr<EnvRendezvous> ReadEnvRendezvous();
+
+// A process's membership of a multi-process world: the store (served by rank 0) and the
+// process group. Destroying it waits (bounded) until every rank is done with the store, so
+// rank 0 does not take the store away from ranks still shutting down.
+class DistributedWorld {
+ public:
+  static absl::StatusOr<std::unique_ptr<DistributedWorld>> InitGloo(const EnvRendezvous& env,
+                                                                    ProcessGroupOptions options = {});
+  ~DistributedWorld();
+  ProcessGroup& group() { return *group_; }
+  Store& store() { return *store_; }
+
+ private:
+  DistributedWorld() = default;
+  int world_size_ = 1;
+  absl::Duration timeout_;
+  std::unique_ptr<TcpStoreServer> server_;  // rank 0 only
+  std::shared_ptr<TcpStore> store_;
+  std::unique_ptr<ProcessGroup> group_;
+};
+
+}  // namespace ddpkit::comm

@@ -1,0 +1,63 @@
+// A rank of a multi-process Gloo job, run by `ddpkit launch` from gloo_launch_test.cc.
+//
+//   gloo_worker check            every collective x dtype x size against local references
+//   gloo_worker die              rank 1 exits (code 3) after the first allreduce; the others try
+//                                a second one and must fail with a clear error, not hang
+//   gloo_worker mismatch         rank 0 allreduces 4 elements, the others 5 (run at DETAIL)
+//
+// Exit status 0 when the mode's expectation held; the reason is printed otherwise.
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "comm/rendezvous.h"
+#include "tests/comm/collective_checks.h"
+
+using namespace ddpkit;
+using namespace ddpkit::comm;
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  absl::StatusOr<EnvRendezvous> env = ReadEnvRendezvous();
+  if (!env.ok()) {
+    std::cerr << env.status().message() << "\n";
+    return 2;
+  }
+  ProcessGroupOptions options;
+  options.timeout = absl::Seconds(mode == "check" ? 60 : 5);
+  absl::StatusOr<std::unique_ptr<DistributedWorld>> world = DistributedWorld::InitGloo(*env, options);
+  if (!world.ok()) {
+    std::cerr << world.status().message() << "\n";
+    return 1;
+  }
+  ProcessGroup& group = (*world)->group();
+
+  if (mode == "check") {
+    for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                        DType::kInt32, DType::kInt64}) {
+      for (int64_t count : {0, 1, 7, 4099}) {
+        absl::Status status = testing_util::CheckAllCollectives(group, dtype, count);
+        if (!status.ok()) {
+          std::cerr << "FAILED: " << status.message() << "\n";
+          return 1;
+        }
+      }
+    }
+    std::cout << "all collectives match on rank " << group.rank() << "\n";
+    return 0;
+  }
+  if (mode == "die") {
+    if (!group.Allreduce(Tensor::Full({8}, 1.0))->Wait().ok()) return 1;
+    if (group.rank() == 1) std::_Exit(3);  // dies without saying goodbye
+    absl::Status status = group.Allreduce(Tensor::Full({8}, 1.0))->Wait();
+    std::cout << "second allreduce: " << status << "\n";
+    return status.ok() ? 1 : 0;  // failing (not hanging) is the expected outcome
+  }
+  if (mode == "mismatch") {
+    absl::Status status = group.Allreduce(Tensor::Full({group.rank() == 0 ? 4 : 5}, 1.0))->Wait();
+    std::cout << "mismatched allreduce: " << status << "\n";
+    return status.code() == absl::StatusCode::kFailedPrecondition ? 0 : 1;
+  }
+  std::cerr << "unknown mode " << mode << "\n";
+  return 2;
+}
