@@ -39,7 +39,32 @@ void ReduceHalf(Half* dst, const Half* src, int64_t n, ReduceOp op) {
   }
 }
 
+template <typename T>
+void ReduceRankOrderNative(const std::vector<const void*>& inputs, T* out, int64_t n, ReduceOp op) {
+  constexpr int64_t kBlock = 2048;  // stays in L1 while every input is folded in
+  T block[kBlock];
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t len = std::min(kBlock, n - begin);
+    const T* first = static_cast<const T*>(inputs[0]) + begin;
+    std::copy(first, first + len, block);
+    for (size_t r = 1; r < inputs.size(); ++r) {
+      ReduceNative(block, static_cast<const T*>(inputs[r]) + begin, len, op);
+    }
+    std::copy(block, block + len, out + begin);
+  }
+}
+
 }  // namespace
+
+void ReduceRankOrder(const std::vector<const void*>& inputs, void* out, int64_t n, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::kFloat32: return ReduceRankOrderNative(inputs, static_cast<float*>(out), n, op);
+    case DType::kFloat64: return ReduceRankOrderNative(inputs, static_cast<double*>(out), n, op);
+    case DType::kInt32: return ReduceRankOrderNative(inputs, static_cast<int32_t*>(out), n, op);
+    case DType::kInt64: return ReduceRankOrderNative(inputs, static_cast<int64_t*>(out), n, op);
+    default: throw Error(StrCat("[ReduceRankOrder] needs a native dtype, got ", DTypeName(dtype)));
+  }
+}
 
 void ReduceInto(void* dst, const void* src, int64_t n, DType dtype, ReduceOp op) {
   switch (dtype) {

@@ -246,9 +246,30 @@ class ProcessGroupGloo final : public ProcessGroup {
 
   std::shared_ptr<gloo::Context> context_;
   std::shared_ptr<Store> store_;
+  friend absl::StatusOr<absl::Duration> comm::TimeRawGlooAllreduce(ProcessGroup&, int64_t, int);
 };
 
 }  // namespace
+
+absl::StatusOr<absl::Duration> TimeRawGlooAllreduce(ProcessGroup& group, int64_t count, int iterations) {
+  auto* gloo_group = dynamic_cast<ProcessGroupGloo*>(&group);
+  if (gloo_group == nullptr) return absl::InvalidArgumentError("raw Gloo timing needs a gloo process group");
+  std::vector<float> data(count, 1.0f);
+  try {
+    const absl::Time start = absl::Now();
+    for (int i = 0; i < iterations; ++i) {
+      gloo::AllreduceOptions opts(gloo_group->context_);
+      opts.setOutput(data.data(), data.size());
+      opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      opts.setTag(0x40000000u + static_cast<uint32_t>(i));  // apart from sequence-number tags
+      opts.setTimeout(absl::ToChronoMilliseconds(group.options().timeout));
+      gloo::allreduce(opts);
+    }
+    return (absl::Now() - start) / std::max(iterations, 1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(StrCat("raw gloo allreduce failed: ", e.what()));
+  }
+}
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
     int rank, int size, std::shared_ptr<Store> store, const std::string& address,

@@ -24,20 +24,27 @@ std::byte* At(const Tensor& t, int64_t element) {
 bool IsHalf(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 
 // out <- op over the same `n` elements of every staged input at `offset`, in rank order.
-// Halves accumulate in float32 and round once.
+// Reduces straight into `out` (only this rank reads or writes it); halves accumulate in
+// float32 and round once.
 void ReduceSegments(const std::vector<Tensor>& staged, int64_t offset, int64_t n, ReduceOp op,
                     const Tensor& out) {
   const DType dtype = out.dtype();
   const int size = static_cast<int>(staged.size());
-  const DType acc_type = IsHalf(dtype) ? DType::kFloat32 : dtype;
-  Tensor acc = staged[0].Flatten().Rows(offset, offset + n).To(acc_type);
-  for (int r = 1; r < size; ++r) {
-    Tensor part = staged[r].Flatten().Rows(offset, offset + n);
-    if (IsHalf(dtype)) part = part.To(DType::kFloat32);
-    ReduceInto(acc.raw_data(), part.raw_data(), n, acc_type, op);
+  if (IsHalf(dtype)) {
+    Tensor acc = staged[0].Rows(offset, offset + n).To(DType::kFloat32);
+    for (int r = 1; r < size; ++r) {
+      Tensor part = staged[r].Rows(offset, offset + n).To(DType::kFloat32);
+      ReduceInto(acc.raw_data(), part.raw_data(), n, DType::kFloat32, op);
+    }
+    if (op == ReduceOp::kAvg) DivideInPlace(acc.raw_data(), n, DType::kFloat32, size);
+    out.CopyFrom(acc);
+    return;
   }
-  if (op == ReduceOp::kAvg) DivideInPlace(acc.raw_data(), n, acc_type, size);
-  out.CopyFrom(acc);
+  out.CopyFrom(staged[0].Rows(offset, offset + n));
+  for (int r = 1; r < size; ++r) {
+    ReduceInto(out.raw_data(), staged[r].Rows(offset, offset + n).raw_data(), n, dtype, op);
+  }
+  if (op == ReduceOp::kAvg) DivideInPlace(out.raw_data(), n, dtype, size);
 }
 
 }  // namespace
@@ -79,12 +86,53 @@ void ThreadsWorld::Abort(int rank, const absl::Status& reason) {
   changed_.notify_all();
 }
 
+Tensor ThreadsWorld::AcquireStaging(DType dtype, int64_t numel) {
+  const size_t nbytes = numel * ElementSize(dtype);
+  std::shared_ptr<Storage> storage;
+  // The smallest idle buffer that fits.
+  auto best = pool_.end();
+  for (auto it = pool_.begin(); it != pool_.end(); ++it) {
+    if ((*it)->nbytes() >= nbytes && (best == pool_.end() || (*it)->nbytes() < (*best)->nbytes())) best = it;
+  }
+  if (best != pool_.end()) {
+    storage = std::move(*best);
+    pool_.erase(best);
+  } else {
+    storage = std::make_shared<Storage>(nbytes);
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape = {numel};
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+void ThreadsWorld::RecycleStaging(Slot& slot) {
+  constexpr size_t kMaxPooled = 16;
+  auto recycle = [&](Tensor& t) {
+    // Only buffers the world allocated (sole owner: not a caller's input tensor).
+    if (t.defined() && t.impl()->storage.use_count() == 1 && pool_.size() < kMaxPooled) {
+      pool_.push_back(t.impl()->storage);
+    }
+    t = Tensor();
+  };
+  for (Tensor& t : slot.staged) recycle(t);
+}
+
 absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duration timeout) {
-  Tensor staged = c.input.defined() ? c.input.Clone() : Tensor();  // copy outside the lock
   const uint64_t seq = c.sequence_number;
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
 
+  // Chunked allreduce reads the inputs in place; everything else reads private copies.
+  const bool chunked = c.op == OpType::kAllreduce && !IsHalf(c.input.dtype()) && size_ > 1;
   std::unique_lock<std::mutex> lock(mu_);
+  Tensor staged = chunked ? c.input : Tensor();
+  if (c.input.defined() && !chunked) {
+    staged = AcquireStaging(c.input.dtype(), c.input.numel());
+    lock.unlock();  // copy without holding the world lock
+    staged.CopyFrom(c.input);
+    lock.lock();
+  }
   Slot& slot = slots_[seq];
   if (slot.prints.empty()) {
     slot.prints.resize(size_);
@@ -128,14 +176,42 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
     slot.checked = true;
   }
   absl::Status verdict = slot.verdict;
-  std::vector<CollectiveFingerprint> prints = slot.prints;
-  std::vector<Tensor> inputs = slot.staged;
-  if (++slot.num_done == size_) slots_.erase(seq);  // the staged copies live on in `inputs`
-  if (!verdict.ok()) return verdict;
-
-  lock.unlock();  // compute without holding the world lock
-  Compute(rank, c, prints, inputs);
-  return absl::OkStatus();
+  if (verdict.ok() && chunked) {
+    // Every rank is in this slot already, so the two waits below are short and miss no one.
+    const int64_t n = c.input.numel();
+    auto chunk = [&](int r) { return std::pair<int64_t, int64_t>{n * r / size_, n * (r + 1) / size_}; };
+    auto [begin, end] = chunk(rank);
+    std::vector<const void*> inputs;
+    for (const Tensor& t : slot.staged) inputs.push_back(At(t, begin));
+    lock.unlock();
+    ReduceRankOrder(inputs, At(c.output, begin), end - begin, c.input.dtype(), c.reduce_op);
+    if (c.reduce_op == ReduceOp::kAvg) DivideInPlace(At(c.output, begin), end - begin, c.input.dtype(), size_);
+    lock.lock();
+    ++slot.num_reduced;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return slot.num_reduced == size_; });
+    lock.unlock();
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank) continue;
+      auto [b, e] = chunk(r);
+      std::memcpy(At(c.output, b), At(slot.staged[r], b), (e - b) * ElementSize(c.input.dtype()));
+    }
+    lock.lock();
+    ++slot.num_copied;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return slot.num_copied == size_; });
+  } else if (verdict.ok()) {
+    // The slot cannot go away while this rank computes: it is erased only when every rank
+    // is done with it, and node_hash_map keeps its address.
+    lock.unlock();  // compute without holding the world lock
+    Compute(rank, c, slot.prints, slot.staged);
+    lock.lock();
+  }
+  if (++slot.num_done == size_) {
+    RecycleStaging(slot);
+    slots_.erase(seq);
+  }
+  return verdict;
 }
 
 void ThreadsWorld::Compute(int rank, const Collective& c,

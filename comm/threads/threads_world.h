@@ -1,12 +1,19 @@
 // The `threads` backend: N ranks as threads of one process (the default for `ddpkit train` and
 // the tests).
 //
-// Each collective is a rendezvous on its sequence number: every rank stages a copy of its input
-// in the world's slot for that number and waits — up to the group timeout — for the others. The
-// first rank to see all of them compares the calls (op, dtype, counts; a mismatch fails every
-// rank with the same message), then each rank computes its own output from the staged inputs,
-// reducing in rank order. Results are therefore exact, deterministic and bitwise identical on
-// every rank, whatever the thread timing.
+// Each collective is a rendezvous on its sequence number: every rank posts its input in the
+// world's slot for that number and waits — up to the group timeout — for the others. The first
+// rank to see all of them compares the calls (op, dtype, counts; a mismatch fails every rank
+// with the same message). Then:
+//  * allreduce (float32/64, int32/64) works as NCCL does inside a node: each rank reduces its
+//    1/n chunk, reading every rank's buffer in place and writing the result into its own
+//    buffer's chunk (only the owner ever touches a chunk in this phase); after a barrier each
+//    rank copies the other chunks from their owners; a last barrier keeps every buffer in place
+//    until all have copied;
+//  * every other collective stages copies of the inputs, and each rank computes its own output
+//    from them.
+// Every element is reduced in rank order by exactly one rank, so results are exact,
+// deterministic and bitwise identical on every rank, whatever the thread timing.
 //
 // A rank that fails can Abort the world so the others stop waiting at once instead of at the
 // timeout; RunThreadsWorld does that for you.
@@ -40,7 +47,9 @@ class ThreadsWorld {
  private:
   struct Slot {
     std::vector<CollectiveFingerprint> prints;  // per rank, valid where arrived[r]
-    std::vector<Tensor> staged;                 // per rank: a copy of its input
+    std::vector<Tensor> staged;                 // per rank: its input, or a copy of it
+    int num_reduced = 0;                        // chunked allreduce: ranks done with their chunk
+    int num_copied = 0;                         // chunked allreduce: ranks done copying
     std::vector<bool> arrived;
     int num_arrived = 0;
     int num_done = 0;
@@ -54,6 +63,10 @@ class ThreadsWorld {
   absl::Status Blocker(const Slot& slot, const std::string& what) const;  // with mu_ held
   static void Compute(int rank, const Collective& c, const std::vector<CollectiveFingerprint>& prints,
                       const std::vector<Tensor>& staged);
+  // Staging buffers are recycled once every rank has read a slot, so steady-state collectives
+  // allocate nothing (fresh pages would cost more than the copy itself). With mu_ held.
+  Tensor AcquireStaging(DType dtype, int64_t numel);
+  void RecycleStaging(Slot& slot);
 
   const int size_;
   std::mutex mu_;
@@ -62,6 +75,7 @@ class ThreadsWorld {
   absl::node_hash_map<uint64_t, Slot> slots_;
   absl::Status aborted_;  // the first rank failure
   std::vector<bool> departed_;
+  std::vector<std::shared_ptr<Storage>> pool_;  // idle staging storage
 };
 
 class ProcessGroupThreads final : public ProcessGroup {

@@ -10,6 +10,7 @@ namespace ddpkit::cli {
 
 Subcommand TrainSubcommand();
 Subcommand LaunchSubcommand();
+Subcommand BenchSubcommand();
 
 // A report message as pretty JSON with the field names of its .proto, ending in a newline.
 std::string ReportToJson(const google::protobuf::Message& report);

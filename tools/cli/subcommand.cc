@@ -50,8 +50,8 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
         return absl::InvalidArgumentError(StrCat("unexpected argument '", arg, "' for 'ddpkit ",
                                                  subcommand.name, "' (flags start with --)"));
       }
-      positionals.insert(positionals.end(), args.begin() + i, args.end());
-      return absl::OkStatus();
+      positionals.push_back(arg);  // flags may follow; only "--" ends flag parsing
+      continue;
     }
 
     // --name=value, --name value, --name, --noname

@@ -24,14 +24,14 @@ struct Subcommand {
   std::string summary;                  // one line for `ddpkit --help`
   std::string usage;                    // e.g. "ddpkit train [flags]"
   std::vector<std::string> flag_names;  // Abseil names (underscores)
-  bool takes_positionals = false;       // arguments after "--" (or not starting with "--")
+  bool takes_positionals = false;       // non-flag arguments, and everything after "--"
   // Runs with flags already parsed; returns the exit status.
   std::function<int(const std::vector<std::string>& positionals)> run;
 };
 
 // Sets the named flags from `args` ("--name=value", "--name value", "--name" and "--noname" for
-// booleans). Arguments after "--", and other non-flag arguments when the subcommand takes
-// them, go to `positionals`. `help` is set by --help / -h.
+// booleans). Non-flag arguments, and everything after "--" verbatim, go to `positionals` when
+// the subcommand takes them. `help` is set by --help / -h.
 absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::string>& args,
                         std::vector<std::string>& positionals, bool& help);
 
