@@ -6,16 +6,12 @@
 #include "autograd/grad_mode.h"
 #include "autograd/nn.h"
 #include "autograd/ops.h"
-#include "gtest/gtest.h"
+#include "tests/autograd/test_util.h"
 
 namespace ddpkit {
 namespace {
 
-Tensor Leaf(std::vector<double> values) {
-  Tensor t = Tensor::FromVector<double>(values, {static_cast<int64_t>(values.size())});
-  t.set_requires_grad(true);
-  return t;
-}
+using testing_util::Leaf;
 
 TEST(EngineTest, SharedSubexpressionGetsBothContributions) {
   Tensor x = Leaf({1.0, -2.0});

@@ -2,16 +2,12 @@
 #include "autograd/optim.h"
 
 #include "autograd/ops.h"
-#include "gtest/gtest.h"
+#include "tests/autograd/test_util.h"
 
 namespace ddpkit {
 namespace {
 
-Tensor Param(std::vector<double> values) {
-  Tensor p = Tensor::FromVector<double>(values, {static_cast<int64_t>(values.size())});
-  p.set_requires_grad(true);
-  return p;
-}
+Tensor Param(std::vector<double> values) { return testing_util::Leaf(std::move(values)); }
 
 TEST(OptimTest, PlainSgdStep) {
   Tensor p = Param({1.0, 2.0});

@@ -25,6 +25,13 @@ inline const Tensor& Get(const SafetensorsFile& file, const std::string& name) {
   return *t;
 }
 
+// A 1-D float64 leaf that requires grad (a parameter, for the engine and optimizer tests).
+inline Tensor Leaf(std::vector<double> values) {
+  Tensor t = Tensor::FromVector<double>(values, {static_cast<int64_t>(values.size())});
+  t.set_requires_grad(true);
+  return t;
+}
+
 // Element-wise |a - b| <= atol + rtol * |b|, with the first mismatch reported.
 inline ::testing::AssertionResult AllClose(const Tensor& a, const Tensor& b, double rtol = 1e-5,
                                            double atol = 1e-6) {
