@@ -80,12 +80,9 @@ class ProcessGroup {
 
   // Runs one collective; called on the communication thread, one at a time.
   virtual absl::Status Execute(const Collective& c) = 0;
-  // For DDPKIT_DEBUG=DETAIL: every rank's fingerprint of the collective about to run, gathered
-  // with a plain collective. Backends that compare calls on every collective anyway return
-  // nullopt-like empty vectors (see ChecksCallsItself).
-  virtual absl::StatusOr<std::vector<CollectiveFingerprint>> GatherFingerprints(
-      const CollectiveFingerprint& mine) = 0;
-  virtual bool ChecksCallsItself() const { return false; }
+  // At DDPKIT_DEBUG=DETAIL, before `c` runs: OK when every rank is issuing a matching call,
+  // else the error of CheckCollectivesMatch (on every rank alike).
+  virtual absl::Status VerifyCallsMatch(const Collective& c) = 0;
 
   // "ALLREDUCE (sequence number 7, world size 4)" — the start of every error about `c`.
   std::string Describe(const Collective& c) const;

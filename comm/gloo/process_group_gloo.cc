@@ -198,8 +198,9 @@ class ProcessGroupGloo final : public ProcessGroup {
     gloo::alltoallv(opts);
   }
 
-  absl::StatusOr<std::vector<CollectiveFingerprint>> GatherFingerprints(
-      const CollectiveFingerprint& mine) override {
+  // Every rank's fingerprint, gathered with a plain allgather, then compared.
+  absl::Status VerifyCallsMatch(const Collective& c) override {
+    const CollectiveFingerprint mine = CollectiveFingerprint::Of(c);
     const size_t words = CollectiveFingerprint::EncodedSize(size());
     std::vector<int64_t> local = mine.Encode(size());
     std::vector<int64_t> all(words * size());
@@ -216,7 +217,7 @@ class ProcessGroupGloo final : public ProcessGroup {
     }
     std::vector<CollectiveFingerprint> prints;
     for (int r = 0; r < size(); ++r) prints.push_back(CollectiveFingerprint::Decode(all.data() + r * words, size()));
-    return prints;
+    return CheckCollectivesMatch(prints);
   }
 
   // Turns Gloo's exception into our error: which op, which sequence number, and — by asking the

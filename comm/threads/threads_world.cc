@@ -265,11 +265,6 @@ absl::Status ProcessGroupThreads::Execute(const Collective& c) {
   return world_->Exchange(rank(), c, options().timeout);
 }
 
-absl::StatusOr<std::vector<CollectiveFingerprint>> ProcessGroupThreads::GatherFingerprints(
-    const CollectiveFingerprint&) {
-  return absl::UnimplementedError("the threads world compares calls on every collective");
-}
-
 absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessGroup&)>& body,
                              ProcessGroupOptions options) {
   auto world = std::make_shared<ThreadsWorld>(size);
