@@ -277,6 +277,8 @@ absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessG
       try {
         ProcessGroupThreads group(world, rank, options);
         status = body(group);
+      } catch (const Error& e) {
+        status = e.ToStatus();
       } catch (const std::exception& e) {
         status = absl::InternalError(e.what());
       }

@@ -1,0 +1,55 @@
+// Bucket assignment: which parameters share a gradient bucket, as PyTorch's
+// compute_bucket_assignment_by_size.
+//
+// Parameters are walked in order and appended to the open bucket of their dtype (one open
+// bucket per dtype — per (dtype, device) in PyTorch; everything here lives on the CPU). A bucket
+// closes as soon as its bytes reach its limit (>=, checked after adding), so tensors are never
+// split and a bucket may exceed its limit by up to one tensor; a tensor larger than the limit
+// is a bucket of its own. Each dtype walks the limit list on its own, one step per closed
+// bucket, and the last limit repeats forever. Parameters expecting a sparse gradient are
+// singleton buckets with limit 0 ("no limit").
+//
+// Without an arrival order (DDP's constructor) buckets come out sorted by their smallest
+// index; with one (the rebuild) they keep the order they were emitted in: buckets that filled
+// up, in the order they filled, then the leftovers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "autograd/dtype.h"
+
+namespace ddpkit::reducer {
+
+// What the assignment needs to know of a parameter: its element count and dtype.
+struct BucketTensorSpec {
+  int64_t numel = 0;
+  DType dtype = DType::kFloat32;
+  size_t nbytes() const { return static_cast<size_t>(numel) * ElementSize(dtype); }
+};
+
+struct BucketAssignment {
+  std::vector<std::vector<size_t>> buckets;  // parameter indices per bucket
+  std::vector<size_t> limits;                // the byte limit each bucket was closed under
+};
+
+inline constexpr size_t kDefaultFirstBucketBytes = 1024 * 1024;       // 1 MiB
+inline constexpr size_t kDefaultBucketBytesCap = 25 * 1024 * 1024;    // 25 MiB
+// DDP's first-iteration limit when buckets are not size-bounded (PyTorch's sys.maxsize).
+inline constexpr size_t kNoBucketSizeLimit = static_cast<size_t>(INT64_MAX);
+
+// `tensors[i]` describes parameter i. `expect_sparse` is empty or one flag per parameter.
+// `arrival_order`, when given, is a permutation of the parameter indices: the order gradients
+// arrived in; the walk follows it and the result is not sorted. InvalidArgument for an empty
+// parameter list, an empty limit list, a zero limit, or a malformed sparse list / order.
+absl::StatusOr<BucketAssignment> ComputeBucketAssignmentBySize(
+    const std::vector<BucketTensorSpec>& tensors, const std::vector<size_t>& limits,
+    const std::vector<bool>& expect_sparse = {}, const std::vector<size_t>& arrival_order = {});
+
+// "[[0, 2], [1]]" — the compact form used in logs and errors.
+std::string BucketsToString(const std::vector<std::vector<size_t>>& buckets);
+
+}  // namespace ddpkit::reducer

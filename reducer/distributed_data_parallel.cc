@@ -1,0 +1,244 @@
+#include "reducer/distributed_data_parallel.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_join.h"
+#include "autograd/engine.h"
+#include "autograd/function.h"
+#include "autograd/grad_mode.h"
+#include "autograd/log.h"
+
+namespace ddpkit::reducer {
+namespace {
+
+std::vector<BucketTensorSpec> SpecsOf(const NamedTensors& params) {
+  std::vector<BucketTensorSpec> specs;
+  for (const auto& [name, p] : params) specs.push_back({p.numel(), p.dtype()});
+  return specs;
+}
+
+absl::Status WaitFor(const std::shared_ptr<comm::Work>& work, std::string_view what, int rank) {
+  absl::Status status = work->Wait();
+  if (status.ok()) return status;
+  return absl::Status(status.code(), StrCat("[ddp] rank ", rank, ": ", what, " failed: ",
+                                            status.message()));
+}
+
+// A parameter's signature for the cross-rank check: dtype, rank, up to kMaxDims sizes.
+constexpr int kMaxDims = 6;
+constexpr int kSignatureWords = 2 + kMaxDims;
+
+std::string SignatureString(const int64_t* words) {
+  Shape shape(words + 2, words + 2 + words[1]);
+  return StrCat(DTypeName(static_cast<DType>(words[0])), ShapeString(shape));
+}
+
+// Every rank must hold the same parameters; otherwise buckets would not line up and the
+// allreduces would mix unrelated gradients. Two collectives: the counts (allgather), then
+// rank 0's signatures (broadcast), and a last allgather so every rank reports the same error.
+absl::Status VerifySameModelOnAllRanks(const NamedTensors& params, comm::ProcessGroup& group) {
+  const int world = group.size(), rank = group.rank();
+  const int64_t n = static_cast<int64_t>(params.size());
+  Tensor count = Tensor::Full({1}, static_cast<double>(n), DType::kInt64);
+  Tensor counts = Tensor::Zeros({world}, DType::kInt64);
+  DDPKIT_RETURN_IF_ERROR(WaitFor(group.Allgather(count, counts), "comparing parameter counts", rank));
+  for (int r = 1; r < world; ++r) {
+    const int64_t theirs = counts.data<int64_t>()[r], ours = counts.data<int64_t>()[0];
+    if (theirs != ours) {
+      return absl::FailedPreconditionError(StrCat(
+          "[ddp] DDP needs the same model on every rank, but rank ", r, " has ", theirs,
+          " parameter tensors while rank 0 has ", ours,
+          ". Build the model identically on every rank (same spec, same code path)."));
+    }
+  }
+
+  Tensor signatures = Tensor::Zeros({n * kSignatureWords}, DType::kInt64);
+  int64_t* sig = signatures.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const Tensor& p = params[i].second;
+    if (p.dim() > kMaxDims) {
+      return absl::InvalidArgumentError(StrCat("[ddp] parameter ", i, " ('", params[i].first,
+                                               "') has ", p.dim(), " dimensions; at most ",
+                                               kMaxDims, " are supported"));
+    }
+    int64_t* w = sig + i * kSignatureWords;
+    w[0] = static_cast<int64_t>(p.dtype());
+    w[1] = p.dim();
+    for (int64_t d = 0; d < p.dim(); ++d) w[2 + d] = p.size(d);
+  }
+  Tensor mine = signatures.Clone();
+  DDPKIT_RETURN_IF_ERROR(WaitFor(group.Broadcast(signatures, 0), "comparing parameter shapes", rank));
+  int64_t first_mismatch = -1;
+  for (int64_t i = 0; i < n * kSignatureWords && first_mismatch < 0; ++i) {
+    if (sig[i] != mine.data<int64_t>()[i]) first_mismatch = i / kSignatureWords;
+  }
+  Tensor mismatch = Tensor::Full({1}, static_cast<double>(first_mismatch), DType::kInt64);
+  Tensor mismatches = Tensor::Zeros({world}, DType::kInt64);
+  DDPKIT_RETURN_IF_ERROR(
+      WaitFor(group.Allgather(mismatch, mismatches), "comparing parameter shapes", rank));
+  for (int r = 1; r < world; ++r) {
+    const int64_t i = mismatches.data<int64_t>()[r];
+    if (i < 0) continue;
+    std::string message = StrCat(
+        "[ddp] DDP needs the same model on every rank, but parameter ", i, " ('",
+        params[i].first, "') is ", SignatureString(sig + i * kSignatureWords),
+        " on rank 0 and differs on rank ", r);
+    if (r == rank) {
+      StrAppend(&message, ", where it is ", SignatureString(mine.data<int64_t>() + i * kSignatureWords));
+    }
+    StrAppend(&message, ". Build the model identically on every rank.");
+    return absl::FailedPreconditionError(message);
+  }
+  return absl::OkStatus();
+}
+
+// Rank 0's values to every rank, in place.
+absl::Status BroadcastFromRankZero(const NamedTensors& tensors, comm::ProcessGroup& group,
+                                   std::string_view kind) {
+  std::vector<std::shared_ptr<comm::Work>> works;
+  for (const auto& [name, t] : tensors) works.push_back(group.Broadcast(t.Detach().Flatten(), 0));
+  for (size_t i = 0; i < works.size(); ++i) {
+    DDPKIT_RETURN_IF_ERROR(WaitFor(works[i], StrCat("broadcasting ", kind, " '", tensors[i].first,
+                                                    "' from rank 0"), group.rank()));
+  }
+  return absl::OkStatus();
+}
+
+// Static graph's first backward: an identity node on the output whose backward — the first
+// node of the outer backward pass — queues the reducer's DelayAllReduce, so it runs after
+// every hook, including those of nested (checkpointed) passes.
+Tensor AttachDelayAllReduce(const Tensor& output, Reducer* reducer) {
+  Tensor sink = output.Detach();
+  RecordOp(sink, "DdpSinkBackward", {&output}, [reducer](const Tensor& g) -> TensorList {
+    Engine::QueueCallback([reducer] { reducer->DelayAllReduce(); });
+    return {g};
+  });
+  return sink;
+}
+
+}  // namespace
+
+size_t MegabytesToBytes(double mb) { return static_cast<size_t>(mb * 1024 * 1024); }
+
+BucketAssignment InitialBucketAssignment(const std::vector<BucketTensorSpec>& parameters,
+                                         const DdpOptions& options) {
+  // Parameter order need not match the order gradients arrive in, so the first iteration does
+  // not split by size unless unused parameters must be found (PyTorch >= 1.12).
+  std::vector<size_t> limits = {kNoBucketSizeLimit};
+  if (options.find_unused_parameters && !options.static_graph) {
+    limits = {MegabytesToBytes(options.first_bucket_mb), MegabytesToBytes(options.bucket_cap_mb)};
+  }
+  absl::StatusOr<BucketAssignment> sorted = ComputeBucketAssignmentBySize(parameters, limits);
+  if (!sorted.ok()) ThrowStatus(sorted.status());
+  // Reversed: parameters defined last produce gradients first.
+  std::reverse(sorted->buckets.begin(), sorted->buckets.end());
+  std::reverse(sorted->limits.begin(), sorted->limits.end());
+  return *sorted;
+}
+
+BucketAssignment RebuiltBucketAssignment(const std::vector<BucketTensorSpec>& parameters,
+                                         const std::vector<size_t>& arrival_order,
+                                         const DdpOptions& options) {
+  absl::StatusOr<BucketAssignment> rebuilt = ComputeBucketAssignmentBySize(
+      parameters,
+      {MegabytesToBytes(options.first_bucket_mb), MegabytesToBytes(options.bucket_cap_mb)}, {},
+      arrival_order);
+  if (!rebuilt.ok()) ThrowStatus(rebuilt.status());
+  return *rebuilt;
+}
+
+absl::StatusOr<std::shared_ptr<DistributedDataParallel>> DistributedDataParallel::Create(
+    std::shared_ptr<nn::Module> module, comm::ProcessGroup& group, DdpOptions options) {
+  if (module == nullptr) return absl::InvalidArgumentError("[ddp] no module to wrap");
+  if (!(options.bucket_cap_mb > 0) || MegabytesToBytes(options.bucket_cap_mb) == 0) {
+    return absl::InvalidArgumentError(StrCat(
+        "[ddp] bucket_cap_mb must be positive (at least one byte), got ", options.bucket_cap_mb));
+  }
+  if (!(options.first_bucket_mb > 0) || MegabytesToBytes(options.first_bucket_mb) == 0) {
+    return absl::InvalidArgumentError(StrCat(
+        "[ddp] first_bucket_mb must be positive (at least one byte), got ", options.first_bucket_mb));
+  }
+  NamedTensors params;
+  for (auto& [name, p] : module->NamedParameters()) {  // shared parameters: first name wins
+    if (p.requires_grad()) params.emplace_back(name, p);
+  }
+  if (params.empty()) {
+    return absl::InvalidArgumentError(
+        "[ddp] the module has no parameter that requires a gradient; DDP has nothing to "
+        "synchronise, train it without DDP");
+  }
+  DDPKIT_RETURN_IF_ERROR(VerifySameModelOnAllRanks(params, group));
+  DDPKIT_RETURN_IF_ERROR(BroadcastFromRankZero(params, group, "parameter"));
+  DDPKIT_RETURN_IF_ERROR(BroadcastFromRankZero(module->NamedBuffers(), group, "buffer"));
+
+  std::shared_ptr<DistributedDataParallel> ddp(
+      new DistributedDataParallel(std::move(module), group, std::move(options)));
+  const BucketAssignment initial = InitialBucketAssignment(SpecsOf(params), ddp->options_);
+  try {
+    ddp->reducer_ = std::make_unique<Reducer>(
+        std::move(params), initial, group,
+        ReducerOptions{.bucket_bytes_cap = MegabytesToBytes(ddp->options_.bucket_cap_mb),
+                       .first_bucket_bytes_cap = MegabytesToBytes(ddp->options_.first_bucket_mb),
+                       .find_unused_parameters = ddp->options_.find_unused_parameters,
+                       .gradient_as_bucket_view = ddp->options_.gradient_as_bucket_view});
+  } catch (const Error& e) {
+    return e.ToStatus();
+  }
+  if (ddp->options_.static_graph) ddp->reducer_->SetStaticGraph();
+  DdpLoggingData& logging = ddp->reducer_->logging_data();
+  logging.set_module_name(ddp->options_.module_name);
+  logging.set_broadcast_buffers(ddp->options_.broadcast_buffers);
+  if (ddp->options_.static_graph && ddp->options_.find_unused_parameters) {
+    Log(LogLevel::kWarning,
+        "static_graph and find_unused_parameters are both set; static_graph already handles "
+        "unused parameters, so find_unused_parameters is not needed");
+  }
+  return ddp;
+}
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
+                                                 comm::ProcessGroup& group, DdpOptions options)
+    : module_(std::move(module)), group_(group), options_(std::move(options)) {
+  RegisterModule("module", module_);  // parameters appear as "module.<name>", as in PyTorch
+}
+
+void DistributedDataParallel::RegisterCommHook(CommHook hook, std::string name) {
+  reducer_->RegisterCommHook(std::move(hook), std::move(name));
+}
+
+void DistributedDataParallel::RegisterBuiltinCommHook(BuiltinCommHook hook) {
+  reducer_->RegisterCommHook(MakeBuiltinCommHook(hook, group_),
+                             std::string(BuiltinCommHookName(hook)));
+}
+
+void DistributedDataParallel::SyncBuffers() {
+  if (absl::Status s = BroadcastFromRankZero(module_->NamedBuffers(), group_, "buffer"); !s.ok()) {
+    ThrowStatus(s);
+  }
+}
+
+Tensor DistributedDataParallel::Forward(const Tensor& input) {
+  const bool grad_enabled = GradMode::IsEnabled();
+  const bool sync = grad_enabled && require_backward_grad_sync_;
+  if (sync) reducer_->PrepareForForward();
+  if (grad_enabled) {
+    reducer_->EnsurePriorReductionFinished();
+    reducer_->RebuildBuckets();
+  }
+  // After a no_sync forward the buffers are not re-broadcast (as PyTorch).
+  if (require_forward_param_sync_ && options_.broadcast_buffers && !module_->NamedBuffers().empty()) {
+    SyncBuffers();
+  }
+  Tensor output = module_->Forward(input);
+  if (!sync) {
+    require_forward_param_sync_ = false;
+    return output;
+  }
+  require_forward_param_sync_ = true;
+  if (reducer_->static_graph_first_iteration()) output = AttachDelayAllReduce(output, reducer_.get());
+  const bool search_unused = options_.find_unused_parameters && !options_.static_graph;
+  reducer_->PrepareForBackward(search_unused ? TensorList{output} : TensorList{});
+  return output;
+}
+
+}  // namespace ddpkit::reducer

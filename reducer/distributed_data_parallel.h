@@ -1,0 +1,99 @@
+// DistributedDataParallel: wraps a module so that, after backward, every rank holds the
+// gradients averaged over all ranks — as if one process had run the whole global batch.
+//
+//   auto ddp = DistributedDataParallel::Create(model, group, {.find_unused_parameters = true});
+//   Tensor loss = CrossEntropy((*ddp)->Forward(x), y);
+//   loss.Backward();         // buckets are allreduced while backward runs
+//   optimizer.Step();        // .grad holds the average over all ranks
+//
+// Construction checks that every rank wraps the same model (count, shapes and dtypes of the
+// parameters) and copies rank 0's parameters and buffers to all. Parameter names in errors and
+// logs are the wrapped module's own ("0.weight").
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "autograd/nn.h"
+#include "comm/process_group.h"
+#include "reducer/reducer.h"
+
+namespace ddpkit::reducer {
+
+struct DdpOptions {
+  double bucket_cap_mb = 25;            // later buckets, after the rebuild
+  double first_bucket_mb = 1;           // the first bucket reduced after the rebuild
+  bool find_unused_parameters = false;  // search the graph for parameters the forward skipped
+  bool static_graph = false;            // the graph is the same every iteration
+  bool gradient_as_bucket_view = false;  // .grad tensors are views into the bucket buffers
+  bool broadcast_buffers = true;        // rank 0's buffers to all at every synced forward
+  std::string module_name = "module";   // for logs
+};
+
+class DistributedDataParallel : public nn::Module {
+ public:
+  // Collective: every rank of `group` must call it. InvalidArgument for bad options or a
+  // module without trainable parameters; FailedPrecondition when the ranks' models differ.
+  static absl::StatusOr<std::shared_ptr<DistributedDataParallel>> Create(
+      std::shared_ptr<nn::Module> module, comm::ProcessGroup& group, DdpOptions options = {});
+
+  Tensor Forward(const Tensor& input) override;
+
+  // Gradient accumulation without communication: forwards (and their backwards) inside the
+  // guard's scope only accumulate into .grad locally; the first synced backward after it
+  // averages the accumulated sums.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp)
+        : ddp_(ddp), previous_(ddp.require_backward_grad_sync_) {
+      ddp.require_backward_grad_sync_ = false;
+    }
+    ~NoSyncGuard() { ddp_.require_backward_grad_sync_ = previous_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSyncGuard NoSync() { return NoSyncGuard(*this); }
+
+  // Once, before the first iteration.
+  void RegisterCommHook(CommHook hook, std::string name);
+  void RegisterBuiltinCommHook(BuiltinCommHook hook);
+
+  nn::Module& module() const { return *module_; }
+  Reducer& reducer() const { return *reducer_; }
+  const DdpOptions& options() const { return options_; }
+  comm::ProcessGroup& process_group() const { return group_; }
+  const DdpLoggingData& LoggingData() const { return reducer_->logging_data(); }
+
+ private:
+  DistributedDataParallel(std::shared_ptr<nn::Module> module, comm::ProcessGroup& group,
+                          DdpOptions options);
+  std::string Describe() const override { return "DistributedDataParallel"; }
+  void SyncBuffers();
+
+  std::shared_ptr<nn::Module> module_;
+  comm::ProcessGroup& group_;
+  DdpOptions options_;
+  std::unique_ptr<Reducer> reducer_;
+  bool require_backward_grad_sync_ = true;
+  bool require_forward_param_sync_ = true;
+};
+
+// Bucket limits in bytes from a size in MiB, as PyTorch: int(mb * 1024 * 1024).
+size_t MegabytesToBytes(double mb);
+
+// The initial assignment DDP uses for `parameters` (already in reduction order: the sorted
+// assignment reversed): one bucket per dtype when find_unused is off or the graph is static,
+// otherwise limits [first bucket, cap].
+BucketAssignment InitialBucketAssignment(const std::vector<BucketTensorSpec>& parameters,
+                                         const DdpOptions& options);
+// The plan after the rebuild, for a given gradient arrival order.
+BucketAssignment RebuiltBucketAssignment(const std::vector<BucketTensorSpec>& parameters,
+                                         const std::vector<size_t>& arrival_order,
+                                         const DdpOptions& options);
+
+}  // namespace ddpkit::reducer

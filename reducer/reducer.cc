@@ -1,0 +1,624 @@
+#include "reducer/reducer.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_join.h"
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/kernels.h"
+#include "autograd/log.h"
+#include "reducer/reducer_errors.h"
+
+namespace ddpkit::reducer {
+namespace {
+
+int64_t Nanos(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+[[noreturn]] void ThrowCommFailure(int rank, std::string_view what, const absl::Status& status) {
+  throw Error(StrCat("[ddp] rank ", rank, ": ", what, " failed: ", status.message()),
+              status.code());
+}
+
+}  // namespace
+
+std::string_view TraceEventName(TraceEventType type) {
+  switch (type) {
+    case TraceEventType::kForward: return "forward";
+    case TraceEventType::kHookFired: return "hook_fired";
+    case TraceEventType::kBucketReady: return "bucket_ready";
+    case TraceEventType::kAllreduceStart: return "allreduce_start";
+    case TraceEventType::kAllreduceEnd: return "allreduce_end";
+    case TraceEventType::kRebuild: return "rebuild";
+    case TraceEventType::kFinalize: return "finalize";
+  }
+  return "?";
+}
+
+// ============================================================================ construction
+
+Reducer::Reducer(NamedTensors parameters, const BucketAssignment& initial,
+                 comm::ProcessGroup& group, ReducerOptions options)
+    : params_(std::move(parameters)), group_(group), options_(options) {
+  DDPKIT_CHECK(!params_.empty(), "[ddp] the reducer needs at least one parameter");
+  const size_t n = params_.size();
+  marked_ready_.assign(n, 0);
+  grad_ready_order_.reserve(n);  // the hooks append without allocating
+  rebuilt_param_indices_.reserve(n);
+  unused_parameters_.reserve(n);
+  expected_hook_counts_.assign(n, 0);
+  hooks_left_.assign(n, 0);
+  local_used_map_ = Tensor::Zeros({static_cast<int64_t>(n)}, DType::kInt32);
+  local_used_map_reduced_ = Tensor::Zeros({static_cast<int64_t>(n)}, DType::kInt32);
+
+  InitializeBuckets(initial);
+
+  // One post-hook per parameter's gradient accumulator; the accumulator is the same object
+  // for the parameter's whole life, so this is done once.
+  absl::flat_hash_set<const AccumulateGrad*> seen;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& [name, param] = params_[i];
+    DDPKIT_CHECK(param.requires_grad(), "[ddp] parameter ", i, " ('", name,
+                 "') does not require grad; leave it out of the reducer");
+    std::shared_ptr<AccumulateGrad> accumulator = param.grad_accumulator();
+    DDPKIT_CHECK(seen.insert(accumulator.get()).second, "[ddp] parameter ", i, " ('", name,
+                 "') is listed twice; shared parameters must be deduplicated first");
+    hook_handles_.push_back(accumulator->AddPostHook([this, i](const Tensor&) { AutogradHook(i); }));
+    grad_accumulators_.push_back(std::move(accumulator));
+  }
+
+  logging_.set_world_size(group.size());
+  logging_.set_rank(group.rank());
+  logging_.set_backend_name(std::string(group.backend_name()));
+  logging_.set_num_parameter_tensors(static_cast<int32_t>(n));
+  logging_.set_bucket_cap_bytes(static_cast<int64_t>(options.bucket_bytes_cap));
+  logging_.set_first_bucket_bytes(static_cast<int64_t>(options.first_bucket_bytes_cap));
+  logging_.set_find_unused_parameters(options.find_unused_parameters);
+  logging_.set_gradient_as_bucket_view(options.gradient_as_bucket_view);
+  logging_.set_debug_level(std::string(comm::DebugLevelName(group.options().debug_level)));
+  int64_t total_bytes = 0;
+  for (const auto& [name, p] : params_) {
+    total_bytes += static_cast<int64_t>(p.nbytes());
+    const std::string dtype(DTypeName(p.dtype()));
+    if (std::find(logging_.dtypes().begin(), logging_.dtypes().end(), dtype) ==
+        logging_.dtypes().end()) {
+      logging_.add_dtypes(dtype);
+    }
+  }
+  logging_.set_total_parameter_size_bytes(total_bytes);
+  for (BucketInfo& info : BucketInfos()) *logging_.add_initial_buckets() = std::move(info);
+  if (group.options().debug_level != comm::DebugLevel::kOff) {
+    Log(LogLevel::kInfo, StrCat("DDP reducer: ", buckets_.size(), " bucket(s) ",
+                                BucketsToString(initial.buckets), ", bucket cap ",
+                                options.bucket_bytes_cap, " B, first bucket ",
+                                options.first_bucket_bytes_cap, " B"));
+  }
+}
+
+Reducer::~Reducer() {
+  for (size_t i = 0; i < grad_accumulators_.size(); ++i) {
+    grad_accumulators_[i]->RemovePostHook(hook_handles_[i]);
+  }
+}
+
+void Reducer::SetStaticGraph() {
+  DDPKIT_CHECK(num_iterations_ == 0 && !require_finalize_,
+               "[ddp] static_graph must be set after constructing DDP and before the first "
+               "iteration");
+  static_graph_ = true;
+  logging_.set_static_graph(true);
+}
+
+void Reducer::RegisterCommHook(CommHook hook, std::string name) {
+  DDPKIT_CHECK(!comm_hook_, "[ddp] a communication hook is already registered ('",
+               logging_.comm_hook(), "'); register at most one");
+  DDPKIT_CHECK(num_iterations_ == 0, "[ddp] register the communication hook before the first "
+               "iteration");
+  DDPKIT_CHECK(hook != nullptr, "[ddp] the communication hook is empty");
+  comm_hook_ = std::move(hook);
+  logging_.set_comm_hook(std::move(name));
+}
+
+// Fresh flat buffers for `assignment` (in reduction order), a view per parameter, and the
+// variable locators. With gradient_as_bucket_view, gradients that already exist move into
+// their new views (this happens at the rebuild).
+void Reducer::InitializeBuckets(const BucketAssignment& assignment) {
+  DDPKIT_CHECK(!expect_autograd_hooks_, "[ddp] buckets cannot be rebuilt during backward");
+  buckets_.clear();
+  buckets_.reserve(assignment.buckets.size());
+  locators_.assign(params_.size(), VariableLocator{});
+  for (size_t b = 0; b < assignment.buckets.size(); ++b) {
+    const std::vector<size_t>& indices = assignment.buckets[b];
+    DDPKIT_CHECK(!indices.empty(), "[ddp] bucket ", b, " is empty");
+    Bucket bucket;
+    bucket.size_limit = assignment.limits.at(b);
+    const DType dtype = params_.at(indices[0]).second.dtype();
+    int64_t total = 0;
+    for (size_t index : indices) {
+      const auto& [name, param] = params_.at(index);
+      DDPKIT_CHECK(param.dtype() == dtype, "[ddp] bucket ", b, " mixes ", DTypeName(dtype),
+                   " and ", DTypeName(param.dtype()), " (parameter ", index, " '", name,
+                   "'): all parameters of a bucket must have one dtype");
+      bucket.offsets.push_back(total);
+      bucket.lengths.push_back(param.numel());
+      total += param.numel();
+    }
+    bucket.gradients = Tensor::Zeros({total}, dtype);
+    for (size_t i = 0; i < indices.size(); ++i) {
+      const Tensor& param = params_[indices[i]].second;
+      Tensor view = bucket.gradients.Flatten()
+                        .Rows(bucket.offsets[i], bucket.offsets[i] + bucket.lengths[i])
+                        .View(param.shape());
+      if (options_.gradient_as_bucket_view && param.grad().defined()) {
+        view.CopyFrom(param.grad());
+        param.set_grad(view);
+      }
+      bucket.variable_indices.push_back(indices[i]);
+      bucket.variables.push_back(param);
+      bucket.views.push_back(std::move(view));
+      locators_[indices[i]] = {b, i};
+    }
+    buckets_.push_back(std::move(bucket));
+  }
+}
+
+std::vector<BucketInfo> Reducer::BucketInfos() const {
+  std::vector<BucketInfo> infos;
+  for (const Bucket& bucket : buckets_) {
+    BucketInfo& info = infos.emplace_back();
+    for (size_t index : bucket.variable_indices) {
+      info.add_param_indices(static_cast<int32_t>(index));
+      info.add_param_names(params_[index].first);
+    }
+    info.set_bytes(static_cast<int64_t>(bucket.nbytes()));
+    info.set_limit_bytes(static_cast<int64_t>(bucket.size_limit));
+    info.set_dtype(std::string(DTypeName(bucket.gradients.dtype())));
+  }
+  return infos;
+}
+
+std::string Reducer::ParamName(size_t index) const { return params_[index].first; }
+
+// ============================================================================ forward side
+
+void Reducer::PrepareForForward() {
+  ++num_iterations_;
+  forward_start_ = Clock::now();
+  logging_.set_iteration(num_iterations_);
+  Trace(TraceEventType::kForward, -1, -1, forward_start_);
+}
+
+void Reducer::EnsurePriorReductionFinished() {
+  if (!require_finalize_) return;
+  std::vector<ParamRef> missing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!marked_ready_[i]) missing.push_back({i, ParamName(i)});
+  }
+  throw Error(PriorReductionNotFinishedMessage(group_.rank(), missing,
+                                               options_.find_unused_parameters, static_graph_),
+              absl::StatusCode::kFailedPrecondition);
+}
+
+void Reducer::PrepareForBackward(const TensorList& outputs) {
+  backward_start_ = Clock::now();
+  expect_autograd_hooks_ = true;
+  grad_ready_order_.clear();
+  ResetBucketCounting();
+  has_marked_unused_parameters_ = false;
+  finalize_queued_ = false;
+  std::fill(marked_ready_.begin(), marked_ready_.end(), 0);
+  if (static_graph_ && static_graph_recorded_) hooks_left_ = expected_hook_counts_;
+  if (dynamic_find_unused()) {
+    unused_parameters_.clear();
+    for (size_t index : SearchUnusedParameters(outputs)) unused_parameters_.push_back(index);
+    if (unused_parameters_.empty() && num_iterations_ == 1 && group_.rank() == 0) {
+      Log(LogLevel::kWarning,
+          "find_unused_parameters is on, but the forward pass used every parameter; if that "
+          "holds for every iteration, turn it off: it costs a graph traversal per iteration "
+          "and an extra allreduce");
+    }
+  }
+}
+
+void Reducer::ResetBucketCounting() {
+  next_bucket_ = 0;
+  comm_started_ = false;
+  for (Bucket& bucket : buckets_) {
+    bucket.pending = bucket.variable_indices.size();
+    bucket.future_work.reset();
+  }
+}
+
+// Walks the autograd graph from the outputs; a parameter whose accumulator is not reached
+// will get no gradient in this backward, so it is marked ready up front (at the first hook).
+std::vector<size_t> Reducer::SearchUnusedParameters(const TensorList& outputs) const {
+  absl::flat_hash_set<const Node*> visited;
+  std::vector<const Node*> stack;
+  for (const Tensor& output : outputs) {
+    Edge edge = GradientEdge(output);
+    if (edge.valid() && visited.insert(edge.node.get()).second) stack.push_back(edge.node.get());
+  }
+  while (!stack.empty()) {
+    const Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& edge : node->next_edges()) {
+      if (edge.valid() && visited.insert(edge.node.get()).second) stack.push_back(edge.node.get());
+    }
+  }
+  std::vector<size_t> unused;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!visited.contains(grad_accumulators_[i].get())) {
+      unused.push_back(i);
+      if (group_.options().debug_level == comm::DebugLevel::kDetail) {
+        Log(LogLevel::kInfo, StrCat("parameter ", i, " ('", ParamName(i),
+                                    "') is unused in this iteration's forward"));
+      }
+    }
+  }
+  return unused;
+}
+
+// ============================================================================ backward: hooks
+
+void Reducer::RecordLocalUse(size_t index) {
+  if (params_[index].second.grad().defined()) local_used_map_.data<int32_t>()[index] = 1;
+}
+
+// Runs after parameter `index`'s gradient accumulator, on the thread running backward.
+void Reducer::AutogradHook(size_t index) {
+  // Usage is recorded even under no_sync, so a parameter used only in accumulation steps
+  // still counts as used when the synced step reduces (PyTorch's fix of issue #69031).
+  if (dynamic_find_unused() || static_graph_first_iteration()) RecordLocalUse(index);
+  if (!expect_autograd_hooks_) return;  // no_sync, or a backward DDP's forward did not arm
+  if (static_graph_first_iteration()) {
+    ++expected_hook_counts_[index];  // everything is reduced at the end, by DelayAllReduce
+    return;
+  }
+  Trace(TraceEventType::kHookFired, static_cast<int64_t>(index));
+  grad_ready_order_.push_back(index);
+
+  // Parameters the forward did not use get no hook of their own; they are marked at the
+  // first hook rather than in PrepareForBackward, so a forward whose output is dropped
+  // never starts a reduction.
+  if (!has_marked_unused_parameters_) {
+    has_marked_unused_parameters_ = true;
+    for (size_t unused : unused_parameters_) MarkVariableReady(unused);
+  }
+
+  if (static_graph_) {
+    if (hooks_left_[index] == 0) {
+      throw Error(StaticGraphChangedMessage(group_.rank(), {index, ParamName(index)},
+                                            expected_hook_counts_[index]),
+                  absl::StatusCode::kFailedPrecondition);
+    }
+    if (--hooks_left_[index] > 0) return;  // more firings expected (checkpointing, reuse)
+  }
+  if (ShouldRebuildBuckets()) rebuilt_param_indices_.push_back(index);
+  MarkVariableReady(index);
+
+  if (next_bucket_ == buckets_.size() && !finalize_queued_) {
+    // Every bucket is launched: finalize once this backward has run its last node.
+    finalize_queued_ = true;
+    if (dynamic_find_unused()) LaunchLocalUsedMapAllreduce();
+    Engine::QueueCallback([this] {
+      compute_end_ = Clock::now();
+      if (static_graph_ && ShouldRebuildBuckets()) {
+        // Static graph rebuilds after its second iteration; unused parameters, which fire no
+        // hook, go last.
+        for (size_t unused : unused_parameters_) rebuilt_param_indices_.push_back(unused);
+      }
+      FinalizeBackward();
+    });
+  }
+}
+
+// Copies the parameter's gradient, divided by the world size, into its bucket view, and
+// launches every bucket that became launchable.
+void Reducer::MarkVariableReady(size_t index) {
+  if (marked_ready_[index]) {
+    throw Error(MarkedTwiceMessage(group_.rank(), {index, ParamName(index)}),
+                absl::StatusCode::kFailedPrecondition);
+  }
+  marked_ready_[index] = 1;
+  require_finalize_ = true;
+  if (div_factor_ == 0) div_factor_ = group_.size();
+
+  const VariableLocator& locator = locators_[index];
+  Bucket& bucket = buckets_[locator.bucket_index];
+  const Tensor& view = bucket.views[locator.intra_bucket_index];
+  const Tensor& param = params_[index].second;
+  const Tensor& grad = param.grad();
+  if (!grad.defined()) {
+    view.Zero();  // an unused parameter contributes zeros
+  } else if (!grad.IsAliasOf(view)) {
+    // Without a hook the division is fused into the copy; a hook owns the math.
+    if (comm_hook_) {
+      view.CopyFrom(grad);
+    } else {
+      ScaledCopy(view, grad, 1.0 / div_factor_);
+    }
+    if (options_.gradient_as_bucket_view) param.set_grad(view);
+  } else if (!comm_hook_) {
+    ScaleInPlace(view, 1.0 / div_factor_);  // .grad already is the view
+  }
+
+  if (--bucket.pending == 0) MarkBucketReady(locator.bucket_index);
+}
+
+// Buckets are launched strictly in index order, so every rank issues the same collectives in
+// the same order however its gradients arrive: a ready bucket waits for all earlier ones.
+void Reducer::MarkBucketReady(size_t bucket_index) {
+  Trace(TraceEventType::kBucketReady, -1, static_cast<int64_t>(bucket_index));
+  if (bucket_index > next_bucket_) return;
+  for (; next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0; ++next_bucket_) {
+    LaunchBucket(next_bucket_);
+  }
+}
+
+void Reducer::LaunchBucket(size_t bucket_index) {
+  Bucket& bucket = buckets_[bucket_index];
+  bucket.launched_at = Clock::now();
+  if (!comm_started_) {
+    comm_started_ = true;
+    comm_start_ = bucket.launched_at;
+  }
+  Trace(TraceEventType::kAllreduceStart, -1, static_cast<int64_t>(bucket_index), bucket.launched_at);
+  if (comm_hook_) {
+    GradBucket grad_bucket(bucket_index, buckets_.size(), bucket.gradients, bucket.views,
+                           bucket.variables);
+    bucket.future_work = comm_hook_(grad_bucket);
+    DDPKIT_CHECK(bucket.future_work != nullptr, "[ddp] the communication hook '",
+                 logging_.comm_hook(), "' returned no future for bucket ", bucket_index);
+  } else {
+    bucket.future_work = comm::Future::FromWork(group_.Allreduce(bucket.gradients), bucket.gradients);
+  }
+}
+
+void Reducer::LaunchLocalUsedMapAllreduce() {
+  local_used_map_reduced_.CopyFrom(local_used_map_);  // hooks may write the map meanwhile
+  local_used_map_reduced_ready_ = false;
+  local_used_work_ = comm::Future::FromWork(group_.Allreduce(local_used_map_reduced_),
+                                            local_used_map_reduced_);
+}
+
+// Static graph's first synced backward: the hooks only counted. Now every parameter is
+// ready, so reduce all buckets in order and finalize.
+void Reducer::DelayAllReduce() {
+  LaunchLocalUsedMapAllreduce();
+  unused_parameters_.clear();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (expected_hook_counts_[i] == 0) unused_parameters_.push_back(i);
+  }
+  std::fill(marked_ready_.begin(), marked_ready_.end(), 0);
+  for (size_t i = 0; i < params_.size(); ++i) MarkVariableReady(i);  // launches in order
+  compute_end_ = Clock::now();
+  FinalizeBackward();
+}
+
+// ============================================================================ finalize
+
+void Reducer::FinalizeBackward() {
+  expect_autograd_hooks_ = false;
+  require_finalize_ = false;
+  DDPKIT_CHECK(next_bucket_ == buckets_.size(), "[ddp] rank ", group_.rank(),
+               ": finalize found ", buckets_.size() - next_bucket_,
+               " bucket(s) not launched; this is a bug in ddpkit's reducer");
+  const absl::Duration timeout = group_.options().timeout;
+  Clock::time_point comm_end = comm_start_;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    absl::StatusOr<Tensor> result = bucket.future_work->Wait(timeout);
+    if (!result.ok()) {
+      ThrowCommFailure(group_.rank(), StrCat("reducing gradient bucket ", b, " (parameters ",
+                                             absl::StrJoin(bucket.variable_indices, ", "), ")"),
+                       result.status());
+    }
+    if (!result->IsAliasOf(bucket.gradients)) {
+      DDPKIT_CHECK(result->numel() == bucket.gradients.numel(), "[ddp] the communication hook '",
+                   logging_.comm_hook(), "' returned ", result->numel(), " elements for bucket ",
+                   b, " of ", bucket.gradients.numel());
+      bucket.gradients.CopyFrom(*result);
+    }
+    comm_end = std::max(comm_end, bucket.future_work->completed_at());
+    Trace(TraceEventType::kAllreduceEnd, -1, static_cast<int64_t>(b),
+          bucket.future_work->completed_at());
+    FinalizeBucket(bucket);
+  }
+  if (local_used_work_ && !local_used_map_reduced_ready_) {
+    // Collected even when every parameter was used here, so the next launch cannot overlap it.
+    if (absl::StatusOr<Tensor> r = local_used_work_->Wait(timeout); !r.ok()) {
+      ThrowCommFailure(group_.rank(), "reducing the used-parameter map", r.status());
+    }
+    local_used_map_reduced_ready_ = true;
+  }
+  if (static_graph_first_iteration()) {
+    static_graph_recorded_ = true;
+    static_globally_unused_.assign(params_.size(), 0);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      static_globally_unused_[i] = local_used_map_reduced_.data<int32_t>()[i] == 0;
+    }
+  }
+
+  // Logging: unused parameters and arrival order of this iteration.
+  logging_.clear_unused_parameter_names();
+  int64_t unused_bytes = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if ((options_.find_unused_parameters || static_graph_) && GloballyUnused(i)) {
+      logging_.add_unused_parameter_names(ParamName(i));
+      unused_bytes += static_cast<int64_t>(params_[i].second.nbytes());
+    }
+  }
+  logging_.set_unused_parameter_size(unused_bytes);
+  logging_.clear_prev_iteration_grad_ready_order_indices();
+  for (size_t index : grad_ready_order_) {
+    logging_.add_prev_iteration_grad_ready_order_indices(static_cast<int32_t>(index));
+  }
+  if (dynamic_find_unused()) local_used_map_.Zero();  // static graph keeps its first map
+  local_used_work_.reset();
+  div_factor_ = 0;
+
+  const Clock::time_point finalize_end = Clock::now();
+  Trace(TraceEventType::kFinalize, -1, -1, finalize_end);
+  totals_.forward += Nanos(backward_start_ - forward_start_);
+  totals_.compute += Nanos(compute_end_ - backward_start_);
+  totals_.comm += Nanos(comm_end - comm_start_);
+  totals_.overlap += std::max<int64_t>(0, Nanos(std::min(compute_end_, comm_end) - comm_start_));
+  totals_.exposed += Nanos(finalize_end - compute_end_);
+  ++totals_.count;
+  RecordIterationStats();
+}
+
+bool Reducer::GloballyUnused(size_t index) {
+  if (!options_.find_unused_parameters && !static_graph_) return false;
+  if (static_graph_ && static_graph_recorded_) return static_globally_unused_[index];
+  if (local_used_map_.data<int32_t>()[index] != 0) return false;  // used here: used somewhere
+  if (!local_used_map_reduced_ready_) {
+    // Waited for lazily: when every parameter was used locally there is nothing to wait for.
+    if (absl::StatusOr<Tensor> r = local_used_work_->Wait(group_.options().timeout); !r.ok()) {
+      ThrowCommFailure(group_.rank(), "reducing the used-parameter map", r.status());
+    }
+    local_used_map_reduced_ready_ = true;
+  }
+  return local_used_map_reduced_.data<int32_t>()[index] == 0;
+}
+
+// Writes the averaged values back: into .grad (a copy, or the view itself with
+// gradient_as_bucket_view). A parameter no rank used keeps its .grad as it was (None stays
+// None), so an optimizer skips it; one used by some ranks gets the average with zeros from
+// the others.
+void Reducer::FinalizeBucket(Bucket& bucket) {
+  for (size_t i = 0; i < bucket.variable_indices.size(); ++i) {
+    const size_t index = bucket.variable_indices[i];
+    if (GloballyUnused(index)) continue;
+    const Tensor& param = bucket.variables[i];
+    const Tensor& view = bucket.views[i];
+    const Tensor& grad = param.grad();
+    if (options_.gradient_as_bucket_view) {
+      if (!grad.defined()) {
+        param.set_grad(view);
+      } else {
+        DDPKIT_CHECK(grad.IsAliasOf(view), "[ddp] rank ", group_.rank(), ": parameter ", index,
+                     " ('", ParamName(index), "') has a .grad that is not its bucket view, but "
+                     "gradient_as_bucket_view is on; do not replace .grad (zero it in place or "
+                     "set it to none)");
+      }
+    } else if (!grad.defined()) {
+      param.set_grad(view.Clone());
+    } else {
+      grad.CopyFrom(view);
+    }
+  }
+}
+
+// ============================================================================ rebuild
+
+bool Reducer::RebuildBuckets() {
+  if (!ShouldRebuildBuckets() || rebuilt_param_indices_.empty()) return false;
+  DDPKIT_CHECK(rebuilt_param_indices_.size() == params_.size(), "[ddp] rank ", group_.rank(),
+               ": the first iteration recorded ", rebuilt_param_indices_.size(),
+               " gradient arrivals for ", params_.size(),
+               " parameters; this is a bug in ddpkit's reducer");
+  std::vector<BucketTensorSpec> specs;
+  for (const auto& [name, p] : params_) specs.push_back({p.numel(), p.dtype()});
+  absl::StatusOr<BucketAssignment> assignment = ComputeBucketAssignmentBySize(
+      specs, {options_.first_bucket_bytes_cap, options_.bucket_bytes_cap}, {},
+      rebuilt_param_indices_);
+  if (!assignment.ok()) ThrowStatus(assignment.status());
+  SyncBucketIndices(*assignment);
+  has_rebuilt_buckets_ = true;
+  rebuilt_param_indices_.clear();
+  rebuilt_param_indices_.shrink_to_fit();
+  InitializeBuckets(*assignment);
+
+  logging_.set_has_rebuilt_buckets(true);
+  logging_.clear_rebuilt_buckets();
+  for (BucketInfo& info : BucketInfos()) *logging_.add_rebuilt_buckets() = std::move(info);
+  Trace(TraceEventType::kRebuild);
+  if (group_.options().debug_level != comm::DebugLevel::kOff) {
+    Log(LogLevel::kInfo, StrCat(buckets_.size(), " bucket(s) rebuilt in gradient-arrival order: ",
+                                BucketsToString(assignment->buckets), ", limits ",
+                                absl::StrJoin(assignment->limits, ", "), " bytes"));
+  }
+  return true;
+}
+
+// Rank 0's plan wins, so every rank buckets (and launches) identically even when gradients
+// arrived in different orders. Two broadcasts: [indices..., bucket count], then
+// [bucket sizes..., limits...].
+void Reducer::SyncBucketIndices(BucketAssignment& assignment) {
+  const int64_t n = static_cast<int64_t>(params_.size());
+  Tensor flat = Tensor::Zeros({n + 1}, DType::kInt64);
+  int64_t* f = flat.data<int64_t>();
+  int64_t k = 0;
+  for (const auto& bucket : assignment.buckets) {
+    for (size_t index : bucket) f[k++] = static_cast<int64_t>(index);
+  }
+  f[n] = static_cast<int64_t>(assignment.buckets.size());
+  if (absl::Status s = group_.Broadcast(flat, 0)->Wait(); !s.ok()) {
+    ThrowCommFailure(group_.rank(), "broadcasting rank 0's rebuilt bucket plan", s);
+  }
+  const int64_t num_buckets = f[n];
+  DDPKIT_CHECK(num_buckets >= 1 && num_buckets <= n, "[ddp] rank ", group_.rank(),
+               ": rank 0's rebuilt plan has ", num_buckets, " buckets for ", n, " parameters");
+  Tensor shape = Tensor::Zeros({2 * num_buckets}, DType::kInt64);
+  int64_t* s = shape.data<int64_t>();
+  if (group_.rank() == 0) {
+    for (int64_t b = 0; b < num_buckets; ++b) {
+      s[b] = static_cast<int64_t>(assignment.buckets[b].size());
+      s[num_buckets + b] = static_cast<int64_t>(assignment.limits[b]);
+    }
+  }
+  if (absl::Status st = group_.Broadcast(shape, 0)->Wait(); !st.ok()) {
+    ThrowCommFailure(group_.rank(), "broadcasting rank 0's rebuilt bucket sizes", st);
+  }
+  BucketAssignment synced;
+  std::vector<bool> seen(n, false);
+  k = 0;
+  for (int64_t b = 0; b < num_buckets; ++b) {
+    std::vector<size_t>& bucket = synced.buckets.emplace_back();
+    for (int64_t j = 0; j < s[b]; ++j, ++k) {
+      DDPKIT_CHECK(k < n && f[k] >= 0 && f[k] < n && !seen[f[k]], "[ddp] rank ", group_.rank(),
+                   ": rank 0's rebuilt bucket plan is not a permutation of the ", n,
+                   " parameters; do all ranks wrap the same model?");
+      seen[f[k]] = true;
+      bucket.push_back(static_cast<size_t>(f[k]));
+    }
+    synced.limits.push_back(static_cast<size_t>(s[num_buckets + b]));
+  }
+  DDPKIT_CHECK(k == n, "[ddp] rank ", group_.rank(), ": rank 0's rebuilt plan covers ", k,
+               " of ", n, " parameters");
+  assignment = std::move(synced);
+}
+
+// ============================================================================ observability
+
+void Reducer::Trace(TraceEventType type, int64_t param_index, int64_t bucket_index,
+                    Clock::time_point time) {
+  if (trace_ == nullptr) return;
+  trace_->OnEvent({.type = type, .time = time, .iteration = num_iterations_,
+                   .rank = group_.rank(), .param_index = param_index,
+                   .bucket_index = bucket_index});
+}
+
+void Reducer::RecordIterationStats() {
+  const int64_t count = std::max<int64_t>(1, totals_.count);
+  logging_.set_avg_forward_compute_time(totals_.forward / count);
+  logging_.set_avg_backward_compute_time(totals_.compute / count);
+  logging_.set_avg_backward_comm_time(totals_.comm / count);
+  logging_.set_avg_backward_compute_comm_overlap_time(totals_.overlap / count);
+  logging_.set_avg_backward_exposed_comm_time(totals_.exposed / count);
+  logging_.set_num_timed_iterations(totals_.count);
+  if (group_.options().debug_level == comm::DebugLevel::kDetail) {
+    Log(LogLevel::kInfo,
+        StrCat("[rank ", group_.rank(), " / ", group_.size(), "] iteration ", num_iterations_,
+               ": unused_parameter_size=", logging_.unused_parameter_size(),
+               " avg forward ", logging_.avg_forward_compute_time(), " ns, backward compute ",
+               logging_.avg_backward_compute_time(), " ns, comm ",
+               logging_.avg_backward_comm_time(), " ns, overlap ",
+               logging_.avg_backward_compute_comm_overlap_time(), " ns"));
+  }
+}
+
+}  // namespace ddpkit::reducer

@@ -1,0 +1,168 @@
+// The Reducer: averages gradients across ranks while backward is still running, as PyTorch's
+// c10d::Reducer. DistributedDataParallel (distributed_data_parallel.h) owns one and drives it;
+// docs/reducer.md walks through an iteration.
+//
+// One synced iteration:
+//  1. forward — PrepareForForward counts the iteration; EnsurePriorReductionFinished and
+//     RebuildBuckets (once, after the first synced iteration) run before the module;
+//     PrepareForBackward arms the hooks and resets every bucket's pending counter;
+//  2. backward — each parameter's gradient accumulator calls AutogradHook(index) once its
+//     gradient is final. MarkVariableReady copies grad/world into the parameter's bucket view;
+//     when a bucket's pending counter reaches 0 MarkBucketReady launches its allreduce — strictly
+//     in bucket order — on the process group's thread, while backward goes on;
+//  3. when the last bucket has been launched a callback is queued on the engine; at the end of
+//     backward it runs FinalizeBackward: wait for every bucket, write the averaged values back
+//     into .grad.
+//
+// Under no_sync the hooks are not armed: gradients only accumulate locally.
+//
+// Threading: the reducer belongs to its rank's thread (forward, backward and every hook run
+// there); the communication thread only works on bucket buffers between their launch and
+// FinalizeBackward's wait. Misuse (a parameter ready twice, an unfinished reduction, a changed
+// static graph) throws ddpkit::Error naming the parameter; a failed collective throws with the
+// process group's diagnosis.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/accumulate_grad.h"
+#include "autograd/nn.h"
+#include "comm/process_group.h"
+#include "reducer/bucket.h"
+#include "reducer/bucket_assignment.h"
+#include "reducer/comm_hook.h"
+#include "reducer/ddp_logging.pb.h"
+#include "reducer/trace.h"
+
+namespace ddpkit::reducer {
+
+struct ReducerOptions {
+  size_t bucket_bytes_cap = kDefaultBucketBytesCap;
+  size_t first_bucket_bytes_cap = kDefaultFirstBucketBytes;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+};
+
+class Reducer {
+ public:
+  // `parameters`: the deduplicated parameters with their names; index i is "variable i"
+  // everywhere. `initial`: the bucket assignment to start with, in reduction order.
+  Reducer(NamedTensors parameters, const BucketAssignment& initial, comm::ProcessGroup& group,
+          ReducerOptions options);
+  ~Reducer();  // removes the gradient hooks
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // --- Configuration (before the first iteration) -----------------------------------------
+  void SetStaticGraph();
+  void RegisterCommHook(CommHook hook, std::string name);
+  void SetTraceObserver(TraceObserver* observer) { trace_ = observer; }
+
+  // --- Called by DDP's forward ------------------------------------------------------------
+  void PrepareForForward();  // a synced, grad-enabled forward begins
+  // Throws when the previous synced backward did not mark every parameter ready.
+  void EnsurePriorReductionFinished();
+  // Rebuilds the buckets in gradient-arrival order once, after the first synced iteration
+  // (static graph: the second), with rank 0's plan broadcast to all. True when it rebuilt.
+  bool RebuildBuckets();
+  // Arms the hooks for this backward. `outputs`: the forward's outputs, searched for unused
+  // parameters in dynamic find_unused_parameters mode (ignored otherwise).
+  void PrepareForBackward(const TensorList& outputs);
+  // Static graph's first synced backward reduces everything at its end (DDP's sink node queues
+  // this): the hook counts recorded during it become the expected counts from then on.
+  bool static_graph_first_iteration() const { return static_graph_ && !static_graph_recorded_; }
+  void DelayAllReduce();
+
+  // --- State --------------------------------------------------------------------------------
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const std::vector<VariableLocator>& variable_locators() const { return locators_; }
+  const NamedTensors& parameters() const { return params_; }
+  int64_t num_iterations() const { return num_iterations_; }
+  bool has_rebuilt_buckets() const { return has_rebuilt_buckets_; }
+  comm::ProcessGroup& process_group() const { return group_; }
+  // Logging data: construction fields (DDP fills those the reducer does not know) and the
+  // runtime ones, updated at every synced iteration.
+  DdpLoggingData& logging_data() { return logging_; }
+  // The current plan as logged: per bucket its indices, names, bytes, limit and dtype.
+  std::vector<BucketInfo> BucketInfos() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void InitializeBuckets(const BucketAssignment& assignment);
+  void AutogradHook(size_t index);
+  void MarkVariableReady(size_t index);
+  void MarkBucketReady(size_t bucket_index);
+  void LaunchBucket(size_t bucket_index);
+  void LaunchLocalUsedMapAllreduce();
+  void FinalizeBackward();
+  void FinalizeBucket(Bucket& bucket);
+  bool GloballyUnused(size_t index);
+  void ResetBucketCounting();
+  std::vector<size_t> SearchUnusedParameters(const TensorList& outputs) const;
+  bool ShouldRebuildBuckets() const {
+    return (static_graph_ || !options_.find_unused_parameters) && !has_rebuilt_buckets_;
+  }
+  bool dynamic_find_unused() const { return options_.find_unused_parameters && !static_graph_; }
+  // Records that `index` got a gradient on this rank (find_unused / static graph's first pass).
+  void RecordLocalUse(size_t index);
+  void SyncBucketIndices(BucketAssignment& assignment);
+  void RecordIterationStats();
+  void Trace(TraceEventType type, int64_t param_index = -1, int64_t bucket_index = -1,
+             Clock::time_point time = Clock::now());
+  std::string ParamName(size_t index) const;
+
+  NamedTensors params_;
+  comm::ProcessGroup& group_;
+  const ReducerOptions options_;
+  std::vector<std::shared_ptr<AccumulateGrad>> grad_accumulators_;
+  std::vector<AccumulateGrad::HookHandle> hook_handles_;
+
+  std::vector<Bucket> buckets_;
+  std::vector<VariableLocator> locators_;  // by parameter index
+  size_t next_bucket_ = 0;                 // the next bucket to launch, in order
+
+  // --- Per synced backward ----------------------------------------------------------------
+  bool expect_autograd_hooks_ = false;
+  bool require_finalize_ = false;
+  bool has_marked_unused_parameters_ = false;
+  bool finalize_queued_ = false;
+  std::vector<uint8_t> marked_ready_;       // by parameter index
+  std::vector<size_t> grad_ready_order_;    // parameter indices, arrival order
+  std::vector<size_t> unused_parameters_;   // marked ready at the first hook
+  double div_factor_ = 0;                   // 0: not yet chosen this backward
+
+  // --- find_unused_parameters / static graph: which parameters got a gradient ---------------
+  Tensor local_used_map_;          // int32 [num params], 1 = used on this rank
+  Tensor local_used_map_reduced_;  // its allreduced copy (sum over ranks)
+  std::shared_ptr<comm::Future> local_used_work_;
+  bool local_used_map_reduced_ready_ = false;
+
+  // --- Static graph ---------------------------------------------------------------------------
+  bool static_graph_ = false;
+  bool static_graph_recorded_ = false;     // its first synced backward is done
+  std::vector<int> expected_hook_counts_;  // hook firings per parameter in that backward
+  std::vector<int> hooks_left_;            // this backward
+  std::vector<uint8_t> static_globally_unused_;
+
+  // --- Rebuild ------------------------------------------------------------------------------
+  bool has_rebuilt_buckets_ = false;
+  std::vector<size_t> rebuilt_param_indices_;  // arrival order of the first synced backward
+
+  // --- Comm hook, trace, logging ----------------------------------------------------------
+  CommHook comm_hook_;
+  TraceObserver* trace_ = nullptr;
+  DdpLoggingData logging_;
+  int64_t num_iterations_ = 0;
+  Clock::time_point forward_start_{}, backward_start_{}, compute_end_{}, comm_start_{};
+  bool comm_started_ = false;
+  struct Totals {
+    int64_t forward = 0, compute = 0, comm = 0, overlap = 0, exposed = 0, count = 0;
+  } totals_;
+};
+
+}  // namespace ddpkit::reducer

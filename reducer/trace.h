@@ -1,0 +1,42 @@
+// Trace events: what the reducer does during one iteration, with timestamps, for timeline
+// tools (`ddpkit train --trace` writes them as Chrome trace JSON).
+//
+// Events are delivered on the rank's own thread (the one running forward and backward), in
+// the order the reducer handles them. An allreduce's end is observed on the communication
+// thread; it is delivered when finalize collects the bucket, stamped with the time it happened.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string_view>
+
+namespace ddpkit::reducer {
+
+enum class TraceEventType {
+  kForward,         // DDP forward started (synced iterations)
+  kHookFired,       // a parameter's gradient hook ran (param_index)
+  kBucketReady,     // a bucket's pending counter reached zero (bucket_index)
+  kAllreduceStart,  // a bucket's reduction was launched (bucket_index)
+  kAllreduceEnd,    // a bucket's reduction completed (bucket_index)
+  kRebuild,         // buckets were rebuilt in gradient-arrival order
+  kFinalize,        // end of backward: results written back into the gradients
+};
+
+std::string_view TraceEventName(TraceEventType type);  // "hook_fired", ...
+
+struct TraceEvent {
+  TraceEventType type;
+  std::chrono::steady_clock::time_point time;
+  int64_t iteration = 0;     // DDP's synced-iteration counter
+  int rank = 0;
+  int64_t param_index = -1;  // kHookFired
+  int64_t bucket_index = -1;  // bucket events
+};
+
+class TraceObserver {
+ public:
+  virtual ~TraceObserver() = default;
+  virtual void OnEvent(const TraceEvent& event) = 0;
+};
+
+}  // namespace ddpkit::reducer
