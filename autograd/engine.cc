@@ -154,6 +154,13 @@ void Engine::QueueCallback(std::function<void()> callback) {
   running_tasks.back()->callbacks.push_back(std::move(callback));
 }
 
+void Engine::QueueOuterCallback(std::function<void()> callback) {
+  DDPKIT_CHECK(!running_tasks.empty(),
+               "[QueueOuterCallback] no backward is running on this thread; callbacks can only "
+               "be queued from inside a backward pass (e.g. from a gradient hook)");
+  running_tasks.front()->callbacks.push_back(std::move(callback));
+}
+
 int Engine::Depth() { return static_cast<int>(running_tasks.size()); }
 
 }  // namespace ddpkit

@@ -29,6 +29,9 @@ class Engine {
   // Runs `callback` once, after the innermost graph task on this thread has run its last node.
   // Callbacks may queue further callbacks. Throws when no backward is running on this thread.
   static void QueueCallback(std::function<void()> callback);
+  // As QueueCallback, but on the outermost graph task of this thread: it runs once the whole
+  // backward — every nested pass included — is over.
+  static void QueueOuterCallback(std::function<void()> callback);
 
   // How many graph tasks are running on this thread (0 outside backward, 2 inside a
   // reentrant backward).

@@ -299,10 +299,13 @@ void Reducer::AutogradHook(size_t index) {
   MarkVariableReady(index);
 
   if (next_bucket_ == buckets_.size() && !finalize_queued_) {
-    // Every bucket is launched: finalize once this backward has run its last node.
+    // Every bucket is launched: finalize once the whole backward is over. On the outermost
+    // pass, not the nested (checkpointed) one we may be in: a hook that fires again in a later
+    // nested pass is then diagnosed as "marked twice" rather than dropped after an early
+    // finalize (PyTorch finalizes at the end of the innermost pass and silently drops it).
     finalize_queued_ = true;
     if (dynamic_find_unused()) LaunchLocalUsedMapAllreduce();
-    Engine::QueueCallback([this] {
+    Engine::QueueOuterCallback([this] {
       compute_end_ = Clock::now();
       if (static_graph_ && ShouldRebuildBuckets()) {
         // Static graph rebuilds after its second iteration; unused parameters, which fire no

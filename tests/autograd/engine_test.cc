@@ -2,6 +2,7 @@
 #include <thread>
 
 #include "autograd/accumulate_grad.h"
+#include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/nn.h"
@@ -126,6 +127,27 @@ TEST(EngineTest, CallbacksRunOnceAfterEveryHook) {
 
 TEST(EngineTest, QueueCallbackOutsideBackwardIsAnError) {
   EXPECT_THROW(Engine::QueueCallback([] {}), Error);
+  EXPECT_THROW(Engine::QueueOuterCallback([] {}), Error);
+}
+
+// From inside a nested (checkpointed) pass, QueueCallback runs at the end of that pass and
+// QueueOuterCallback at the end of the whole backward.
+TEST(EngineTest, OuterCallbacksWaitForTheOutermostPass) {
+  Tensor w = Leaf({2.0});
+  Tensor x = Leaf({3.0});
+  std::vector<std::string> events;
+  w.grad_accumulator()->AddPostHook([&](const Tensor&) {
+    events.push_back("hook at depth " + std::to_string(Engine::Depth()));
+    if (events.size() == 1) {
+      Engine::QueueCallback([&] { events.push_back("inner callback"); });
+      Engine::QueueOuterCallback([&] { events.push_back("outer callback"); });
+    }
+  });
+  auto layer = [&](const Tensor& in) { return Mul(in, w); };
+  Tensor y = Checkpoint(layer, Checkpoint(layer, x));  // w fires once per nested pass
+  Sum(y).Backward();
+  EXPECT_EQ(events, (std::vector<std::string>{"hook at depth 2", "inner callback",
+                                              "hook at depth 2", "outer callback"}));
 }
 
 TEST(EngineTest, ErrorsForRootsWithoutGradOrNonScalarWithoutSeed) {
