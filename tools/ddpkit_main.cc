@@ -2,6 +2,7 @@
 #include "tools/cli/commands.h"
 
 int main(int argc, char** argv) {
-  return ddpkit::cli::Main(argc, argv, {ddpkit::cli::TrainSubcommand(), ddpkit::cli::LaunchSubcommand(),
+  return ddpkit::cli::Main(argc, argv, {ddpkit::cli::TrainSubcommand(), ddpkit::cli::BucketsSubcommand(),
+                                      ddpkit::cli::LaunchSubcommand(),
                                       ddpkit::cli::BenchSubcommand()});
 }

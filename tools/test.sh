@@ -2,7 +2,7 @@
 # Builds ddpkit and runs the whole test suite; exits non-zero on any failure.
 #   1. the normal build, all tests;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, all tests;
-#   3. a ThreadSanitizer build, the threaded tests (label comm; not label gloo, because
+#   3. a ThreadSanitizer build, the threaded tests (labels comm and reducer; not gloo, because
 #      Debian's libgloo is not TSan-instrumented and its own threads would be misreported).
 # Skip 2 and 3 with DDPKIT_SKIP_SANITIZERS=1 for a quick local run.
 set -euo pipefail
@@ -26,5 +26,5 @@ if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
   bash "$root/tools/build.sh" "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug \
     -DDDPKIT_SANITIZE=thread -DDDPKIT_BUILD_BENCHMARKS=OFF
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir "$root/build-tsan" -L comm --output-on-failure --parallel "$jobs"
+    ctest --test-dir "$root/build-tsan" -L 'comm|reducer' --output-on-failure --parallel "$jobs"
 fi

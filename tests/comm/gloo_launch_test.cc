@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "autograd/safetensors.h"
 #include "gtest/gtest.h"
 
 namespace {
@@ -68,6 +69,32 @@ TEST(GlooFaultTest, OutsideTheLauncherTheEnvironmentErrorSaysWhatToDo) {
   EXPECT_TRUE(absl::StrContains(r.output, "env:// rendezvous: environment variable MASTER_ADDR expected, "
                                           "but not set; run under `ddpkit launch`"))
       << r.output;
+}
+
+// DDP over Gloo processes trains exactly as the same world of threads: same rows, same
+// averaged gradients, same final weights.
+TEST(GlooDdpTest, TrainThroughTheLauncherMatchesTheThreadsWorld) {
+  const std::string dir = ::testing::TempDir();
+  const std::string gloo_weights = dir + "/ddp_gloo.safetensors", threads_weights = dir + "/ddp_threads.safetensors";
+  const std::string train = " train --steps 4 --batch-size 8 --bucket-cap-mb 0.01 --first-bucket-mb 0.004 ";
+  Result g = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 2 -- "
+                      DDPKIT_BINARY_DIR "/bin/ddpkit" + train + "--backend gloo --save-weights " + gloo_weights);
+  ASSERT_EQ(g.status, 0) << g.output;
+  EXPECT_TRUE(absl::StrContains(g.output, "world: 2 ranks (gloo)")) << g.output;
+  EXPECT_TRUE(absl::StrContains(g.output, "buckets rebuilt")) << g.output;
+  Result t = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit" + train + "--world-size 2 --save-weights " + threads_weights);
+  ASSERT_EQ(t.status, 0) << t.output;
+  absl::StatusOr<ddpkit::SafetensorsFile> a = ddpkit::ReadSafetensors(gloo_weights);
+  absl::StatusOr<ddpkit::SafetensorsFile> b = ddpkit::ReadSafetensors(threads_weights);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  for (const auto& [name, tensor] : a->tensors) {
+    const ddpkit::Tensor* other = b->Find(name);
+    ASSERT_NE(other, nullptr) << name;
+    for (int64_t i = 0; i < tensor.numel(); ++i) {
+      ASSERT_NEAR(tensor.at(i), other->at(i), 1e-6) << name << "[" << i << "]";
+    }
+  }
 }
 
 }  // namespace

@@ -55,7 +55,10 @@ TEST(CliTest, HelpListsSubcommands) {
 
 TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
   for (const char* args : {"", "no-such-subcommand", "train --no-such-flag", "train --steps=abc",
-                           "train --steps", "train extra-positional", "train --model mlp:3"}) {
+                           "train --steps", "train extra-positional", "train --model mlp:3",
+                           "train --bucket-cap-mb 0", "train --comm-hook fp8", "train --grad-accum 0",
+                           "train --world-size 0", "buckets --sizes 1,x", "buckets --sizes 4,4 --order 1",
+                           "buckets --sizes 4 --dtypes f32,f64", "buckets --sizes 4 --limits 0"}) {
     Result r = RunDdpkit(args);
     EXPECT_EQ(r.status, 2) << args;
     if (*args == '\0') continue;  // bare `ddpkit` prints the overview on stderr
@@ -77,6 +80,37 @@ TEST(CliTest, JsonModePrintsOnlyJsonWithOneLossPerStep) {
   EXPECT_EQ(report["losses"].size(), 7u);
   EXPECT_EQ(report["batch_size"], 8);
   EXPECT_EQ(report["parameter_names"][0], "0.weight");
+}
+
+TEST(CliTest, JsonModeCarriesTheDdpLoggingData) {
+  Result r = RunDdpkit("train --json --steps 3 --batch-size 4 --world-size 2 --grad-accum 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["world_size"], 2);
+  EXPECT_EQ(report["grad_accum"], 2);
+  EXPECT_TRUE(report["median_step_ms"].is_number());
+  EXPECT_EQ(report["ddp"]["has_rebuilt_buckets"], true);
+  EXPECT_EQ(report["ddp"]["initial_buckets"].size(), 1u);
+  EXPECT_EQ(report["ddp"]["prev_iteration_grad_ready_order_indices"].size(), 6u);
+}
+
+// PyTorch's test vector D through the command line, and the exact JSON shape.
+TEST(CliTest, BucketsPrintsTheAssignment) {
+  Result r = RunDdpkit("buckets --sizes 50,25,50,25,50,25 --dtypes f32,f64,f32,f64,f32,f64 "
+                       "--limits 200,400 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out),
+            nlohmann::json::parse(R"({"buckets": [[0], [1], [2, 4], [3, 5]], "limits": [200, 200, 400, 400]})"));
+  r = RunDdpkit("buckets --sizes 100,100,100 --sparse 1 --limits 400 --json");
+  EXPECT_EQ(nlohmann::json::parse(r.out),
+            nlohmann::json::parse(R"({"buckets": [[0], [1], [2]], "limits": [400, 0, 400]})"));
+  r = RunDdpkit("buckets --sizes 10,10,10,10 --limits 40,80 --order 3,2,1,0");
+  EXPECT_TRUE(absl::StrContains(r.out, "2, 1")) << r.out;
+  r = RunDdpkit("buckets --model mlp:4,8,3 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json plans = nlohmann::json::parse(r.out);
+  EXPECT_EQ(plans["initial"]["buckets"], nlohmann::json::parse("[[0, 1, 2, 3]]"));
+  EXPECT_EQ(plans["rebuilt"]["buckets"].size(), 1u);
 }
 
 TEST(CliTest, MissingFilesFailWithExit1AndNameTheFile) {

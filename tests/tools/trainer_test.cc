@@ -14,6 +14,13 @@
 namespace ddpkit::tools {
 namespace {
 
+// Train's report, or the error.
+absl::StatusOr<TrainReport> TrainReportOf(const TrainConfig& config) {
+  absl::StatusOr<TrainResult> result = Train(config);
+  if (!result.ok()) return result.status();
+  return result->report;
+}
+
 std::string TempPath(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
           ("ddpkit_trainer_" + std::to_string(::getpid()) + "_" + name))
@@ -21,7 +28,7 @@ std::string TempPath(const std::string& name) {
 }
 
 TEST(TrainerTest, LossFallsOnTheDefaultTaskWithin60Steps) {
-  absl::StatusOr<TrainReport> report = Train(TrainConfig{});
+  absl::StatusOr<TrainReport> report = TrainReportOf(TrainConfig{});
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->losses_size(), 60);
   const double first = report->losses(0), last = report->losses(59);
@@ -34,11 +41,51 @@ TEST(TrainerTest, LossFallsOnTheDefaultTaskWithin60Steps) {
 TEST(TrainerTest, SameSeedSameLosses) {
   TrainConfig config;
   config.steps = 5;
-  EXPECT_EQ(Train(config)->losses(4), Train(config)->losses(4));
+  EXPECT_EQ(TrainReportOf(config)->losses(4), TrainReportOf(config)->losses(4));
   config.seed = 1;
   TrainConfig other = config;
   other.seed = 2;
-  EXPECT_NE(Train(config)->losses(4), Train(other)->losses(4));
+  EXPECT_NE(TrainReportOf(config)->losses(4), TrainReportOf(other)->losses(4));
+}
+
+// The trainer's contract: N ranks with b rows each train exactly like one process with N*b
+// rows, with and without gradient accumulation and across DDP's options.
+TEST(TrainerTest, DataParallelRunEqualsOneProcessOnTheGlobalBatch) {
+  const std::string single_grads = TempPath("g1.safetensors"), ddp_grads = TempPath("g4.safetensors");
+  const std::string single_weights = TempPath("w1.safetensors"), ddp_weights = TempPath("w4.safetensors");
+  for (int grad_accum : {1, 3}) {
+    TrainConfig single;
+    single.steps = 4;
+    single.batch_size = 32;
+    single.grad_accum = grad_accum;
+    single.save_grads_path = single_grads;
+    single.save_weights_path = single_weights;
+    TrainConfig ddp = single;
+    ddp.world_size = 4;
+    ddp.batch_size = 8;
+    ddp.ddp = {.bucket_cap_mb = 0.01, .first_bucket_mb = 0.004, .find_unused_parameters = grad_accum == 3,
+               .gradient_as_bucket_view = true};
+    ddp.save_grads_path = ddp_grads;
+    ddp.save_weights_path = ddp_weights;
+    absl::StatusOr<TrainReport> a = TrainReportOf(single), b = TrainReportOf(ddp);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->world_size(), 4);
+    for (int step = 0; step < 4; ++step) EXPECT_NEAR(a->losses(step), b->losses(step), 1e-5);
+    for (const auto& [one, four] : {std::pair{single_grads, ddp_grads}, std::pair{single_weights, ddp_weights}}) {
+      absl::StatusOr<SafetensorsFile> x = ReadSafetensors(one), y = ReadSafetensors(four);
+      ASSERT_TRUE(x.ok() && y.ok());
+      ASSERT_EQ(x->tensors.size(), 6u);
+      for (const auto& [name, t] : x->tensors) {
+        const Tensor* other = y->Find(name);
+        ASSERT_NE(other, nullptr) << name;
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          ASSERT_NEAR(t.at(i), other->at(i), 1e-5 + 1e-4 * std::fabs(t.at(i))) << name << "[" << i << "] in " << one;
+        }
+      }
+    }
+  }
+  for (const auto& p : {single_grads, ddp_grads, single_weights, ddp_weights}) std::filesystem::remove(p);
 }
 
 TEST(TrainerTest, SavedWeightsReloadAndDataFileIsUsed) {
@@ -51,7 +98,7 @@ TEST(TrainerTest, SavedWeightsReloadAndDataFileIsUsed) {
   config.data_path = data;
   config.steps = 20;
   config.save_weights_path = weights;
-  absl::StatusOr<TrainReport> first = Train(config);
+  absl::StatusOr<TrainReport> first = TrainReportOf(config);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->data(), data);
 
@@ -59,7 +106,7 @@ TEST(TrainerTest, SavedWeightsReloadAndDataFileIsUsed) {
   config.weights_path = weights;
   config.save_weights_path.clear();
   config.steps = 1;
-  absl::StatusOr<TrainReport> resumed = Train(config);
+  absl::StatusOr<TrainReport> resumed = TrainReportOf(config);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_LT(resumed->losses(0), first->losses(0));
   std::filesystem::remove(weights);
@@ -73,7 +120,7 @@ TEST(TrainerTest, BadDataFilesNameTheFileAndTensor) {
   config.data_path = path;
   auto expect_error = [&](const NamedTensors& tensors, const std::string& expected) {
     ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
-    absl::StatusOr<TrainReport> report = Train(config);
+    absl::StatusOr<TrainReport> report = TrainReportOf(config);
     ASSERT_FALSE(report.ok());
     EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_TRUE(absl::StrContains(report.status().message(), path + ": " + expected))
@@ -92,13 +139,13 @@ TEST(TrainerTest, BadDataFilesNameTheFileAndTensor) {
 TEST(TrainerTest, InvalidConfigIsRejectedBeforeTraining) {
   TrainConfig config;
   config.batch_size = 0;
-  EXPECT_EQ(Train(config).status().message(), "--batch-size must be positive, got 0");
+  EXPECT_EQ(TrainReportOf(config).status().message(), "--batch-size must be positive, got 0");
   config = TrainConfig{};
   config.model = "mlp:4,x";
-  EXPECT_EQ(Train(config).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TrainReportOf(config).status().code(), absl::StatusCode::kInvalidArgument);
   config = TrainConfig{};
   config.weights_path = "/nonexistent.safetensors";
-  EXPECT_FALSE(Train(config).ok());
+  EXPECT_FALSE(TrainReportOf(config).ok());
 }
 
 TEST(DatasetTest, GatherRowsWrapsAround) {

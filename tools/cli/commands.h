@@ -9,6 +9,7 @@
 namespace ddpkit::cli {
 
 Subcommand TrainSubcommand();
+Subcommand BucketsSubcommand();
 Subcommand LaunchSubcommand();
 Subcommand BenchSubcommand();
 
