@@ -337,13 +337,13 @@ void Reducer::MarkVariableReady(size_t index) {
     view.Zero();  // an unused parameter contributes zeros
   } else if (!grad.IsAliasOf(view)) {
     // Without a hook the division is fused into the copy; a hook owns the math.
-    if (comm_hook_) {
+    if (comm_hook_ || div_factor_ == 1) {
       view.CopyFrom(grad);
     } else {
       ScaledCopy(view, grad, 1.0 / div_factor_);
     }
     if (options_.gradient_as_bucket_view) param.set_grad(view);
-  } else if (!comm_hook_) {
+  } else if (!comm_hook_ && div_factor_ != 1) {
     ScaleInPlace(view, 1.0 / div_factor_);  // .grad already is the view
   }
 

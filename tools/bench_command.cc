@@ -9,6 +9,7 @@
 #include "comm/gloo/process_group_gloo.h"
 #include "comm/rendezvous.h"
 #include "comm/threads/threads_world.h"
+#include "tools/bench_ddp.h"
 #include "tools/cli/commands.h"
 #include "tools/comm_flags.h"
 
@@ -102,17 +103,19 @@ absl::Status Sweep(ProcessGroup& group, bool raw_gloo_reference) {
 }
 
 int RunBench(const std::vector<std::string>& positionals) {
-  if (positionals.size() != 1 || positionals[0] != "allreduce") {
-    std::cerr << "ddpkit bench: name what to measure: 'ddpkit bench allreduce [flags]'\n";
+  if (positionals.size() != 1 || (positionals[0] != "allreduce" && positionals[0] != "ddp")) {
+    std::cerr << "ddpkit bench: name what to measure: 'ddpkit bench allreduce [flags]' or "
+                 "'ddpkit bench ddp [flags]'\n";
     return kExitUsage;
   }
+  const bool ddp = positionals[0] == "ddp";
   absl::StatusOr<CommSetup> setup = CommSetupFromFlags();
   if (!setup.ok()) {
     std::cerr << "ddpkit bench: " << setup.status().message() << "\n";
     return kExitUsage;
   }
   absl::Status status = RunOnWorld(*setup, [&](ProcessGroup& group) {
-    return Sweep(group, setup->backend == "gloo");
+    return ddp ? BenchDdp(group) : Sweep(group, setup->backend == "gloo");
   });
   if (!status.ok()) {
     std::cerr << "ddpkit bench: " << status.message() << "\n";
@@ -125,11 +128,12 @@ int RunBench(const std::vector<std::string>& positionals) {
 
 Subcommand BenchSubcommand() {
   return {.name = "bench",
-          .summary = "measure allreduce bandwidth (nccl-tests columns) against references",
+          .summary = "measure allreduce bandwidth, or DDP's step cost, against references",
           .usage = "ddpkit bench allreduce [--backend threads|gloo] [--world-size N] [--min-bytes B] "
-                   "[--max-bytes B]",
+                   "[--max-bytes B]\n       ddpkit bench ddp [--model mlp:...] [--batch-size B] "
+                   "[--world-size N] [--bucket-caps 0.5,1,...]",
           .flag_names = {"backend", "world_size", "timeout", "min_bytes", "max_bytes", "iters",
-                         "warmup_iters"},
+                         "warmup_iters", "model", "batch_size", "bucket_caps"},
           .takes_positionals = true,
           .run = RunBench};
 }

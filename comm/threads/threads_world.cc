@@ -120,6 +120,11 @@ void ThreadsWorld::RecycleStaging(Slot& slot) {
 }
 
 absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duration timeout) {
+  // A world of one: in-place collectives leave the tensor as it is (nothing to stage or copy).
+  if (size_ == 1 && (c.op == OpType::kAllreduce || c.op == OpType::kBroadcast ||
+                     c.op == OpType::kBarrier)) {
+    return absl::OkStatus();
+  }
   const uint64_t seq = c.sequence_number;
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
 
