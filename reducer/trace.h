@@ -1,5 +1,5 @@
 // Trace events: what the reducer does during one iteration, with timestamps, for timeline
-// tools (`ddpkit train --trace` writes them as Chrome trace JSON).
+// tools. Register an observer with DistributedDataParallel::reducer().SetTraceObserver.
 //
 // Events are delivered on the rank's own thread (the one running forward and backward), in
 // the order the reducer handles them. An allreduce's end is observed on the communication

@@ -251,5 +251,33 @@ TEST(DdpCommHookTest, HookResultBecomesTheGradient) {
   });
 }
 
+class RecordingObserver : public TraceObserver {
+ public:
+  void OnEvent(const TraceEvent& event) override {
+    std::string line(TraceEventName(event.type));
+    if (event.param_index >= 0) line += " p" + std::to_string(event.param_index);
+    if (event.bucket_index >= 0) line += " b" + std::to_string(event.bucket_index);
+    lines.push_back(line);
+  }
+  std::vector<std::string> lines;
+};
+
+TEST(DdpTraceTest, OneIterationInOrder) {
+  RunWorld(2, [](comm::ProcessGroup& group) {
+    auto model = nn::MakeMlp({3, 2}, 1);  // one Linear: weight (0), bias (1), one bucket
+    auto ddp = MakeDdp(model, group);
+    RecordingObserver observer;
+    ddp->reducer().SetTraceObserver(&observer);
+    Tensor x = Tensor::Full({2, 3}, 1.0);
+    CrossEntropy(ddp->Forward(x), Labels(2, 2, 0)).Backward();
+    EXPECT_THAT(observer.lines, ElementsAre("forward", "hook_fired p0", "hook_fired p1", "bucket_ready b0",
+                                            "allreduce_start b0", "allreduce_end b0", "finalize"));
+    observer.lines.clear();
+    CrossEntropy(ddp->Forward(x), Labels(2, 2, 0)).Backward();
+    EXPECT_EQ(observer.lines[0], "forward");
+    EXPECT_EQ(observer.lines[1], "rebuild");
+  });
+}
+
 }  // namespace
 }  // namespace ddpkit::reducer::testing
