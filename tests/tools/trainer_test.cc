@@ -88,6 +88,43 @@ TEST(TrainerTest, DataParallelRunEqualsOneProcessOnTheGlobalBatch) {
   for (const auto& p : {single_grads, ddp_grads, single_weights, ddp_weights}) std::filesystem::remove(p);
 }
 
+// PyTorch's own DistributedDataParallel (1.13, gloo, 2 processes) as the oracle: same initial
+// weights, same rows per rank, three SGD steps; the last step's averaged gradients and the final
+// weights must match (tools/golden/make_torch_golden.py wrote the files).
+TEST(TrainerTest, MatchesPyTorchDdpGoldenRun) {
+  const std::string testdata = DDPKIT_TESTDATA_DIR;
+  const std::string grads_path = TempPath("torch_ddp_grads.safetensors");
+  const std::string weights_path = TempPath("torch_ddp_final.safetensors");
+  TrainConfig config;
+  config.model = "mlp:4,8,3";
+  config.weights_path = testdata + "/torch_ddp_weights.safetensors";
+  config.data_path = testdata + "/torch_ddp_data.safetensors";
+  config.world_size = 2;
+  config.batch_size = 4;
+  config.steps = 3;
+  config.lr = 0.1;
+  config.save_grads_path = grads_path;
+  config.save_weights_path = weights_path;
+  ASSERT_TRUE(Train(config).ok());
+  absl::StatusOr<SafetensorsFile> expected = ReadSafetensors(testdata + "/torch_ddp_expected.safetensors");
+  absl::StatusOr<SafetensorsFile> grads = ReadSafetensors(grads_path), weights = ReadSafetensors(weights_path);
+  ASSERT_TRUE(expected.ok() && grads.ok() && weights.ok());
+  int compared = 0;
+  for (const auto& [name, want] : expected->tensors) {
+    const bool is_grad = absl::StartsWith(name, "grad.");
+    const std::string param = name.substr(name.find('.') + 1);
+    const Tensor* got = (is_grad ? *grads : *weights).Find(param);
+    ASSERT_NE(got, nullptr) << name;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      EXPECT_NEAR(got->at(i), want.at(i), 1e-6 + 1e-5 * std::fabs(want.at(i))) << name << "[" << i << "]";
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 8);  // 4 gradients, 4 final weights
+  std::filesystem::remove(grads_path);
+  std::filesystem::remove(weights_path);
+}
+
 TEST(TrainerTest, SavedWeightsReloadAndDataFileIsUsed) {
   const std::string weights = TempPath("w.safetensors"), data = TempPath("d.safetensors");
   ClassificationData synthetic = MakeSyntheticClassification(64, 4, 3, /*seed=*/5);

@@ -117,9 +117,50 @@ def dtypes_case():
     })
 
 
+def ddp_worker(rank, world, steps, batch, lr, port, result_path):
+    """One rank of torch's own DDP (gloo), trained exactly as `ddpkit train` trains."""
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(1)  # rank 0's weights are broadcast by DDP anyway
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(steps * world * batch, 4, generator=gen)
+    y = torch.randint(0, 3, (steps * world * batch,), generator=gen)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+    for step in range(steps):
+        begin = (step * world + rank) * batch  # global micro-batch `step`, this rank's slice
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(ddp(x[begin:begin + batch]), y[begin:begin + batch]).backward()
+        grads = {f"grad.{k}": p.grad.clone() for k, p in model.named_parameters()}
+        opt.step()
+    if rank == 0:
+        torch.save({"initial": initial, "x": x, "y": y, "grads": grads,
+                    "final": {f"final.{k}": v for k, v in model.state_dict().items()}}, result_path)
+    dist.destroy_process_group()
+
+
+def ddp_case():
+    """torch's DistributedDataParallel on 2 gloo ranks: initial weights, data, the last step's
+    averaged gradients (before its update) and the final weights after 3 SGD steps."""
+    import tempfile
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as tmp:
+        result = os.path.join(tmp, "ddp.pt")
+        mp.spawn(ddp_worker, args=(2, 3, 4, 0.1, 29400 + os.getpid() % 500, result), nprocs=2)
+        r = torch.load(result)
+    write_safetensors("torch_ddp_weights.safetensors", r["initial"], {"format": "pt"})
+    write_safetensors("torch_ddp_data.safetensors", {"x": r["x"], "y": r["y"]})
+    write_safetensors("torch_ddp_expected.safetensors", {**r["grads"], **r["final"]},
+                      {"world_size": "2", "steps": "3", "batch_size": "4", "lr": "0.1"})
+
+
 if __name__ == "__main__":
     print(f"torch {torch.__version__}", file=sys.stderr)
     mlp_case()
     ops_case()
     optim_case()
     dtypes_case()
+    ddp_case()
