@@ -221,14 +221,23 @@ Tensor DistributedDataParallel::Forward(const Tensor& input) {
   const bool grad_enabled = GradMode::IsEnabled();
   const bool sync = grad_enabled && require_backward_grad_sync_;
   if (sync) reducer_->PrepareForForward();
+  // After a no_sync forward the buffers are not re-broadcast (as PyTorch).
+  const bool sync_buffers =
+      require_forward_param_sync_ && options_.broadcast_buffers && !module_->NamedBuffers().empty();
+  Tensor active_ranks;
+  if (std::shared_ptr<comm::Work> count = join::Join::NotifyJoinContext(*this, &active_ranks)) {
+    // Joined ranks are shadowing: tell them what this iteration issues, in the order below.
+    reducer_->SetJoinCountWork(count, active_ranks, divide_by_initial_world_size_);
+    AllreduceJoinPlan((sync ? kSync : 0) |
+                      (sync && reducer_->static_graph_first_iteration() ? kStaticFirst : 0) |
+                      (grad_enabled && reducer_->rebuild_pending() ? kRebuild : 0) |
+                      (sync_buffers ? kBuffers : 0));
+  }
   if (grad_enabled) {
     reducer_->EnsurePriorReductionFinished();
     reducer_->RebuildBuckets();
   }
-  // After a no_sync forward the buffers are not re-broadcast (as PyTorch).
-  if (require_forward_param_sync_ && options_.broadcast_buffers && !module_->NamedBuffers().empty()) {
-    SyncBuffers();
-  }
+  if (sync_buffers) SyncBuffers();
   Tensor output = module_->Forward(input);
   if (!sync) {
     require_forward_param_sync_ = false;
@@ -239,6 +248,58 @@ Tensor DistributedDataParallel::Forward(const Tensor& input) {
   const bool search_unused = options_.find_unused_parameters && !options_.static_graph;
   reducer_->PrepareForBackward(search_unused ? TensorList{output} : TensorList{});
   return output;
+}
+
+int64_t DistributedDataParallel::AllreduceJoinPlan(int64_t plan) {
+  Tensor t = Tensor::Full({1}, static_cast<double>(plan), DType::kInt64);
+  if (absl::Status s = group_.Allreduce(t, comm::ReduceOp::kMax)->Wait(); !s.ok()) {
+    ThrowStatus(absl::Status(s.code(), StrCat("[ddp] rank ", group_.rank(),
+                                              ": sharing the iteration's plan with joined ranks "
+                                              "failed: ", s.message())));
+  }
+  return t.data<int64_t>()[0];
+}
+
+// DDP's join hook: per shadowed iteration, exactly the collectives an active rank's DDP issues
+// (Forward and the reducer), with zeros for gradients; at the end, every rank takes the model
+// of the highest rank among the last to join.
+class DdpJoinHook final : public join::JoinHook {
+ public:
+  explicit DdpJoinHook(DistributedDataParallel& ddp) : ddp_(ddp) {}
+
+  void MainHook() override {
+    using D = DistributedDataParallel;
+    const int64_t plan = ddp_.AllreduceJoinPlan(0);  // 0: this rank adds nothing to the plan
+    if (plan & D::kRebuild) ddp_.reducer_->RebuildBucketsForJoin();
+    if (plan & D::kBuffers) ddp_.SyncBuffers();
+    if (plan & D::kSync) ddp_.reducer_->ShadowBackward((plan & D::kStaticFirst) != 0);
+  }
+
+  void PostHook(bool is_last_joiner) override {
+    comm::ProcessGroup& group = ddp_.group_;
+    Tensor rank = Tensor::Full({1}, is_last_joiner ? group.rank() : -1.0, DType::kInt64);
+    if (absl::Status s = group.Allreduce(rank, comm::ReduceOp::kMax)->Wait(); !s.ok()) ThrowStatus(s);
+    const int authoritative = static_cast<int>(rank.data<int64_t>()[0]);
+    DDPKIT_CHECK(authoritative >= 0, "[ddp] rank ", group.rank(),
+                 ": no rank reported being a last joiner; this is a bug in ddpkit's Join");
+    ddp_.authoritative_rank_ = authoritative;
+    NamedTensors state = ddp_.reducer_->parameters();
+    if (ddp_.options_.broadcast_buffers) {
+      for (auto& b : ddp_.module_->NamedBuffers()) state.push_back(b);
+    }
+    std::vector<std::shared_ptr<comm::Work>> works;
+    for (const auto& [name, t] : state) works.push_back(group.Broadcast(t.Detach().Flatten(), authoritative));
+    for (const auto& w : works) {
+      if (absl::Status s = w->Wait(); !s.ok()) ThrowStatus(s);
+    }
+  }
+
+ private:
+  DistributedDataParallel& ddp_;
+};
+
+std::unique_ptr<join::JoinHook> DistributedDataParallel::MakeJoinHook() {
+  return std::make_unique<DdpJoinHook>(*this);
 }
 
 }  // namespace ddpkit::reducer

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "autograd/nn.h"
 #include "comm/process_group.h"
+#include "join/join.h"
 #include "reducer/reducer.h"
 
 namespace ddpkit::reducer {
@@ -31,7 +32,7 @@ struct DdpOptions {
   std::string module_name = "module";   // for logs
 };
 
-class DistributedDataParallel : public nn::Module {
+class DistributedDataParallel : public nn::Module, public join::Joinable {
  public:
   // Collective: every rank of `group` must call it. InvalidArgument for bad options or a
   // module without trainable parameters; FailedPrecondition when the ranks' models differ.
@@ -63,6 +64,15 @@ class DistributedDataParallel : public nn::Module {
   void RegisterCommHook(CommHook hook, std::string name);
   void RegisterBuiltinCommHook(BuiltinCommHook hook);
 
+  // --- Join (uneven inputs; see join/join.h and docs/join.md) ------------------------------
+  // true (default): gradients are always divided by the world size, joined ranks contributing
+  // zeros; false: divided by the number of ranks still active in the iteration.
+  void set_divide_by_initial_world_size(bool value) { divide_by_initial_world_size_ = value; }
+  std::unique_ptr<join::JoinHook> MakeJoinHook() override;
+  comm::ProcessGroup& join_process_group() const override { return group_; }
+  // The rank whose model every rank took at the end of Join (-1 before).
+  int authoritative_rank() const { return authoritative_rank_; }
+
   nn::Module& module() const { return *module_; }
   Reducer& reducer() const { return *reducer_; }
   const DdpOptions& options() const { return options_; }
@@ -79,8 +89,15 @@ class DistributedDataParallel : public nn::Module {
   comm::ProcessGroup& group_;
   DdpOptions options_;
   std::unique_ptr<Reducer> reducer_;
+  friend class DdpJoinHook;
+  // Under Join, an active rank tells the joined ones what this iteration will issue.
+  enum JoinPlanBits : int64_t { kSync = 1, kStaticFirst = 2, kRebuild = 4, kBuffers = 8 };
+  int64_t AllreduceJoinPlan(int64_t plan);
+
   bool require_backward_grad_sync_ = true;
   bool require_forward_param_sync_ = true;
+  bool divide_by_initial_world_size_ = true;
+  int authoritative_rank_ = -1;
 };
 
 // Bucket limits in bytes from a size in MiB, as PyTorch: int(mb * 1024 * 1024).

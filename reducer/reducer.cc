@@ -181,6 +181,16 @@ std::vector<BucketInfo> Reducer::BucketInfos() const {
 
 std::string Reducer::ParamName(size_t index) const { return params_[index].first; }
 
+// The world size; under Join with divide_by_initial_world_size off, the number of ranks still
+// active in this iteration (the joined ones contribute zeros).
+double Reducer::DivideFactor() {
+  if (!join_count_work_ || divide_by_initial_world_size_) return group_.size();
+  if (absl::Status s = join_count_work_->Wait(); !s.ok()) {
+    ThrowCommFailure(group_.rank(), "counting the active ranks", s);
+  }
+  return static_cast<double>(join_active_ranks_.data<int64_t>()[0]);
+}
+
 // ============================================================================ forward side
 
 void Reducer::PrepareForForward() {
@@ -326,7 +336,7 @@ void Reducer::MarkVariableReady(size_t index) {
   }
   marked_ready_[index] = 1;
   require_finalize_ = true;
-  if (div_factor_ == 0) div_factor_ = group_.size();
+  if (div_factor_ == 0) div_factor_ = DivideFactor();
 
   const VariableLocator& locator = locators_[index];
   Bucket& bucket = buckets_[locator.bucket_index];
@@ -461,6 +471,7 @@ void Reducer::FinalizeBackward() {
   if (dynamic_find_unused()) local_used_map_.Zero();  // static graph keeps its first map
   local_used_work_.reset();
   div_factor_ = 0;
+  join_count_work_.reset();
 
   const Clock::time_point finalize_end = Clock::now();
   Trace(TraceEventType::kFinalize, -1, -1, finalize_end);
@@ -593,6 +604,53 @@ void Reducer::SyncBucketIndices(BucketAssignment& assignment) {
   DDPKIT_CHECK(k == n, "[ddp] rank ", group_.rank(), ": rank 0's rebuilt plan covers ", k,
                " of ", n, " parameters");
   assignment = std::move(synced);
+}
+
+// ============================================================================ join
+
+void Reducer::SetJoinCountWork(std::shared_ptr<comm::Work> work, Tensor active_ranks,
+                               bool divide_by_initial_world_size) {
+  join_count_work_ = std::move(work);
+  join_active_ranks_ = std::move(active_ranks);
+  divide_by_initial_world_size_ = divide_by_initial_world_size;
+}
+
+void Reducer::RebuildBucketsForJoin() {
+  if (!ShouldRebuildBuckets()) return;
+  if (rebuilt_param_indices_.empty()) {
+    for (size_t i = 0; i < params_.size(); ++i) rebuilt_param_indices_.push_back(i);
+  }
+  RebuildBuckets();
+}
+
+void Reducer::ShadowBackward(bool static_graph_first_iteration) {
+  std::vector<std::shared_ptr<comm::Future>> pending;
+  auto shadow_used_map = [&] {
+    Tensor zeros = Tensor::Zeros({static_cast<int64_t>(params_.size())}, DType::kInt32);
+    pending.push_back(comm::Future::FromWork(group_.Allreduce(zeros), zeros));
+  };
+  if (static_graph_first_iteration) shadow_used_map();  // DelayAllReduce's order
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& bucket = buckets_[b];
+    Tensor zeros = Tensor::Zeros({bucket.gradients.numel()}, bucket.gradients.dtype());
+    if (comm_hook_) {
+      std::vector<Tensor> views;
+      for (size_t i = 0; i < bucket.views.size(); ++i) {
+        views.push_back(zeros.Rows(bucket.offsets[i], bucket.offsets[i] + bucket.lengths[i])
+                            .View(bucket.views[i].shape()));
+      }
+      GradBucket grad_bucket(b, buckets_.size(), zeros, views, bucket.variables);
+      pending.push_back(comm_hook_(grad_bucket));
+    } else {
+      pending.push_back(comm::Future::FromWork(group_.Allreduce(zeros), zeros));
+    }
+  }
+  if (!static_graph_first_iteration && dynamic_find_unused()) shadow_used_map();
+  for (const auto& future : pending) {
+    if (absl::StatusOr<Tensor> r = future->Wait(group_.options().timeout); !r.ok()) {
+      ThrowCommFailure(group_.rank(), "shadowing an active rank's gradient reduction", r.status());
+    }
+  }
 }
 
 // ============================================================================ observability

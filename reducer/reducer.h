@@ -77,6 +77,20 @@ class Reducer {
   bool static_graph_first_iteration() const { return static_graph_ && !static_graph_recorded_; }
   void DelayAllReduce();
 
+  // --- Join (uneven inputs) -----------------------------------------------------------------
+  // The forward's count-of-active-ranks allreduce: with `divide_by_initial_world_size` false
+  // the gradients are divided by its result instead of the world size.
+  void SetJoinCountWork(std::shared_ptr<comm::Work> work, Tensor active_ranks,
+                        bool divide_by_initial_world_size);
+  // Whether the next forward's RebuildBuckets will rebuild.
+  bool rebuild_pending() const { return ShouldRebuildBuckets() && !rebuilt_param_indices_.empty(); }
+  // A joined rank shadowing a rebuild: rebuilds too (in parameter order when it recorded no
+  // arrival order), adopting rank 0's plan like everyone else.
+  void RebuildBucketsForJoin();
+  // A joined rank shadowing one synced backward: zeros allreduced (or passed through the comm
+  // hook) for every bucket in order, and the used-map allreduce where active ranks issue one.
+  void ShadowBackward(bool static_graph_first_iteration);
+
   // --- State --------------------------------------------------------------------------------
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const std::vector<VariableLocator>& variable_locators() const { return locators_; }
@@ -115,6 +129,7 @@ class Reducer {
   void Trace(TraceEventType type, int64_t param_index = -1, int64_t bucket_index = -1,
              Clock::time_point time = Clock::now());
   std::string ParamName(size_t index) const;
+  double DivideFactor();
 
   NamedTensors params_;
   comm::ProcessGroup& group_;
@@ -156,6 +171,9 @@ class Reducer {
   // --- Comm hook, trace, logging ----------------------------------------------------------
   CommHook comm_hook_;
   TraceObserver* trace_ = nullptr;
+  std::shared_ptr<comm::Work> join_count_work_;  // this forward's, when joined ranks exist
+  Tensor join_active_ranks_;
+  bool divide_by_initial_world_size_ = true;
   DdpLoggingData logging_;
   int64_t num_iterations_ = 0;
   Clock::time_point forward_start_{}, backward_start_{}, compute_end_{}, comm_start_{};

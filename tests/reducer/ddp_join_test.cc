@@ -1,0 +1,228 @@
+// DDP under Join with uneven inputs: PyTorch's divide-factor vector, and randomised patterns
+// (ranks with zero inputs included) across DDP's options, checked against a single-process
+// reference of the same per-iteration formula; throw_on_early_termination.
+#include <mutex>
+#include <random>
+
+#include "autograd/optim.h"
+#include "gmock/gmock.h"
+#include "join/join.h"
+#include "tests/reducer/ddp_test_util.h"
+#include "tests/reducer/test_models.h"
+
+namespace ddpkit::reducer::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// PyTorch's test_ddp_grad_div_uneven_inputs: Linear(5, 5, bias=False), input 50 * ones(1, 5),
+// loss = sum, so every rank's local gradient is 50 * ones; rank 0 runs 3 iterations, the
+// others 5.
+class BiasFreeLinear : public nn::Module {
+ public:
+  BiasFreeLinear() {
+    Generator gen(0);
+    linear_ = RegisterModule("linear", std::make_shared<nn::Linear>(5, 5, false, gen, DType::kFloat64));
+  }
+  Tensor Forward(const Tensor& x) override { return linear_->Forward(x); }
+
+ private:
+  std::string Describe() const override { return "BiasFreeLinear"; }
+  std::shared_ptr<nn::Linear> linear_;
+};
+
+class DdpJoinDivideTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(DdpJoinDivideTest, GradientPerIterationFollowsTheDivideMode) {
+  const auto [world, divide_by_initial] = GetParam();
+  RunWorld(world, [&, world = world, divide_by_initial = divide_by_initial](comm::ProcessGroup& group) {
+    auto model = std::make_shared<BiasFreeLinear>();
+    auto ddp = MakeDdp(model, group);
+    ddp->set_divide_by_initial_world_size(divide_by_initial);
+    const int iterations = group.rank() == 0 ? 3 : 5;
+    join::Join::Run({ddp.get()}, {}, [&] {
+      for (int i = 0; i < iterations; ++i) {
+        model->Parameters()[0].set_grad(Tensor());
+        Sum(ddp->Forward(Tensor::Full({1, 5}, 50.0, DType::kFloat64))).Backward();
+        const double expected = i < 3 || !divide_by_initial ? 50.0 : 50.0 * (world - 1) / world;
+        for (double g : model->Parameters()[0].grad().ToDoubles()) {
+          ASSERT_NEAR(g, expected, 1e-12) << "rank " << group.rank() << ", iteration " << i;
+        }
+      }
+    });
+    EXPECT_EQ(ddp->authoritative_rank(), world - 1);  // the highest of the last joiners
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldsAndModes, DdpJoinDivideTest,
+                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()));
+
+struct JoinCase {
+  int world = 2;
+  std::vector<int> inputs{};  // iterations per rank
+  DdpOptions options{};
+  std::string hook{};
+  bool divide_by_initial = true;
+  int micro_batches = 1;  // > 1: accumulation, all but the last under no_sync
+};
+
+const std::vector<int64_t> kWidths = {4, 6, 3};
+Tensor Rows(int rank, int iteration, int micro) { return RandomRows(2, 4, 1000 * rank + 10 * iteration + micro); }
+Tensor Targets(int rank, int iteration) { return Labels(2, 3, rank + iteration); }
+
+// One process applying the formula: at iteration t the active ranks A_t contribute their
+// gradients, divided by the world size or by |A_t|; weights step with SGD(0.1).
+std::vector<Grads> Reference(const JoinCase& c, std::vector<double>* final_weights) {
+  auto model = nn::MakeMlp(kWidths, 11, DType::kFloat64);
+  Sgd sgd(model->Parameters(), {.lr = 0.1});
+  const int iterations = *std::max_element(c.inputs.begin(), c.inputs.end());
+  std::vector<Grads> per_iteration;
+  for (int t = 0; t < iterations; ++t) {
+    int active = 0;
+    for (int r = 0; r < c.world; ++r) active += c.inputs[r] > t;
+    const double divisor = c.divide_by_initial ? c.world : active;
+    sgd.ZeroGrad();
+    for (int r = 0; r < c.world; ++r) {
+      if (c.inputs[r] <= t) continue;
+      for (int k = 0; k < c.micro_batches; ++k) {
+        (CrossEntropy(model->Forward(Rows(r, t, k)), Targets(r, t)) * (1.0 / divisor)).Backward();
+      }
+    }
+    per_iteration.push_back(GradsOf(*model));
+    sgd.Step();
+  }
+  for (const Tensor& p : model->Parameters()) {
+    for (double v : p.ToDoubles()) final_weights->push_back(v);
+  }
+  return per_iteration;
+}
+
+void RunJoinCase(const JoinCase& c) {
+  std::vector<double> expected_weights;
+  const std::vector<Grads> expected = Reference(c, &expected_weights);
+  const int most = *std::max_element(c.inputs.begin(), c.inputs.end());
+  int highest_last_joiner = -1;
+  for (int r = 0; r < c.world; ++r) {
+    if (c.inputs[r] == most) highest_last_joiner = r;
+  }
+  std::mutex mu;
+  std::vector<std::vector<double>> finals(c.world);
+  RunWorld(c.world, [&](comm::ProcessGroup& group) {
+    const int rank = group.rank();
+    auto model = nn::MakeMlp(kWidths, 11, DType::kFloat64);
+    auto ddp = MakeDdp(model, group, c.options);
+    ddp->set_divide_by_initial_world_size(c.divide_by_initial);
+    if (!c.hook.empty()) ddp->RegisterBuiltinCommHook(*ParseBuiltinCommHook(c.hook));
+    Sgd sgd(model->Parameters(), {.lr = 0.1});
+    join::Join::Run({ddp.get()}, {}, [&] {
+      for (int t = 0; t < c.inputs[rank]; ++t) {
+        sgd.ZeroGrad();
+        for (int k = 0; k < c.micro_batches; ++k) {
+          auto step = [&] { CrossEntropy(ddp->Forward(Rows(rank, t, k)), Targets(rank, t)).Backward(); };
+          if (k + 1 < c.micro_batches) {
+            auto no_sync = ddp->NoSync();
+            step();
+          } else {
+            step();
+          }
+        }
+        EXPECT_TRUE(GradsClose(GradsOf(*model), expected[t], 1e-10, 1e-12)) << "rank " << rank << ", iteration " << t;
+        sgd.Step();
+      }
+    });
+    EXPECT_EQ(ddp->authoritative_rank(), highest_last_joiner);
+    std::vector<double> weights;
+    for (const Tensor& p : model->Parameters()) {
+      for (double v : p.ToDoubles()) weights.push_back(v);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    finals[rank] = std::move(weights);
+  });
+  for (int r = 0; r < c.world; ++r) {
+    EXPECT_EQ(finals[r], finals[highest_last_joiner]) << "rank " << r << " ended with another model";
+    ASSERT_EQ(finals[r].size(), expected_weights.size());
+    for (size_t i = 0; i < expected_weights.size(); ++i) {
+      ASSERT_NEAR(finals[r][i], expected_weights[i], 1e-10) << "rank " << r;
+    }
+  }
+}
+
+TEST(DdpJoinTest, RandomUnevenPatternsAcrossOptions) {
+  std::mt19937 rng(2026);
+  const DdpOptions small{.bucket_cap_mb = 100.0 / (1 << 20), .first_bucket_mb = 60.0 / (1 << 20)};
+  std::vector<std::pair<std::string, JoinCase>> variants = {
+      {"default", {.options = small}},
+      {"find_unused", {.options = {.bucket_cap_mb = small.bucket_cap_mb, .first_bucket_mb = small.first_bucket_mb,
+                                   .find_unused_parameters = true}}},
+      {"static_graph", {.options = {.bucket_cap_mb = small.bucket_cap_mb, .first_bucket_mb = small.first_bucket_mb,
+                                    .static_graph = true}}},
+      {"bucket_view", {.options = {.bucket_cap_mb = small.bucket_cap_mb, .first_bucket_mb = small.first_bucket_mb,
+                                   .gradient_as_bucket_view = true}}},
+      {"hook", {.options = small, .hook = "allreduce"}},
+      {"divide_by_active", {.options = small, .divide_by_initial = false}},
+      {"accumulation", {.options = small, .micro_batches = 2}},
+  };
+  for (int world = 2; world <= 4; ++world) {
+    for (auto& [name, variant] : variants) {
+      JoinCase c = variant;
+      c.world = world;
+      std::uniform_int_distribution<int> count(0, 4);
+      do {
+        c.inputs.clear();
+        for (int r = 0; r < world; ++r) c.inputs.push_back(count(rng));
+      } while (*std::max_element(c.inputs.begin(), c.inputs.end()) == 0);
+      std::string pattern;
+      for (int n : c.inputs) pattern += std::to_string(n) + " ";
+      SCOPED_TRACE(name + ", world " + std::to_string(world) + ", inputs " + pattern);
+      RunJoinCase(c);
+    }
+  }
+}
+
+TEST(DdpJoinTest, RebuildStillPendingWhenARankJoins) {
+  RunJoinCase({.world = 3, .inputs = {1, 4, 0}, .options = {.bucket_cap_mb = 100.0 / (1 << 20),
+                                                            .first_bucket_mb = 60.0 / (1 << 20)}});
+  RunJoinCase({.world = 3, .inputs = {0, 1, 3}, .options = {.static_graph = true}});
+}
+
+TEST(DdpJoinTest, ThrowOnEarlyTerminationStopsEveryRankInTheSameIteration) {
+  std::mutex mu;
+  std::vector<int> stopped_at(3, -1);
+  std::vector<std::string> errors(3);
+  RunWorld(3, [&](comm::ProcessGroup& group) {
+    auto model = nn::MakeMlp(kWidths, 11, DType::kFloat64);
+    auto ddp = MakeDdp(model, group);
+    const int inputs = group.rank() == 1 ? 2 : 5;
+    int t = 0;
+    try {
+      join::Join::Run({ddp.get()}, {.throw_on_early_termination = true}, [&] {
+        for (t = 0; t < inputs; ++t) {
+          CrossEntropy(ddp->Forward(Rows(group.rank(), t, 0)), Targets(group.rank(), t)).Backward();
+        }
+      });
+    } catch (const Error& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      stopped_at[group.rank()] = t;
+      errors[group.rank()] = e.what();
+    }
+    EXPECT_EQ(ddp->authoritative_rank(), -1) << "post hooks must not run";
+  });
+  EXPECT_EQ(stopped_at, (std::vector<int>{2, 2, 2}));
+  EXPECT_THAT(errors[1], HasSubstr("rank 1: this rank exhausted its inputs"));
+  EXPECT_THAT(errors[0], HasSubstr("at least one rank exhausted its inputs"));
+}
+
+TEST(DdpJoinTest, WithoutJoinUnevenInputsEndInANamedFailureNotAHang) {
+  absl::Status status = RunWorldStatus(2, [](comm::ProcessGroup& group) {
+    auto model = nn::MakeMlp(kWidths, 11, DType::kFloat64);
+    auto ddp = MakeDdp(model, group);
+    for (int t = 0; t < (group.rank() == 0 ? 1 : 3); ++t) {
+      CrossEntropy(ddp->Forward(Rows(group.rank(), t, 0)), Targets(group.rank(), t)).Backward();
+    }
+  });
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()), HasSubstr("rank 0 has finished without issuing it"));
+}
+
+}  // namespace
+}  // namespace ddpkit::reducer::testing
