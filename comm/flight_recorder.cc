@@ -18,6 +18,8 @@ void FlightRecorder::Queued(const Collective& c) {
   Entry entry;
   entry.sequence_number = c.sequence_number;
   entry.op = c.op;
+  entry.reduce_op = c.reduce_op;
+  entry.root = c.root;
   entry.dtype = c.input.defined() ? c.input.dtype() : DType::kFloat32;
   entry.count = c.input.defined() ? c.input.numel() : 0;
   entry.queued = absl::Now();

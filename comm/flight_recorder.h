@@ -19,6 +19,8 @@ class FlightRecorder {
   struct Entry {
     uint64_t sequence_number = 0;
     OpType op = OpType::kBarrier;
+    ReduceOp reduce_op = ReduceOp::kSum;  // reductions
+    int root = 0;                         // broadcast
     DType dtype = DType::kFloat32;
     int64_t count = 0;
     State state = State::kQueued;
