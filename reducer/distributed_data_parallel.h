@@ -91,7 +91,7 @@ class DistributedDataParallel : public nn::Module, public join::Joinable {
   std::unique_ptr<Reducer> reducer_;
   friend class DdpJoinHook;
   // Under Join, an active rank tells the joined ones what this iteration will issue.
-  enum JoinPlanBits : int64_t { kSync = 1, kStaticFirst = 2, kRebuild = 4, kBuffers = 8 };
+  static constexpr int64_t kSync = 1, kStaticFirst = 2, kRebuild = 4, kBuffers = 8;
   int64_t AllreduceJoinPlan(int64_t plan);
 
   bool require_backward_grad_sync_ = true;

@@ -470,6 +470,7 @@ void Reducer::FinalizeBackward() {
   }
   if (dynamic_find_unused()) local_used_map_.Zero();  // static graph keeps its first map
   local_used_work_.reset();
+  last_divide_factor_ = comm_hook_ ? 0 : div_factor_;
   div_factor_ = 0;
   join_count_work_.reset();
 
@@ -623,34 +624,53 @@ void Reducer::RebuildBucketsForJoin() {
   RebuildBuckets();
 }
 
+// The joined rank takes part exactly as an active rank whose gradients are all zero (and
+// which used no parameter), and ends with the same .grad as the active ranks: the averaged
+// value where some rank used the parameter, none where no rank did. PyTorch's join hook drops
+// the results instead; keeping them lets a joinable that steps after DDP (the ZeRO optimizer
+// updating the shard this rank owns) see the gradient the active ranks see.
 void Reducer::ShadowBackward(bool static_graph_first_iteration) {
-  std::vector<std::shared_ptr<comm::Future>> pending;
   auto shadow_used_map = [&] {
-    Tensor zeros = Tensor::Zeros({static_cast<int64_t>(params_.size())}, DType::kInt32);
-    pending.push_back(comm::Future::FromWork(group_.Allreduce(zeros), zeros));
+    local_used_map_.Zero();
+    local_used_map_reduced_.Zero();
+    local_used_map_reduced_ready_ = false;
+    local_used_work_ = comm::Future::FromWork(group_.Allreduce(local_used_map_reduced_),
+                                              local_used_map_reduced_);
   };
   if (static_graph_first_iteration) shadow_used_map();  // DelayAllReduce's order
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    const Bucket& bucket = buckets_[b];
-    Tensor zeros = Tensor::Zeros({bucket.gradients.numel()}, bucket.gradients.dtype());
-    if (comm_hook_) {
-      std::vector<Tensor> views;
-      for (size_t i = 0; i < bucket.views.size(); ++i) {
-        views.push_back(zeros.Rows(bucket.offsets[i], bucket.offsets[i] + bucket.lengths[i])
-                            .View(bucket.views[i].shape()));
-      }
-      GradBucket grad_bucket(b, buckets_.size(), zeros, views, bucket.variables);
-      pending.push_back(comm_hook_(grad_bucket));
-    } else {
-      pending.push_back(comm::Future::FromWork(group_.Allreduce(zeros), zeros));
-    }
+    buckets_[b].gradients.Zero();
+    LaunchBucket(b);
   }
   if (!static_graph_first_iteration && dynamic_find_unused()) shadow_used_map();
-  for (const auto& future : pending) {
-    if (absl::StatusOr<Tensor> r = future->Wait(group_.options().timeout); !r.ok()) {
-      ThrowCommFailure(group_.rank(), "shadowing an active rank's gradient reduction", r.status());
+  if (local_used_work_) {
+    if (absl::StatusOr<Tensor> r = local_used_work_->Wait(group_.options().timeout); !r.ok()) {
+      ThrowCommFailure(group_.rank(), "shadowing an active rank's used-parameter map", r.status());
+    }
+    local_used_map_reduced_ready_ = true;
+  }
+  if (static_graph_first_iteration) {
+    static_graph_recorded_ = true;
+    static_globally_unused_.assign(params_.size(), 0);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      static_globally_unused_[i] = local_used_map_reduced_.data<int32_t>()[i] == 0;
     }
   }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    absl::StatusOr<Tensor> result = bucket.future_work->Wait(group_.options().timeout);
+    if (!result.ok()) {
+      ThrowCommFailure(group_.rank(), StrCat("shadowing an active rank's reduction of gradient bucket ", b),
+                       result.status());
+    }
+    if (!result->IsAliasOf(bucket.gradients)) bucket.gradients.CopyFrom(*result);
+    for (size_t index : bucket.variable_indices) {
+      if (GloballyUnused(index)) params_[index].second.set_grad(Tensor());
+    }
+    FinalizeBucket(bucket);
+  }
+  local_used_work_.reset();
+  comm_started_ = false;
 }
 
 // ============================================================================ observability

@@ -89,7 +89,11 @@ class Reducer {
   void RebuildBucketsForJoin();
   // A joined rank shadowing one synced backward: zeros allreduced (or passed through the comm
   // hook) for every bucket in order, and the used-map allreduce where active ranks issue one.
+  // Afterwards this rank's .grad holds what the active ranks' holds.
   void ShadowBackward(bool static_graph_first_iteration);
+  // What the last synced backward divided the gradients by (0 with a comm hook, which does its
+  // own math).
+  double last_divide_factor() const { return last_divide_factor_; }
 
   // --- State --------------------------------------------------------------------------------
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -150,6 +154,7 @@ class Reducer {
   std::vector<size_t> grad_ready_order_;    // parameter indices, arrival order
   std::vector<size_t> unused_parameters_;   // marked ready at the first hook
   double div_factor_ = 0;                   // 0: not yet chosen this backward
+  double last_divide_factor_ = 0;
 
   // --- find_unused_parameters / static graph: which parameters got a gradient ---------------
   Tensor local_used_map_;          // int32 [num params], 1 = used on this rank
