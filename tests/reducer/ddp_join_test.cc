@@ -224,5 +224,79 @@ TEST(DdpJoinTest, WithoutJoinUnevenInputsEndInANamedFailureNotAHang) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("rank 0 has finished without issuing it"));
 }
 
+// A SyncBatchNorm-like model: every forward allreduces the batch's feature means, a
+// collective of the model's own that no join hook knows about.
+class SyncedStatsNet : public nn::Module {
+ public:
+  explicit SyncedStatsNet(comm::ProcessGroup& group) : group_(group) {
+    Generator gen(4);
+    linear_ = RegisterModule("linear", std::make_shared<nn::Linear>(4, 3, true, gen, DType::kFloat64));
+  }
+  Tensor Forward(const Tensor& x) override {
+    Tensor h = linear_->Forward(x);
+    Tensor mean = Tensor::Zeros({3}, DType::kFloat64);
+    for (int64_t r = 0; r < h.size(0); ++r) {
+      for (int64_t c = 0; c < 3; ++c) mean.data<double>()[c] += h.data<double>()[r * 3 + c] / h.size(0);
+    }
+    if (absl::Status s = group_.Allreduce(mean, comm::ReduceOp::kAvg)->Wait(); !s.ok()) ThrowStatus(s);
+    Tensor centre = Tensor::Empty(h.shape(), DType::kFloat64);  // the mean repeated per row
+    for (int64_t i = 0; i < centre.numel(); ++i) centre.data<double>()[i] = mean.data<double>()[i % 3];
+    return Sub(h, centre);  // the global mean is a constant here, as running stats are
+  }
+
+ private:
+  std::string Describe() const override { return "SyncedStatsNet"; }
+  comm::ProcessGroup& group_;
+  std::shared_ptr<nn::Linear> linear_;
+};
+
+TEST(DdpJoinTest, AModelWithItsOwnCollectiveFailsUnderPlainJoinWithADiagnosis) {
+  absl::Status status = RunWorldStatus(3, [](comm::ProcessGroup& group) {
+    auto model = std::make_shared<SyncedStatsNet>(group);
+    auto ddp = MakeDdp(model, group);
+    join::Join::Run({ddp.get()}, {}, [&] {
+      for (int t = 0; t < (group.rank() == 2 ? 1 : 3); ++t) {
+        CrossEntropy(ddp->Forward(Rows(group.rank(), t, 0)), Targets(group.rank(), t)).Backward();
+      }
+    });
+  }, absl::Seconds(10));
+  ASSERT_FALSE(status.ok()) << "the joined rank cannot shadow the model's own allreduce";
+  EXPECT_THAT(std::string(status.message()), HasSubstr("sequence number"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("ALLREDUCE"));
+}
+
+TEST(DdpJoinTest, ThrowModeRescuesAModelWithItsOwnCollective) {
+  std::mutex mu;
+  std::vector<int> stopped_at(3, -1);
+  std::vector<std::vector<double>> finals(3);
+  RunWorld(3, [&](comm::ProcessGroup& group) {
+    auto model = std::make_shared<SyncedStatsNet>(group);
+    auto ddp = MakeDdp(model, group);
+    Sgd sgd(model->Parameters(), {.lr = 0.1});
+    int t = 0;
+    try {
+      join::Join::Run({ddp.get()}, {.throw_on_early_termination = true}, [&] {
+        for (t = 0; t < (group.rank() == 2 ? 1 : 3); ++t) {
+          sgd.ZeroGrad();
+          CrossEntropy(ddp->Forward(Rows(group.rank(), t, 0)), Targets(group.rank(), t)).Backward();
+          sgd.Step();
+        }
+      });
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), absl::StatusCode::kAborted) << e.what();
+    }
+    std::vector<double> weights;
+    for (const Tensor& p : model->Parameters()) {
+      for (double v : p.ToDoubles()) weights.push_back(v);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    stopped_at[group.rank()] = t;
+    finals[group.rank()] = std::move(weights);
+  });
+  EXPECT_EQ(stopped_at, (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(finals[0], finals[1]);
+  EXPECT_EQ(finals[0], finals[2]);
+}
+
 }  // namespace
 }  // namespace ddpkit::reducer::testing
