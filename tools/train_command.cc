@@ -27,6 +27,9 @@ ABSL_FLAG(int32_t, grad_accum, 1,
           "micro-batches per optimizer step; all but the last run under no_sync");
 ABSL_FLAG(double, lr, 0.1, "SGD learning rate");
 ABSL_FLAG(double, momentum, 0.0, "SGD momentum");
+ABSL_FLAG(std::string, optimizer, "sgd",
+          "sgd (every rank steps every parameter) or zero-sgd (ZeRO stage 1: each rank steps "
+          "and keeps momentum for its shard, then broadcasts it)");
 ABSL_FLAG(uint64_t, seed, 0, "seed for the model's initialisation and the synthetic data");
 ABSL_FLAG(std::string, save_weights, "", "write rank 0's final weights here (safetensors, atomically)");
 ABSL_FLAG(std::string, save_grads, "",
@@ -70,6 +73,7 @@ int RunTrain(const std::vector<std::string>&) {
   config.grad_accum = absl::GetFlag(FLAGS_grad_accum);
   config.lr = absl::GetFlag(FLAGS_lr);
   config.momentum = absl::GetFlag(FLAGS_momentum);
+  config.optimizer = absl::GetFlag(FLAGS_optimizer);
   config.seed = absl::GetFlag(FLAGS_seed);
   config.save_weights_path = absl::GetFlag(FLAGS_save_weights);
   config.save_grads_path = absl::GetFlag(FLAGS_save_grads);
@@ -89,7 +93,8 @@ int RunTrain(const std::vector<std::string>&) {
                                  setup.model(), setup.parameter_names_size(), setup.num_parameters())
               << absl::StrFormat("world: %d ranks (%s); per rank %d rows x %d micro-batch(es) per step\n",
                                  setup.world_size(), setup.backend(), setup.batch_size(), setup.grad_accum())
-              << absl::StrFormat("data: %s; SGD lr %g, momentum %g, %d steps\n", setup.data(),
+              << absl::StrFormat("data: %s; %s lr %g, momentum %g, %d steps\n", setup.data(),
+                                 setup.optimizer() == "zero-sgd" ? "ZeRO-1 SGD" : "SGD",
                                  setup.lr(), setup.momentum(), setup.steps())
               << absl::StrFormat("DDP: find_unused_parameters=%s static_graph=%s "
                                  "gradient_as_bucket_view=%s comm_hook=%s\n\n",
@@ -162,7 +167,7 @@ int RunTrain(const std::vector<std::string>&) {
 
 Subcommand TrainSubcommand() {
   std::vector<std::string> flags = {"model", "weights", "data", "batch_size", "steps", "grad_accum",
-                                    "lr", "momentum", "seed", "save_weights", "save_grads", "json",
+                                    "lr", "momentum", "optimizer", "seed", "save_weights", "save_grads", "json",
                                     "backend", "world_size", "timeout"};
   flags.insert(flags.end(), kDdpFlagNames.begin(), kDdpFlagNames.end());
   return {.name = "train",

@@ -9,6 +9,7 @@
 #include "autograd/ops.h"
 #include "autograd/optim.h"
 #include "autograd/safetensors.h"
+#include "reducer/zero_redundancy_optimizer.h"
 #include "tools/comm_flags.h"
 #include "tools/dataset.h"
 
@@ -44,6 +45,10 @@ absl::Status Validate(const TrainConfig& config) {
   }
   if (!config.comm_hook.empty()) {
     DDPKIT_RETURN_IF_ERROR(reducer::ParseBuiltinCommHook(config.comm_hook).status());
+  }
+  if (config.optimizer != "sgd" && config.optimizer != "zero-sgd") {
+    return absl::InvalidArgumentError(
+        StrCat("--optimizer must be sgd or zero-sgd, got '", config.optimizer, "'"));
   }
   return absl::OkStatus();
 }
@@ -88,9 +93,20 @@ absl::StatusOr<TrainResult> TrainOnRank(const TrainConfig& config, const std::ve
   report.set_lr(config.lr);
   report.set_momentum(config.momentum);
   report.set_seed(static_cast<int32_t>(config.seed));
+  const SgdOptions sgd{.lr = config.lr, .momentum = config.momentum};
+  std::unique_ptr<Optimizer> optimizer;
+  if (config.optimizer == "zero-sgd") {
+    DDPKIT_ASSIGN_OR_RETURN(optimizer, reducer::ZeroRedundancyOptimizer::Create(
+                                           model->NamedParameters(), group, reducer::MakeSgdFactory(sgd)));
+    report.set_elements_stepped(
+        static_cast<int32_t>(static_cast<reducer::ZeroRedundancyOptimizer&>(*optimizer).shard_elements()));
+  } else {
+    optimizer = std::make_unique<Sgd>(model->Parameters(), sgd);
+    report.set_elements_stepped(report.num_parameters());
+  }
+  report.set_optimizer(config.optimizer);
   if (lead && observer.on_start) observer.on_start(report, ddp->LoggingData());
 
-  Sgd optimizer(model->Parameters(), {.lr = config.lr, .momentum = config.momentum});
   const int64_t b = config.batch_size, global_batch = static_cast<int64_t>(world) * b;
   Tensor x = Tensor::Empty({b, features});
   Tensor y = Tensor::Empty({b}, DType::kInt64);
@@ -98,7 +114,7 @@ absl::StatusOr<TrainResult> TrainOnRank(const TrainConfig& config, const std::ve
   Tensor losses = Tensor::Zeros({config.steps}, DType::kFloat64);
   for (int step = 0; step < config.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    optimizer.ZeroGrad();
+    optimizer->ZeroGrad();
     double loss_sum = 0;
     for (int k = 0; k < config.grad_accum; ++k) {
       const int64_t g = static_cast<int64_t>(step) * config.grad_accum + k;
@@ -122,7 +138,7 @@ absl::StatusOr<TrainResult> TrainOnRank(const TrainConfig& config, const std::ve
       }
       DDPKIT_RETURN_IF_ERROR(WriteSafetensors(config.save_grads_path, grads));
     }
-    optimizer.Step();
+    optimizer->Step();
     step_ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     const double loss = loss_sum / config.grad_accum;

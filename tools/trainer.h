@@ -5,7 +5,8 @@
 // data, wrapping around (B = world_size * batch_size), and rank r trains on its contiguous
 // slice [g*B + r*b, g*B + (r+1)*b). Each optimizer step zeroes the gradients (to none), runs
 // grad_accum micro-batches — all but the last under no_sync, so they only accumulate locally —
-// and takes a plain SGD step with the averaged, accumulated gradient. With world_size 1 this is
+// and takes an SGD step with the averaged, accumulated gradient (zero-sgd: each rank steps its
+// ZeRO-1 shard and broadcasts it; the numbers are the same). With world_size 1 this is
 // ordinary single-process training on the same rows.
 #pragma once
 
@@ -30,6 +31,7 @@ struct TrainConfig {
   int grad_accum = 1;             // micro-batches per optimizer step
   double lr = 0.1;
   double momentum = 0.0;
+  std::string optimizer = "sgd";  // or "zero-sgd": ZeRO-1, each rank steps its shard
   uint64_t seed = 0;
   int64_t synthetic_rows = 4096;
 

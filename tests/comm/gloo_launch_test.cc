@@ -97,4 +97,36 @@ TEST(GlooDdpTest, TrainThroughTheLauncherMatchesTheThreadsWorld) {
   }
 }
 
+// Uneven inputs across processes: Join (with the ZeRO optimizer as a second joinable) ends
+// with the threads world's model; without Join the job fails and names the rank that left.
+TEST(GlooJoinTest, UnevenInputsThroughTheLauncher) {
+  const std::string dir = ::testing::TempDir();
+  const std::string gloo_weights = dir + "/join_gloo.safetensors", threads_weights = dir + "/join_threads.safetensors";
+  const std::string join = " join --inputs 2,4,3 --batch-size 4 --model mlp:6,8,3 --optimizer zero-sgd --momentum 0.9 ";
+  Result g = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 3 -- "
+                      DDPKIT_BINARY_DIR "/bin/ddpkit" + join + "--backend gloo --save-weights " + gloo_weights);
+  ASSERT_EQ(g.status, 0) << g.output;
+  EXPECT_TRUE(absl::StrContains(g.output, "shadowing 0 2")) << g.output;
+  EXPECT_TRUE(absl::StrContains(g.output, "final models identical on all ranks: yes")) << g.output;
+  Result t = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit" + join + "--save-weights " + threads_weights);
+  ASSERT_EQ(t.status, 0) << t.output;
+  absl::StatusOr<ddpkit::SafetensorsFile> a = ddpkit::ReadSafetensors(gloo_weights);
+  absl::StatusOr<ddpkit::SafetensorsFile> b = ddpkit::ReadSafetensors(threads_weights);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (const auto& [name, tensor] : a->tensors) {
+    const ddpkit::Tensor* other = b->Find(name);
+    ASSERT_NE(other, nullptr) << name;
+    for (int64_t i = 0; i < tensor.numel(); ++i) {
+      ASSERT_NEAR(tensor.at(i), other->at(i), 1e-6) << name << "[" << i << "]";
+    }
+  }
+
+  Result n = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 2 -- "
+                      DDPKIT_BINARY_DIR "/bin/ddpkit join --backend gloo --inputs 3,1 --batch-size 4 "
+                      "--model mlp:6,8,3 --no-join --timeout 20");
+  EXPECT_NE(n.status, 0) << n.output;
+  EXPECT_TRUE(absl::StrContains(n.output, "rank 1 did not reach this collective")) << n.output;
+  EXPECT_TRUE(absl::StrContains(n.output, "ran out of inputs and left without Join")) << n.output;
+}
+
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "autograd/safetensors.h"
 #include "gtest/gtest.h"
 
 namespace {
@@ -58,7 +59,11 @@ TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
                            "train --steps", "train extra-positional", "train --model mlp:3",
                            "train --bucket-cap-mb 0", "train --comm-hook fp8", "train --grad-accum 0",
                            "train --world-size 0", "buckets --sizes 1,x", "buckets --sizes 4,4 --order 1",
-                           "buckets --sizes 4 --dtypes f32,f64", "buckets --sizes 4 --limits 0"}) {
+                           "buckets --sizes 4 --dtypes f32,f64", "buckets --sizes 4 --limits 0",
+                           "join", "join --inputs 3,x", "join --inputs 3,-1", "join --inputs 2,2 --world-size 3",
+                           "join --inputs 2,2 --data-per-rank p", "join --inputs 2,2 --optimizer adam",
+                           "join --inputs 2,2 --no-join --throw-on-early-termination",
+                           "train --optimizer zero"}) {
     Result r = RunDdpkit(args);
     EXPECT_EQ(r.status, 2) << args;
     if (*args == '\0') continue;  // bare `ddpkit` prints the overview on stderr
@@ -117,6 +122,92 @@ TEST(CliTest, MissingFilesFailWithExit1AndNameTheFile) {
   Result r = RunDdpkit("train --weights /nonexistent/w.safetensors");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(absl::StrContains(r.err, "/nonexistent/w.safetensors")) << r.err;
+}
+
+// PyTorch's divide-mode rule through the command line: with 3 ranks holding 2, 4, 3 batches,
+// iteration 2 has ranks 1 and 2 active and iteration 3 only rank 1.
+TEST(CliTest, JoinReportsEveryIterationAndTheFinalSync) {
+  for (const char* divide : {"true", "false"}) {
+    Result r = RunDdpkit(std::string("join --json --inputs 2,4,3 --batch-size 4 --model mlp:6,8,3 "
+                                     "--divide-by-initial-world-size ") + divide);
+    ASSERT_EQ(r.status, 0) << r.err;
+    nlohmann::json report = nlohmann::json::parse(r.out);
+    ASSERT_EQ(report["iterations"].size(), 4u);
+    EXPECT_EQ(report["iterations"][2]["active_ranks"], nlohmann::json::parse("[1, 2]"));
+    EXPECT_EQ(report["iterations"][2]["shadowing_ranks"], nlohmann::json::parse("[0]"));
+    EXPECT_EQ(report["iterations"][3]["active_ranks"], nlohmann::json::parse("[1]"));
+    const bool by_world = std::string(divide) == "true";
+    EXPECT_EQ(report["iterations"][0]["divide_factor"], 3.0);
+    EXPECT_EQ(report["iterations"][2]["divide_factor"], by_world ? 3.0 : 2.0);
+    EXPECT_EQ(report["iterations"][3]["divide_factor"], by_world ? 3.0 : 1.0);
+    // The joined rank issued exactly what the active one did.
+    EXPECT_EQ(report["iterations"][3]["active_collectives"], report["iterations"][3]["shadowing_collectives"]);
+    EXPECT_GE(report["iterations"][3]["active_collectives"].size(), 3u);
+    EXPECT_EQ(report["authoritative_rank"], 1);
+    EXPECT_EQ(report["models_identical"], true);
+    EXPECT_EQ(report["stopped_at_iteration"], -1);
+  }
+}
+
+TEST(CliTest, JoinWithZeroShardsTheOptimizerAndStillAgrees) {
+  Result r = RunDdpkit("join --json --inputs 3,1,2,0 --batch-size 4 --model mlp:6,8,3 --optimizer zero-sgd "
+                       "--momentum 0.9");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["models_identical"], true);
+  // 6*8 + 8 + 8*3 + 3 = 83 elements: 48 -> r0, 24 -> r1, 8 -> r2, 3 -> r3.
+  EXPECT_EQ(report["elements_stepped"], nlohmann::json::parse("[48, 24, 8, 3]"));
+  const auto& last = report["iterations"][2]["active_collectives"];
+  EXPECT_TRUE(std::any_of(last.begin(), last.end(), [](const nlohmann::json& c) {
+    return absl::StrContains(c.get<std::string>(), "BROADCAST float32[3] from 3");
+  })) << last;  // rank 3 had no input at all, and still broadcast its shard
+}
+
+TEST(CliTest, JoinThrowModeStopsEveryRankInOneIteration) {
+  Result r = RunDdpkit("join --json --inputs 3,1,2 --batch-size 4 --model mlp:6,8,3 --throw-on-early-termination");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["stopped_at_iteration"], 1);
+  EXPECT_EQ(report["iterations"].size(), 2u);
+  EXPECT_EQ(report["iterations"][1]["completed"], false);
+  EXPECT_EQ(report["authoritative_rank"], -1);  // post hooks never ran
+  EXPECT_EQ(report["models_identical"], true);
+}
+
+TEST(CliTest, JoinWithoutJoinFailsWithTheDiagnosis) {
+  Result r = RunDdpkit("join --inputs 3,1 --batch-size 4 --model mlp:6,8,3 --no-join --timeout 20");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(absl::StrContains(r.err, "rank 1 has finished without issuing it")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "Drop --no-join")) << r.err;
+  r = RunDdpkit("join --inputs 2,2 --batch-size 4 --model mlp:6,8,3 --no-join --json");
+  ASSERT_EQ(r.status, 0) << r.err;  // even inputs need no Join
+  EXPECT_EQ(nlohmann::json::parse(r.out)["models_identical"], true);
+}
+
+TEST(CliTest, JoinReadsPerRankFilesAndSavesTheFinalWeights) {
+  const std::string prefix = testing::TempDir() + "/join_data_" + std::to_string(::getpid());
+  const int rows[] = {9, 4, 13};  // batch 4: 2, 1, 3 iterations
+  for (int r = 0; r < 3; ++r) {
+    ddpkit::Tensor x = ddpkit::Tensor::Empty({rows[r], 6});
+    ddpkit::Tensor y = ddpkit::Tensor::Empty({rows[r]}, ddpkit::DType::kInt64);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 37 + r) % 11) / 11.0f;
+    for (int64_t i = 0; i < rows[r]; ++i) y.data<int64_t>()[i] = (i + r) % 3;
+    ASSERT_TRUE(ddpkit::WriteSafetensors(prefix + ".rank" + std::to_string(r) + ".safetensors",
+                                         {{"x", x}, {"y", y}}).ok());
+  }
+  const std::string weights = prefix + ".weights.safetensors";
+  Result r = RunDdpkit("join --json --data-per-rank " + prefix + " --world-size 3 --batch-size 4 "
+                       "--model mlp:6,8,3 --save-weights " + weights);
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["inputs"], nlohmann::json::parse("[2, 1, 3]"));
+  EXPECT_EQ(report["authoritative_rank"], 2);
+  absl::StatusOr<ddpkit::SafetensorsFile> saved = ddpkit::ReadSafetensors(weights);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_NE(saved->Find("0.weight"), nullptr);
+  r = RunDdpkit("join --data-per-rank " + prefix + " --world-size 4 --batch-size 4 --model mlp:6,8,3");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(absl::StrContains(r.err, prefix + ".rank3.safetensors")) << r.err;
 }
 
 }  // namespace

@@ -50,6 +50,24 @@ TEST(TrainerTest, SameSeedSameLosses) {
 
 // The trainer's contract: N ranks with b rows each train exactly like one process with N*b
 // rows, with and without gradient accumulation and across DDP's options.
+// ZeRO-1 changes where the optimizer state lives, not the numbers (gradient accumulation
+// included: the step follows the synced micro-batch).
+TEST(TrainerTest, ZeroShardedSgdTrainsExactlyAsSgd) {
+  TrainConfig config;
+  config.steps = 6;
+  config.grad_accum = 2;
+  config.momentum = 0.9;
+  config.world_size = 3;
+  absl::StatusOr<TrainReport> sgd = TrainReportOf(config);
+  config.optimizer = "zero-sgd";
+  absl::StatusOr<TrainReport> zero = TrainReportOf(config);
+  ASSERT_TRUE(sgd.ok() && zero.ok()) << sgd.status() << zero.status();
+  ASSERT_EQ(zero->losses_size(), 6);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(zero->losses(i), sgd->losses(i)) << "step " << i;
+  EXPECT_EQ(zero->optimizer(), "zero-sgd");
+  EXPECT_LT(zero->elements_stepped(), sgd->elements_stepped());  // rank 0 steps only its shard
+}
+
 TEST(TrainerTest, DataParallelRunEqualsOneProcessOnTheGlobalBatch) {
   const std::string single_grads = TempPath("g1.safetensors"), ddp_grads = TempPath("g4.safetensors");
   const std::string single_weights = TempPath("w1.safetensors"), ddp_weights = TempPath("w4.safetensors");

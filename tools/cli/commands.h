@@ -10,6 +10,7 @@ namespace ddpkit::cli {
 
 Subcommand TrainSubcommand();
 Subcommand BucketsSubcommand();
+Subcommand JoinSubcommand();
 Subcommand LaunchSubcommand();
 Subcommand BenchSubcommand();
 

@@ -54,7 +54,7 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
       continue;
     }
 
-    // --name=value, --name value, --name, --noname
+    // --name=value, --name value, --name, --noname, --name true|false
     absl::string_view body = absl::string_view(arg).substr(absl::StartsWith(arg, "--") ? 2 : 1);
     std::string name = Underscored(body.substr(0, body.find('=')));
     const bool has_value = body.find('=') != absl::string_view::npos;
@@ -71,7 +71,9 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
     if (flag == nullptr) return UnknownFlag(subcommand, arg.substr(0, arg.find('=')));
     if (!has_value && value.empty()) {
       if (flag->IsOfType<bool>()) {
-        value = "true";
+        // "--flag", or "--flag true|false" as a separate word
+        const bool next_is_bool = i + 1 < args.size() && (args[i + 1] == "true" || args[i + 1] == "false");
+        value = next_is_bool ? args[++i] : "true";
       } else if (i + 1 < args.size()) {
         value = args[++i];
       } else {

@@ -29,9 +29,9 @@ struct Subcommand {
   std::function<int(const std::vector<std::string>& positionals)> run;
 };
 
-// Sets the named flags from `args` ("--name=value", "--name value", "--name" and "--noname" for
-// booleans). Non-flag arguments, and everything after "--" verbatim, go to `positionals` when
-// the subcommand takes them. `help` is set by --help / -h.
+// Sets the named flags from `args` ("--name=value", "--name value", and for booleans "--name",
+// "--noname" and "--name true|false"). Non-flag arguments, and everything after "--" verbatim,
+// go to `positionals` when the subcommand takes them. `help` is set by --help / -h.
 absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::string>& args,
                         std::vector<std::string>& positionals, bool& help);
 
