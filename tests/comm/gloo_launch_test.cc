@@ -129,4 +129,19 @@ TEST(GlooJoinTest, UnevenInputsThroughTheLauncher) {
   EXPECT_TRUE(absl::StrContains(n.output, "ran out of inputs and left without Join")) << n.output;
 }
 
+// The contrastive reproduction across processes: the gather's backward runs Gloo's
+// reduce_scatter / allreduce, and the exact modes stay exact.
+TEST(GlooContrastiveTest, GradientCheckThroughTheLauncher) {
+  Result r = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 3 -- "
+                      DDPKIT_BINARY_DIR "/bin/ddpkit contrastive --backend gloo --steps 2 --batch-size 4");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "3 ranks (gloo)")) << r.output;
+  for (const char* line : {"local   sum", "local   allreduce_slice", "global  sum", "global  allreduce_slice"}) {
+    const size_t at = r.output.find(line);
+    ASSERT_NE(at, std::string::npos) << line << "\n" << r.output;
+    EXPECT_NE(r.output.substr(at, r.output.find('\n', at) - at).find("exact"), std::string::npos) << line;
+  }
+  EXPECT_TRUE(absl::StrContains(r.output, "a rescale by 0.3333 (1/3)")) << r.output;
+}
+
 }  // namespace

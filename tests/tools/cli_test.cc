@@ -63,7 +63,8 @@ TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
                            "join", "join --inputs 3,x", "join --inputs 3,-1", "join --inputs 2,2 --world-size 3",
                            "join --inputs 2,2 --data-per-rank p", "join --inputs 2,2 --optimizer adam",
                            "join --inputs 2,2 --no-join --throw-on-early-termination",
-                           "train --optimizer zero"}) {
+                           "train --optimizer zero", "contrastive --gather mean", "contrastive --layout diag",
+                           "contrastive --optimizer zero-sgd", "contrastive --steps -1"}) {
     Result r = RunDdpkit(args);
     EXPECT_EQ(r.status, 2) << args;
     if (*args == '\0') continue;  // bare `ddpkit` prints the overview on stderr
@@ -208,6 +209,27 @@ TEST(CliTest, JoinReadsPerRankFilesAndSavesTheFinalWeights) {
   r = RunDdpkit("join --data-per-rank " + prefix + " --world-size 4 --batch-size 4 --model mlp:6,8,3");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(absl::StrContains(r.err, prefix + ".rank3.safetensors")) << r.err;
+}
+
+TEST(CliTest, ContrastiveReportsTheCheckTheCurvesAndTheMemory) {
+  const std::string dir = testing::TempDir() + "/contrastive_" + std::to_string(::getpid());
+  Result r = RunDdpkit("contrastive --json --world-size 2 --batch-size 4 --steps 3 --layout local "
+                       "--gather sum --out " + dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["world_size"], 2);
+  ASSERT_EQ(report["gradient_check"].size(), 1u);
+  EXPECT_EQ(report["gradient_check"][0]["gather"], "sum");
+  EXPECT_LT(report["gradient_check"][0]["encoder_rel_error"].get<double>(), 1e-12);
+  ASSERT_EQ(report["training"].size(), 2u);  // the single-process reference, then local + sum
+  EXPECT_EQ(report["training"][0]["gather"], "single-process");
+  EXPECT_EQ(report["training"][1]["losses"].size(), 3u);
+  EXPECT_EQ(report["logit_memory"][0]["elements_per_rank"], "64");  // 2·b·B = 2·4·8 (int64: a string)
+  for (const char* file : {"/curves.csv", "/curves.svg"}) {
+    FILE* f = std::fopen((dir + file).c_str(), "r");
+    ASSERT_NE(f, nullptr) << file;
+    std::fclose(f);
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ namespace ddpkit::cli {
 Subcommand TrainSubcommand();
 Subcommand BucketsSubcommand();
 Subcommand JoinSubcommand();
+Subcommand ContrastiveSubcommand();
 Subcommand LaunchSubcommand();
 Subcommand BenchSubcommand();
 
