@@ -32,6 +32,21 @@ std::string Launch(int nproc, const std::string& mode, const std::string& env = 
          std::to_string(nproc) + " -- " DDPKIT_BINARY_DIR "/bin/gloo_worker " + mode;
 }
 
+// Two saved state dicts hold the same tensors, equal to float32 rounding.
+void ExpectSameWeights(const std::string& path_a, const std::string& path_b) {
+  absl::StatusOr<ddpkit::SafetensorsFile> a = ddpkit::ReadSafetensors(path_a);
+  absl::StatusOr<ddpkit::SafetensorsFile> b = ddpkit::ReadSafetensors(path_b);
+  ASSERT_TRUE(a.ok() && b.ok()) << path_a << ", " << path_b;
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  for (const auto& [name, tensor] : a->tensors) {
+    const ddpkit::Tensor* other = b->Find(name);
+    ASSERT_NE(other, nullptr) << name;
+    for (int64_t i = 0; i < tensor.numel(); ++i) {
+      ASSERT_NEAR(tensor.at(i), other->at(i), 1e-6) << name << "[" << i << "]";
+    }
+  }
+}
+
 class GlooLaunchTest : public testing::TestWithParam<int> {};
 
 TEST_P(GlooLaunchTest, EveryCollectiveMatchesTheLocalReference) {
@@ -84,17 +99,7 @@ TEST(GlooDdpTest, TrainThroughTheLauncherMatchesTheThreadsWorld) {
   EXPECT_TRUE(absl::StrContains(g.output, "buckets rebuilt")) << g.output;
   Result t = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit" + train + "--world-size 2 --save-weights " + threads_weights);
   ASSERT_EQ(t.status, 0) << t.output;
-  absl::StatusOr<ddpkit::SafetensorsFile> a = ddpkit::ReadSafetensors(gloo_weights);
-  absl::StatusOr<ddpkit::SafetensorsFile> b = ddpkit::ReadSafetensors(threads_weights);
-  ASSERT_TRUE(a.ok() && b.ok());
-  ASSERT_EQ(a->tensors.size(), b->tensors.size());
-  for (const auto& [name, tensor] : a->tensors) {
-    const ddpkit::Tensor* other = b->Find(name);
-    ASSERT_NE(other, nullptr) << name;
-    for (int64_t i = 0; i < tensor.numel(); ++i) {
-      ASSERT_NEAR(tensor.at(i), other->at(i), 1e-6) << name << "[" << i << "]";
-    }
-  }
+  ExpectSameWeights(gloo_weights, threads_weights);
 }
 
 // Uneven inputs across processes: Join (with the ZeRO optimizer as a second joinable) ends
@@ -110,16 +115,7 @@ TEST(GlooJoinTest, UnevenInputsThroughTheLauncher) {
   EXPECT_TRUE(absl::StrContains(g.output, "final models identical on all ranks: yes")) << g.output;
   Result t = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit" + join + "--save-weights " + threads_weights);
   ASSERT_EQ(t.status, 0) << t.output;
-  absl::StatusOr<ddpkit::SafetensorsFile> a = ddpkit::ReadSafetensors(gloo_weights);
-  absl::StatusOr<ddpkit::SafetensorsFile> b = ddpkit::ReadSafetensors(threads_weights);
-  ASSERT_TRUE(a.ok() && b.ok());
-  for (const auto& [name, tensor] : a->tensors) {
-    const ddpkit::Tensor* other = b->Find(name);
-    ASSERT_NE(other, nullptr) << name;
-    for (int64_t i = 0; i < tensor.numel(); ++i) {
-      ASSERT_NEAR(tensor.at(i), other->at(i), 1e-6) << name << "[" << i << "]";
-    }
-  }
+  ExpectSameWeights(gloo_weights, threads_weights);
 
   Result n = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 2 -- "
                       DDPKIT_BINARY_DIR "/bin/ddpkit join --backend gloo --inputs 3,1 --batch-size 4 "

@@ -166,14 +166,8 @@ TEST(DdpJoinTest, RandomUnevenPatternsAcrossOptions) {
     for (auto& [name, variant] : variants) {
       JoinCase c = variant;
       c.world = world;
-      std::uniform_int_distribution<int> count(0, 4);
-      do {
-        c.inputs.clear();
-        for (int r = 0; r < world; ++r) c.inputs.push_back(count(rng));
-      } while (*std::max_element(c.inputs.begin(), c.inputs.end()) == 0);
-      std::string pattern;
-      for (int n : c.inputs) pattern += std::to_string(n) + " ";
-      SCOPED_TRACE(name + ", world " + std::to_string(world) + ", inputs " + pattern);
+      c.inputs = RandomUnevenInputs(rng, world);
+      SCOPED_TRACE(name + ", world " + std::to_string(world) + ", inputs " + InputsString(c.inputs));
       RunJoinCase(c);
     }
   }

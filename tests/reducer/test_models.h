@@ -1,6 +1,11 @@
 // Small models that exercise the reducer's corner cases, shared by the DDP tests.
 #pragma once
 
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
 #include "autograd/checkpoint.h"
 #include "autograd/nn.h"
 #include "autograd/ops.h"
@@ -19,6 +24,24 @@ inline Tensor Labels(int64_t rows, int64_t classes, uint64_t seed) {
   Tensor y = Tensor::Empty({rows}, DType::kInt64);
   for (int64_t i = 0; i < rows; ++i) y.data<int64_t>()[i] = static_cast<int64_t>((i * 7 + seed) % classes);
   return y;
+}
+
+// Iterations per rank for a Join test: each in [0, most], at least one rank above 0.
+inline std::vector<int> RandomUnevenInputs(std::mt19937& rng, int world, int most = 4) {
+  std::uniform_int_distribution<int> count(0, most);
+  std::vector<int> inputs;
+  do {
+    inputs.clear();
+    for (int r = 0; r < world; ++r) inputs.push_back(count(rng));
+  } while (*std::max_element(inputs.begin(), inputs.end()) == 0);
+  return inputs;
+}
+
+// "3 0 2 " — for SCOPED_TRACE.
+inline std::string InputsString(const std::vector<int>& inputs) {
+  std::string out;
+  for (int n : inputs) out += std::to_string(n) + " ";
+  return out;
 }
 
 // trunk -> (branch "a" on rank 0, branch "b" elsewhere) -> logits; "never" is never used.

@@ -165,15 +165,8 @@ TEST(ZeroOptimizerTest, UnderJoinRandomPatterns) {
   std::mt19937 rng(7);
   for (int world = 2; world <= 4; ++world) {
     for (bool find_unused : {false, true}) {
-      UnevenCase c{.find_unused = find_unused};
-      std::uniform_int_distribution<int> count(0, 4);
-      do {
-        c.inputs.clear();
-        for (int r = 0; r < world; ++r) c.inputs.push_back(count(rng));
-      } while (*std::max_element(c.inputs.begin(), c.inputs.end()) == 0);
-      std::string pattern;
-      for (int n : c.inputs) pattern += std::to_string(n) + " ";
-      SCOPED_TRACE("inputs " + pattern + (find_unused ? "find_unused" : ""));
+      UnevenCase c{.inputs = RandomUnevenInputs(rng, world), .find_unused = find_unused};
+      SCOPED_TRACE("inputs " + InputsString(c.inputs) + (find_unused ? "find_unused" : ""));
       RunUneven(c);
     }
   }
