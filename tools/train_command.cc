@@ -28,8 +28,9 @@ ABSL_FLAG(int32_t, grad_accum, 1,
 ABSL_FLAG(double, lr, 0.1, "SGD learning rate");
 ABSL_FLAG(double, momentum, 0.0, "SGD momentum");
 ABSL_FLAG(std::string, optimizer, "sgd",
-          "sgd (every rank steps every parameter) or zero-sgd (ZeRO stage 1: each rank steps "
-          "and keeps momentum for its shard, then broadcasts it)");
+          "train and join: sgd (every rank steps every parameter) or zero-sgd (ZeRO stage 1: "
+          "each rank steps and keeps momentum for its shard, then broadcasts it); "
+          "contrastive: sgd or adam");
 ABSL_FLAG(uint64_t, seed, 0, "seed for the model's initialisation and the synthetic data");
 ABSL_FLAG(std::string, save_weights, "", "write rank 0's final weights here (safetensors, atomically)");
 ABSL_FLAG(std::string, save_grads, "",
