@@ -3,7 +3,6 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "tools/cli/commands.h"
@@ -26,11 +25,6 @@ ABSL_FLAG(std::string, out, "", "write curves.csv and curves.svg into this direc
 
 namespace ddpkit::cli {
 namespace {
-
-bool FlagWasSet(const char* name) {
-  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-  return flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
-}
 
 void PrintReport(const tools::ContrastiveReport& r) {
   std::cout << absl::StrFormat(
@@ -102,10 +96,10 @@ int RunContrastiveCommand(const std::vector<std::string>&) {
     if (!g.ok()) return usage_error(StrCat("--gather: ", g.status().message(), " (or all)"));
     config.gathers = {*g};
   }
-  config.steps = FlagWasSet("steps") ? absl::GetFlag(FLAGS_steps) : 200;
+  config.steps = FlagDiffersFromDefault("steps") ? absl::GetFlag(FLAGS_steps) : 200;
   config.batch_size = absl::GetFlag(FLAGS_batch_size);
   config.optimizer = absl::GetFlag(FLAGS_optimizer);
-  config.lr = FlagWasSet("lr") ? absl::GetFlag(FLAGS_lr) : (config.optimizer == "adam" ? 0.003 : 0.5);
+  config.lr = FlagDiffersFromDefault("lr") ? absl::GetFlag(FLAGS_lr) : (config.optimizer == "adam" ? 0.003 : 0.5);
   config.seed = absl::GetFlag(FLAGS_seed);
 
   absl::StatusOr<tools::ContrastiveReport> report = tools::RunContrastive(config);

@@ -4,7 +4,6 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -40,11 +39,6 @@ ABSL_FLAG(bool, no_join, false, "run without Join, to see the failure uneven inp
 
 namespace ddpkit::cli {
 namespace {
-
-bool FlagWasSet(std::string_view name) {
-  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(absl::string_view(name.data(), name.size()));
-  return flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
-}
 
 absl::StatusOr<std::vector<int>> ParseInputs(const std::string& text) {
   std::vector<int> inputs;
@@ -156,7 +150,7 @@ int RunJoinCommand(const std::vector<std::string>&) {
   config.save_weights_path = absl::GetFlag(FLAGS_save_weights);
   config.backend = comm->backend;
   // --inputs sets the world size; --world-size only when given (and then it must agree).
-  config.world_size = FlagWasSet("world_size") || config.inputs.empty() ? comm->world_size : 0;
+  config.world_size = FlagDiffersFromDefault("world_size") || config.inputs.empty() ? comm->world_size : 0;
   config.comm_options = comm->options;
   config.ddp = *ddp;
   config.comm_hook = absl::GetFlag(FLAGS_comm_hook);

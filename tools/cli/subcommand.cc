@@ -90,6 +90,11 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
   return absl::OkStatus();
 }
 
+bool FlagDiffersFromDefault(std::string_view name) {
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(absl::string_view(name.data(), name.size()));
+  return flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
+}
+
 std::string SubcommandHelp(const Subcommand& subcommand) {
   std::string out = StrCat("usage: ", subcommand.usage, "\n\n", subcommand.summary, "\n\nflags:\n");
   for (const std::string& name : subcommand.flag_names) {

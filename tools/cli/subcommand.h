@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,6 +35,10 @@ struct Subcommand {
 // go to `positionals` when the subcommand takes them. `help` is set by --help / -h.
 absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::string>& args,
                         std::vector<std::string>& positionals, bool& help);
+
+// Whether the named flag holds something other than its default (a subcommand that wants its
+// own default for a shared flag uses this; a flag set to its default value reads as unset).
+bool FlagDiffersFromDefault(std::string_view name);
 
 // "usage line, then each flag with its default and help text".
 std::string SubcommandHelp(const Subcommand& subcommand);
