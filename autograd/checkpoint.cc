@@ -69,9 +69,8 @@ TensorList Checkpoint(CheckpointFn fn, const TensorList& inputs) {
     edges.push_back(GradientEdge(input));
     saved.push_back(input.Detach());
   }
-  auto node = std::make_shared<CheckpointBackward>(std::move(edges),
-                                                   static_cast<uint32_t>(outputs.size()),
-                                                   std::move(fn), std::move(saved));
+  auto node = std::make_shared<CheckpointBackward>(
+      std::move(edges), static_cast<uint32_t>(outputs.size()), std::move(fn), std::move(saved));
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (IsFloatingPoint(outputs[i].dtype())) outputs[i].SetHistory(node, static_cast<uint32_t>(i));
   }

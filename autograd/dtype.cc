@@ -34,17 +34,20 @@ std::string_view DTypeName(DType dtype) {
 }
 
 absl::StatusOr<DType> ParseDType(std::string_view name) {
-  struct Alias { std::string_view a, b; DType dtype; };
+  struct Alias {
+    std::string_view a, b;
+    DType dtype;
+  };
   static constexpr Alias kAliases[] = {
-      {"float32", "f32", DType::kFloat32},  {"float64", "f64", DType::kFloat64},
-      {"float16", "f16", DType::kFloat16},  {"bfloat16", "bf16", DType::kBFloat16},
-      {"int32", "i32", DType::kInt32},      {"int64", "i64", DType::kInt64},
+      {"float32", "f32", DType::kFloat32}, {"float64", "f64", DType::kFloat64},
+      {"float16", "f16", DType::kFloat16}, {"bfloat16", "bf16", DType::kBFloat16},
+      {"int32", "i32", DType::kInt32},     {"int64", "i64", DType::kInt64},
   };
   for (const Alias& alias : kAliases) {
     if (name == alias.a || name == alias.b) return alias.dtype;
   }
-  return absl::InvalidArgumentError(StrCat(
-      "unknown dtype '", name, "'; expected one of f32, f64, f16, bf16, i32, i64"));
+  return absl::InvalidArgumentError(
+      StrCat("unknown dtype '", name, "'; expected one of f32, f64, f16, bf16, i32, i64"));
 }
 
 float ToFloat(Float16 h) {

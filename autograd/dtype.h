@@ -23,19 +23,29 @@ inline bool IsFloatingPoint(DType d) { return d != DType::kInt32 && d != DType::
 inline bool IsComputeType(DType d) { return d == DType::kFloat32 || d == DType::kFloat64; }
 
 // IEEE binary16 and bfloat16 held as raw bits, converted with round-to-nearest-even.
-struct Float16 { uint16_t bits; };
-struct BFloat16 { uint16_t bits; };
+struct Float16 {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
 float ToFloat(Float16 h);
 float ToFloat(BFloat16 b);
 Float16 ToFloat16(float f);
 BFloat16 ToBFloat16(float f);
 
 // The C++ type stored for each DType.
-template <typename T> constexpr DType kDTypeOf = DType::kFloat32;
-template <> inline constexpr DType kDTypeOf<double> = DType::kFloat64;
-template <> inline constexpr DType kDTypeOf<Float16> = DType::kFloat16;
-template <> inline constexpr DType kDTypeOf<BFloat16> = DType::kBFloat16;
-template <> inline constexpr DType kDTypeOf<int32_t> = DType::kInt32;
-template <> inline constexpr DType kDTypeOf<int64_t> = DType::kInt64;
+template <typename T>
+constexpr DType kDTypeOf = DType::kFloat32;
+template <>
+inline constexpr DType kDTypeOf<double> = DType::kFloat64;
+template <>
+inline constexpr DType kDTypeOf<Float16> = DType::kFloat16;
+template <>
+inline constexpr DType kDTypeOf<BFloat16> = DType::kBFloat16;
+template <>
+inline constexpr DType kDTypeOf<int32_t> = DType::kInt32;
+template <>
+inline constexpr DType kDTypeOf<int64_t> = DType::kInt64;
 
 }  // namespace ddpkit

@@ -68,18 +68,18 @@ class Error : public std::runtime_error {
 
 // DDPKIT_CHECK(cond, message parts...): throws ddpkit::Error built with absl::StrCat when
 // `cond` is false. The parts are only evaluated on failure.
-#define DDPKIT_CHECK(cond, ...)                                 \
-  do {                                                          \
-    if (!(cond)) [[unlikely]] {                                 \
-      throw ::ddpkit::Error(::ddpkit::StrCat(__VA_ARGS__));       \
-    }                                                           \
+#define DDPKIT_CHECK(cond, ...)                             \
+  do {                                                      \
+    if (!(cond)) [[unlikely]] {                             \
+      throw ::ddpkit::Error(::ddpkit::StrCat(__VA_ARGS__)); \
+    }                                                       \
   } while (false)
 
 // Debian 12's Abseil predates its status macros; these two are all the project needs.
-#define DDPKIT_RETURN_IF_ERROR(expr)                            \
-  do {                                                          \
-    ::absl::Status ddpkit_status_ = (expr);                     \
-    if (!ddpkit_status_.ok()) return ddpkit_status_;            \
+#define DDPKIT_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status ddpkit_status_ = (expr);          \
+    if (!ddpkit_status_.ok()) return ddpkit_status_; \
   } while (false)
 
 #define DDPKIT_STATUS_CONCAT_INNER_(a, b) a##b

@@ -37,8 +37,8 @@ bool ShouldRecord(absl::Span<const Tensor* const> inputs);
 // derivative, when ShouldRecord. `name` must be a string literal. Closures must not capture
 // `output` itself (that would be a reference cycle): capture output.Detach() instead.
 template <typename F>
-void RecordOp(const Tensor& output, std::string_view name,
-              absl::Span<const Tensor* const> inputs, F&& backward) {
+void RecordOp(const Tensor& output, std::string_view name, absl::Span<const Tensor* const> inputs,
+              F&& backward) {
   if (!ShouldRecord(inputs)) return;
   std::vector<Edge> edges;
   edges.reserve(inputs.size());

@@ -48,8 +48,9 @@ void ScaledCopy(const Tensor& dst, const Tensor& src, double factor) {
 
 void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, double alpha,
           const Tensor& a, const Tensor& b, double beta, const Tensor& c) {
-  DDPKIT_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "[Gemm] dtypes differ: ",
-               DTypeName(a.dtype()), ", ", DTypeName(b.dtype()), ", ", DTypeName(c.dtype()));
+  DDPKIT_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(),
+               "[Gemm] dtypes differ: ", DTypeName(a.dtype()), ", ", DTypeName(b.dtype()), ", ",
+               DTypeName(c.dtype()));
   DDPKIT_CHECK(a.numel() == m * k && b.numel() == k * n && c.numel() == m * n,
                "[Gemm] operand sizes do not match m=", m, " n=", n, " k=", k);
   if (m == 0 || n == 0) return;
@@ -67,8 +68,8 @@ void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, d
   } else {
     DDPKIT_CHECK(a.dtype() == DType::kFloat64, "[Gemm] expects float32 or float64, got ",
                  DTypeName(a.dtype()));
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a.data<double>(), lda, b.data<double>(),
-                ldb, beta, c.data<double>(), n);
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a.data<double>(), lda, b.data<double>(), ldb,
+                beta, c.data<double>(), n);
   }
 }
 

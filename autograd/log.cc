@@ -16,7 +16,9 @@ void SetThreadLogPrefix(std::string prefix) { log_prefix = std::move(prefix); }
 const std::string& ThreadLogPrefix() { return log_prefix; }
 
 void Log(LogLevel level, std::string_view message) {
-  const char* name = level == LogLevel::kInfo ? "INFO" : level == LogLevel::kWarning ? "WARNING" : "ERROR";
+  const char* name = level == LogLevel::kInfo      ? "INFO"
+                     : level == LogLevel::kWarning ? "WARNING"
+                                                   : "ERROR";
   std::string line = log_prefix.empty() ? std::string("ddpkit ") : "ddpkit[" + log_prefix + "] ";
   line.append(name).append(" ").append(message).append("\n");
   std::lock_guard<std::mutex> lock(LogMutex());

@@ -75,8 +75,8 @@ std::string Module::DebugString() const {
 // ---------------------------------------------------------------------------- Linear
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Generator& generator,
                DType dtype) {
-  DDPKIT_CHECK(in_features > 0 && out_features > 0, "[Linear] features must be positive, got in=",
-               in_features, " out=", out_features);
+  DDPKIT_CHECK(in_features > 0 && out_features > 0,
+               "[Linear] features must be positive, got in=", in_features, " out=", out_features);
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
   Tensor weight = Tensor::Empty({out_features, in_features}, dtype);
   generator.FillUniform(weight, -bound, bound);
@@ -92,7 +92,7 @@ Tensor Linear::Forward(const Tensor& input) { return ddpkit::Linear(input, weigh
 
 std::string Linear::Describe() const {
   return StrCat("Linear(in_features=", weight_.size(1), ", out_features=", weight_.size(0),
-                      ", bias=", bias_.defined() ? "true" : "false", ")");
+                ", bias=", bias_.defined() ? "true" : "false", ")");
 }
 
 // ---------------------------------------------------------------------------- Embedding
@@ -128,15 +128,16 @@ absl::StatusOr<std::vector<int64_t>> ParseMlpSpec(std::string_view std_spec) {
   const absl::string_view spec(std_spec.data(), std_spec.size());
   constexpr absl::string_view kPrefix = "mlp:";
   if (!absl::StartsWith(spec, kPrefix)) {
-    return absl::InvalidArgumentError(StrCat(
-        "model spec '", spec, "' is not understood; expected mlp:IN,H1,...,OUT, e.g. mlp:32,64,10"));
+    return absl::InvalidArgumentError(
+        StrCat("model spec '", spec,
+               "' is not understood; expected mlp:IN,H1,...,OUT, e.g. mlp:32,64,10"));
   }
   std::vector<int64_t> widths;
   for (absl::string_view part : absl::StrSplit(spec.substr(kPrefix.size()), ',')) {
     int64_t width = 0;
     if (!absl::SimpleAtoi(part, &width) || width <= 0) {
-      return absl::InvalidArgumentError(StrCat(
-          "model spec '", spec, "': width '", part, "' is not a positive integer"));
+      return absl::InvalidArgumentError(
+          StrCat("model spec '", spec, "': width '", part, "' is not a positive integer"));
     }
     widths.push_back(width);
   }
@@ -154,7 +155,8 @@ std::shared_ptr<Sequential> MakeMlp(const std::vector<int64_t>& widths, uint64_t
   auto mlp = std::make_shared<Sequential>();
   for (size_t i = 0; i + 1 < widths.size(); ++i) {
     if (i > 0) mlp->Append(std::make_shared<ReLU>());
-    mlp->Append(std::make_shared<Linear>(widths[i], widths[i + 1], /*bias=*/true, generator, dtype));
+    mlp->Append(
+        std::make_shared<Linear>(widths[i], widths[i + 1], /*bias=*/true, generator, dtype));
   }
   return mlp;
 }

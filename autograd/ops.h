@@ -55,8 +55,8 @@ Tensor CrossEntropy(const Tensor& logits, const Tensor& targets,
 Tensor Mse(const Tensor& prediction, const Tensor& target);  // mean of squared differences
 
 // --- Shape (ops/shape.cc) --------------------------------------------------------------------
-Tensor Transpose(const Tensor& x);                 // [m, n] -> [n, m]
-Tensor Concat(const TensorList& parts);            // along dim 0
+Tensor Transpose(const Tensor& x);                          // [m, n] -> [n, m]
+Tensor Concat(const TensorList& parts);                     // along dim 0
 Tensor Slice(const Tensor& x, int64_t begin, int64_t end);  // rows [begin, end), a view
 Tensor Reshape(const Tensor& x, const Shape& shape);        // a view
 

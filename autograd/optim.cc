@@ -9,8 +9,8 @@ namespace ddpkit {
 
 Optimizer::Optimizer(TensorList parameters) : parameters_(std::move(parameters)) {
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    DDPKIT_CHECK(parameters_[i].is_leaf() && parameters_[i].requires_grad(), "[Optimizer] parameter ",
-                 i, " is not a leaf that requires grad");
+    DDPKIT_CHECK(parameters_[i].is_leaf() && parameters_[i].requires_grad(),
+                 "[Optimizer] parameter ", i, " is not a leaf that requires grad");
   }
 }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_join.h"
@@ -20,8 +19,8 @@ struct DTypeCode {
   DType dtype;
 };
 constexpr DTypeCode kDTypeCodes[] = {
-    {"F32", DType::kFloat32}, {"F64", DType::kFloat64}, {"F16", DType::kFloat16},
-    {"BF16", DType::kBFloat16}, {"I32", DType::kInt32}, {"I64", DType::kInt64},
+    {"F32", DType::kFloat32},   {"F64", DType::kFloat64}, {"F16", DType::kFloat16},
+    {"BF16", DType::kBFloat16}, {"I32", DType::kInt32},   {"I64", DType::kInt64},
 };
 
 std::string_view CodeOf(DType dtype) {
@@ -64,8 +63,8 @@ absl::StatusOr<Entry> ParseEntry(std::string_view source, const std::string& nam
                             [&](const DTypeCode& c) { return c.code == code; });
   if (known == std::end(kDTypeCodes)) {
     return absl::DataLossError(StrCat(source, ": tensor '", name, "' has dtype \"", code,
-                                            "\", which ddpkit does not support (supported: F32, "
-                                            "F64, F16, BF16, I32, I64)"));
+                                      "\", which ddpkit does not support (supported: F32, "
+                                      "F64, F16, BF16, I32, I64)"));
   }
   entry.dtype = known->dtype;
 
@@ -97,8 +96,8 @@ absl::StatusOr<Entry> ParseEntry(std::string_view source, const std::string& nam
   entry.begin = (*offsets)[0].get<uint64_t>();
   entry.end = (*offsets)[1].get<uint64_t>();
   if (entry.begin > entry.end) {
-    return Malformed(source, "tensor '", name, "' has data_offsets [", entry.begin, ", ",
-                     entry.end, "] that run backwards");
+    return Malformed(source, "tensor '", name, "' has data_offsets [", entry.begin, ", ", entry.end,
+                     "] that run backwards");
   }
   const uint64_t expected = numel * ElementSize(entry.dtype);
   if (entry.end - entry.begin != expected) {
@@ -160,7 +159,8 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::st
     if (!entry.ok()) return entry.status();
     if (entry->end > data.size()) {
       return Malformed(source, "tensor '", entry->name, "' has data_offsets [", entry->begin, ", ",
-                       entry->end, "] beyond the ", data.size(), "-byte data section (truncated file?)");
+                       entry->end, "] beyond the ", data.size(),
+                       "-byte data section (truncated file?)");
     }
     entries.push_back(*std::move(entry));
   }
@@ -240,20 +240,20 @@ absl::Status LoadStateDict(nn::Module& module, const std::string& path) {
       continue;
     }
     if (source->shape() != target.shape()) {
-      return absl::InvalidArgumentError(StrCat(
-          path, ": tensor '", name, "' has shape ", ShapeString(source->shape()),
-          " but the model's parameter has shape ", ShapeString(target.shape()),
-          "; was the file saved from a different model?"));
+      return absl::InvalidArgumentError(
+          StrCat(path, ": tensor '", name, "' has shape ", ShapeString(source->shape()),
+                 " but the model's parameter has shape ", ShapeString(target.shape()),
+                 "; was the file saved from a different model?"));
     }
     if (!IsFloatingPoint(source->dtype()) && IsFloatingPoint(target.dtype())) {
       return absl::InvalidArgumentError(StrCat(path, ": tensor '", name, "' is ",
-                                                     DTypeName(source->dtype()),
-                                                     ", expected a floating-point tensor"));
+                                               DTypeName(source->dtype()),
+                                               ", expected a floating-point tensor"));
     }
   }
   if (!missing.empty()) {
-    return absl::InvalidArgumentError(StrCat(path, ": missing tensors for the model: ",
-                                                   absl::StrJoin(missing, ", ")));
+    return absl::InvalidArgumentError(
+        StrCat(path, ": missing tensors for the model: ", absl::StrJoin(missing, ", ")));
   }
   if (file->tensors.size() != targets.size()) {
     std::vector<std::string> unexpected;
@@ -262,8 +262,8 @@ absl::Status LoadStateDict(nn::Module& module, const std::string& path) {
                                [&](const NamedTensor& t) { return t.first == name; });
       if (!known) unexpected.push_back(name);
     }
-    return absl::InvalidArgumentError(StrCat(path, ": tensors the model does not have: ",
-                                                   absl::StrJoin(unexpected, ", ")));
+    return absl::InvalidArgumentError(
+        StrCat(path, ": tensors the model does not have: ", absl::StrJoin(unexpected, ", ")));
   }
   for (const auto& [name, target] : targets) target.CopyFrom(*file->Find(name));
   return absl::OkStatus();

@@ -65,13 +65,12 @@ int64_t NumElements(const Shape& shape) {
   return n;
 }
 
-std::string ShapeString(const Shape& shape) {
-  return StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
+std::string ShapeString(const Shape& shape) { return StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
 Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
   const size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded));
+  data_ =
+      static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded));
   DDPKIT_CHECK(data_ != nullptr, "[Storage] out of memory allocating ", nbytes, " bytes");
   std::memset(data_, 0, nbytes);
 }
@@ -117,8 +116,8 @@ int64_t Tensor::size(int64_t d) const {
 }
 
 double Tensor::at(int64_t i) const {
-  DDPKIT_CHECK(i >= 0 && i < numel(), "[Tensor::at] index ", i, " out of range for ",
-               numel(), " elements");
+  DDPKIT_CHECK(i >= 0 && i < numel(), "[Tensor::at] index ", i, " out of range for ", numel(),
+               " elements");
   return LoadAsDouble(static_cast<const std::byte*>(raw_data()), dtype(), i);
 }
 
@@ -194,16 +193,16 @@ Tensor Tensor::To(DType target) const {
 }
 
 void Tensor::CopyFrom(const Tensor& src) const {
-  DDPKIT_CHECK(src.numel() == numel(), "[Tensor::CopyFrom] source has ", src.numel(),
-               " elements ", ShapeString(src.shape()), ", destination ", numel(), " ",
-               ShapeString(shape()));
+  DDPKIT_CHECK(src.numel() == numel(), "[Tensor::CopyFrom] source has ", src.numel(), " elements ",
+               ShapeString(src.shape()), ", destination ", numel(), " ", ShapeString(shape()));
   if (src.dtype() == dtype()) {
     if (nbytes() > 0) std::memmove(raw_data(), src.raw_data(), nbytes());
     return;
   }
   const auto* in = static_cast<const std::byte*>(src.raw_data());
   auto* out = static_cast<std::byte*>(raw_data());
-  for (int64_t i = 0; i < numel(); ++i) StoreDouble(out, dtype(), i, LoadAsDouble(in, src.dtype(), i));
+  for (int64_t i = 0; i < numel(); ++i)
+    StoreDouble(out, dtype(), i, LoadAsDouble(in, src.dtype(), i));
 }
 
 void Tensor::Fill(double value) const {
@@ -220,8 +219,10 @@ bool Tensor::requires_grad() const {
 }
 
 Tensor& Tensor::set_requires_grad(bool requires_grad) {
-  DDPKIT_CHECK(is_leaf(), "[set_requires_grad] only a leaf tensor's requires_grad can be set; "
-               "this tensor was produced by ", "an op (use Detach() first)");
+  DDPKIT_CHECK(is_leaf(),
+               "[set_requires_grad] only a leaf tensor's requires_grad can be set; "
+               "this tensor was produced by ",
+               "an op (use Detach() first)");
   DDPKIT_CHECK(!requires_grad || IsFloatingPoint(dtype()),
                "[set_requires_grad] only floating-point tensors can require grad, got ",
                DTypeName(dtype()));

@@ -107,8 +107,8 @@ class Tensor {
   bool SharesStorageWith(const Tensor& other) const;
   // True when both handles see exactly the same elements (same storage, offset, numel).
   bool IsAliasOf(const Tensor& other) const;
-  Tensor Detach() const;       // shares storage, no autograd history, requires_grad false
-  Tensor Clone() const;        // deep copy without history
+  Tensor Detach() const;         // shares storage, no autograd history, requires_grad false
+  Tensor Clone() const;          // deep copy without history
   Tensor To(DType dtype) const;  // converted deep copy (Clone when already `dtype`)
   // In place: this <- src (same numel; dtypes may differ: values are converted).
   void CopyFrom(const Tensor& src) const;
@@ -120,7 +120,7 @@ class Tensor {
   // Only for leaves (tensors without grad_fn); returns *this for chaining.
   Tensor& set_requires_grad(bool requires_grad);
   bool is_leaf() const;
-  const Tensor& grad() const;       // undefined when no gradient was accumulated
+  const Tensor& grad() const;        // undefined when no gradient was accumulated
   void set_grad(Tensor grad) const;  // undefined resets to "no gradient" (zero_grad to none)
   const std::shared_ptr<Node>& grad_fn() const;
   uint32_t output_nr() const;
@@ -154,8 +154,7 @@ decltype(auto) DispatchFloating(DType dtype, std::string_view op, F&& f) {
   switch (dtype) {
     case DType::kFloat32: return f.template operator()<float>();
     case DType::kFloat64: return f.template operator()<double>();
-    default:
-      throw Error(StrCat("[", op, "] expects float32 or float64, got ", DTypeName(dtype)));
+    default: throw Error(StrCat("[", op, "] expects float32 or float64, got ", DTypeName(dtype)));
   }
 }
 

@@ -37,9 +37,10 @@ void Wait(const std::shared_ptr<Work>& work, int rank, std::string_view what) {
 }  // namespace
 
 GatheredRows AllGatherWithGrad(const Tensor& x, ProcessGroup& group, GatherBackward backward) {
-  DDPKIT_CHECK(x.defined() && x.dim() == 2 && IsFloatingPoint(x.dtype()),
-               "[all_gather_with_grad] expects rows [b, d] of float32/float64, got ",
-               x.defined() ? StrCat(DTypeName(x.dtype()), ShapeString(x.shape())) : "an undefined tensor");
+  DDPKIT_CHECK(
+      x.defined() && x.dim() == 2 && IsFloatingPoint(x.dtype()),
+      "[all_gather_with_grad] expects rows [b, d] of float32/float64, got ",
+      x.defined() ? StrCat(DTypeName(x.dtype()), ShapeString(x.shape())) : "an undefined tensor");
   const int rank = group.rank(), world = group.size();
   const int64_t d = x.size(1);
 
@@ -51,9 +52,10 @@ GatheredRows AllGatherWithGrad(const Tensor& x, ProcessGroup& group, GatherBackw
   std::vector<int64_t> counts;  // elements per rank
   for (int r = 0; r < world; ++r) {
     const int64_t* s = shapes.data<int64_t>() + 3 * r;
-    DDPKIT_CHECK(s[1] == d && s[2] == static_cast<int64_t>(x.dtype()), "[all_gather_with_grad] rank ",
-                 rank, " has rows of ", d, " ", DTypeName(x.dtype()), " but rank ", r, " has ", s[1],
-                 " ", DTypeName(static_cast<DType>(s[2])), "; every rank must gather the same features");
+    DDPKIT_CHECK(s[1] == d && s[2] == static_cast<int64_t>(x.dtype()),
+                 "[all_gather_with_grad] rank ", rank, " has rows of ", d, " ",
+                 DTypeName(x.dtype()), " but rank ", r, " has ", s[1], " ",
+                 DTypeName(static_cast<DType>(s[2])), "; every rank must gather the same features");
     if (r < rank) out.first_row += s[0];
     out.rows_per_rank.push_back(s[0]);
     counts.push_back(s[0] * d);
@@ -61,7 +63,8 @@ GatheredRows AllGatherWithGrad(const Tensor& x, ProcessGroup& group, GatherBackw
   int64_t total = 0;
   for (int64_t b : out.rows_per_rank) total += b;
   out.all = Tensor::Empty({total, d}, x.dtype());
-  Wait(group.AllgatherV(x.Detach().Flatten(), out.all.Flatten(), counts), rank, "gathering the rows");
+  Wait(group.AllgatherV(x.Detach().Flatten(), out.all.Flatten(), counts), rank,
+       "gathering the rows");
   if (backward == GatherBackward::kNone) return out;
 
   // Backward: the gradient w.r.t. all B rows in, the gradient w.r.t. this rank's b rows out.
@@ -81,11 +84,8 @@ GatheredRows AllGatherWithGrad(const Tensor& x, ProcessGroup& group, GatherBackw
                  Wait(group.Allreduce(grad), rank, "allreduce of the gathered rows' gradient");
                  mine.CopyFrom(grad.Rows(first, first + b));
                  break;
-               case GatherBackward::kSlice:
-                 mine.CopyFrom(grad.Rows(first, first + b));
-                 break;
-               case GatherBackward::kNone:
-                 break;
+               case GatherBackward::kSlice: mine.CopyFrom(grad.Rows(first, first + b)); break;
+               case GatherBackward::kNone: break;
              }
              return TensorList{mine};
            });

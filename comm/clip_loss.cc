@@ -12,7 +12,8 @@ std::string_view ContrastiveLayoutName(ContrastiveLayout layout) {
 absl::StatusOr<ContrastiveLayout> ParseContrastiveLayout(std::string_view name) {
   if (name == "local") return ContrastiveLayout::kLocalGlobal;
   if (name == "global") return ContrastiveLayout::kGlobalGlobal;
-  return absl::InvalidArgumentError(StrCat("unknown layout '", name, "'; expected local or global"));
+  return absl::InvalidArgumentError(
+      StrCat("unknown layout '", name, "'; expected local or global"));
 }
 
 namespace {
@@ -25,10 +26,11 @@ Tensor Arange(int64_t n) {
 
 ClipLossResult ClipLoss(const Tensor& image, const Tensor& text, const Tensor& logit_scale,
                         ProcessGroup& group, ContrastiveLayout layout, GatherBackward backward) {
-  DDPKIT_CHECK(image.defined() && text.defined() && image.dim() == 2 && image.shape() == text.shape(),
-               "[clip_loss] image and text features must be [b, d] of one shape (pair i = row i), got ",
-               image.defined() ? ShapeString(image.shape()) : "undefined", " and ",
-               text.defined() ? ShapeString(text.shape()) : "undefined");
+  DDPKIT_CHECK(
+      image.defined() && text.defined() && image.dim() == 2 && image.shape() == text.shape(),
+      "[clip_loss] image and text features must be [b, d] of one shape (pair i = row i), got ",
+      image.defined() ? ShapeString(image.shape()) : "undefined", " and ",
+      text.defined() ? ShapeString(text.shape()) : "undefined");
   DDPKIT_CHECK(logit_scale.defined() && logit_scale.numel() == 1,
                "[clip_loss] logit_scale must have one element");
   const GatheredRows images = AllGatherWithGrad(image, group, backward);

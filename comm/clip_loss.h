@@ -28,10 +28,10 @@ std::string_view ContrastiveLayoutName(ContrastiveLayout layout);  // "local", "
 absl::StatusOr<ContrastiveLayout> ParseContrastiveLayout(std::string_view name);
 
 struct ClipLossResult {
-  Tensor loss;                  // this rank's loss (shape [])
-  int64_t global_rows = 0;      // B
-  int64_t first_row = 0;        // this rank's label offset
-  int64_t logit_elements = 0;   // materialised logits on this rank: 2·b·B, or B² (global)
+  Tensor loss;                 // this rank's loss (shape [])
+  int64_t global_rows = 0;     // B
+  int64_t first_row = 0;       // this rank's label offset
+  int64_t logit_elements = 0;  // materialised logits on this rank: 2·b·B, or B² (global)
 };
 
 // Collective (two gathers). Throws ddpkit::Error for mismatched shapes or a failed collective.

@@ -67,8 +67,10 @@ std::string FlightRecorder::Dump() const {
                                     "count", "state", "duration");
   for (const Entry& e : Entries()) {
     std::string duration = "-";
-    if (e.finished != absl::Time()) duration = absl::FormatDuration(e.finished - e.started);
-    else if (e.started != absl::Time()) duration = absl::FormatDuration(absl::Now() - e.started) + "+";
+    if (e.finished != absl::Time())
+      duration = absl::FormatDuration(e.finished - e.started);
+    else if (e.started != absl::Time())
+      duration = absl::FormatDuration(absl::Now() - e.started) + "+";
     absl::StrAppendFormat(&out, "%6d  %-14s  %-8s  %10d  %-9s  %12s\n", e.sequence_number,
                           std::string(OpTypeName(e.op)), std::string(DTypeName(e.dtype)), e.count,
                           std::string(StateName(e.state)), duration);

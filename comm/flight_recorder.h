@@ -3,10 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
-
-#include <mutex>
 
 #include "absl/time/time.h"
 #include "comm/types.h"

@@ -13,8 +13,8 @@ int64_t Total(const std::vector<int64_t>& counts) {
 
 void CheckCounts(std::string_view op, const std::vector<int64_t>& counts, int size,
                  std::string_view what) {
-  DDPKIT_CHECK(static_cast<int>(counts.size()) == size, "[", op, "] ", what, " has ",
-               counts.size(), " entries for a world of ", size);
+  DDPKIT_CHECK(static_cast<int>(counts.size()) == size, "[", op, "] ", what, " has ", counts.size(),
+               " entries for a world of ", size);
   for (int64_t c : counts) DDPKIT_CHECK(c >= 0, "[", op, "] ", what, " has a negative count ", c);
 }
 
@@ -68,10 +68,10 @@ std::shared_ptr<Work> ProcessGroup::Submit(Collective c) {
   recorder_.Queued(c);
   if (!broken_.ok()) {
     recorder_.Finished(c.sequence_number, false);
-    work->Finish(absl::Status(broken_.code(),
-                              StrCat(Describe(c), " was not run: the process group is unusable "
-                                                  "after an earlier failure: ",
-                                     broken_.message())));
+    work->Finish(absl::Status(broken_.code(), StrCat(Describe(c),
+                                                     " was not run: the process group is unusable "
+                                                     "after an earlier failure: ",
+                                                     broken_.message())));
     return work;
   }
   queue_.emplace_back(std::move(c), work);
@@ -96,15 +96,16 @@ void ProcessGroup::CommLoop() {
     if (!status.ok()) {
       status = absl::Status(status.code(), StrCat(Describe(collective),
                                                   " was not run: the process group is unusable "
-                                                  "after an earlier failure: ", status.message()));
+                                                  "after an earlier failure: ",
+                                                  status.message()));
     } else {
       recorder_.Started(collective.sequence_number);
       work->MarkStarted();
       status = RunOne(collective);
       recorder_.Finished(collective.sequence_number, status.ok());
       if (!status.ok()) {
-        Log(LogLevel::kError, StrCat(status.message(), "\nlast collectives on rank ", rank_,
-                                     ":\n", recorder_.Dump()));
+        Log(LogLevel::kError, StrCat(status.message(), "\nlast collectives on rank ", rank_, ":\n",
+                                     recorder_.Dump()));
         std::lock_guard<std::mutex> lock(mu_);
         if (broken_.ok()) broken_ = status;
       }
@@ -137,8 +138,8 @@ std::shared_ptr<Work> ProcessGroup::Allreduce(const Tensor& tensor, ReduceOp op)
 
 std::shared_ptr<Work> ProcessGroup::Broadcast(const Tensor& tensor, int root) {
   CheckTensor("broadcast", tensor, "tensor");
-  DDPKIT_CHECK(root >= 0 && root < size_, "[broadcast] root ", root, " is not a rank of a world of ",
-               size_);
+  DDPKIT_CHECK(root >= 0 && root < size_, "[broadcast] root ", root,
+               " is not a rank of a world of ", size_);
   Collective c{.op = OpType::kBroadcast, .input = tensor.Flatten(), .root = root};
   c.output = c.input;
   return Submit(std::move(c));
@@ -164,7 +165,9 @@ std::shared_ptr<Work> ProcessGroup::AllgatherV(const Tensor& input, const Tensor
                " contributes ", counts[rank_], " elements but its input has ", input.numel());
   DDPKIT_CHECK(output.numel() == Total(counts), "[allgather_v] output has ", output.numel(),
                " elements but the counts add up to ", Total(counts));
-  return Submit({.op = OpType::kAllgatherV, .input = input.Flatten(), .output = output.Flatten(),
+  return Submit({.op = OpType::kAllgatherV,
+                 .input = input.Flatten(),
+                 .output = output.Flatten(),
                  .counts = std::move(counts)});
 }
 
@@ -175,13 +178,17 @@ std::shared_ptr<Work> ProcessGroup::ReduceScatter(const Tensor& input, const Ten
   CheckSameDtype("reduce_scatter", input, output);
   CheckCounts("reduce_scatter", counts, size_, "counts");
   DDPKIT_CHECK(op != ReduceOp::kAvg || IsFloatingPoint(input.dtype()),
-               "[reduce_scatter] AVG needs a floating-point tensor, got ", DTypeName(input.dtype()));
+               "[reduce_scatter] AVG needs a floating-point tensor, got ",
+               DTypeName(input.dtype()));
   DDPKIT_CHECK(input.numel() == Total(counts), "[reduce_scatter] input has ", input.numel(),
                " elements but the counts add up to ", Total(counts));
   DDPKIT_CHECK(output.numel() == counts[rank_], "[reduce_scatter] output has ", output.numel(),
                " elements but rank ", rank_, "'s segment has ", counts[rank_]);
-  return Submit({.op = OpType::kReduceScatter, .reduce_op = op, .input = input.Flatten(),
-                 .output = output.Flatten(), .counts = std::move(counts)});
+  return Submit({.op = OpType::kReduceScatter,
+                 .reduce_op = op,
+                 .input = input.Flatten(),
+                 .output = output.Flatten(),
+                 .counts = std::move(counts)});
 }
 
 std::shared_ptr<Work> ProcessGroup::AllToAllV(const Tensor& input, const Tensor& output,
@@ -196,8 +203,11 @@ std::shared_ptr<Work> ProcessGroup::AllToAllV(const Tensor& input, const Tensor&
                " elements but the send counts add up to ", Total(send_counts));
   DDPKIT_CHECK(output.numel() == Total(recv_counts), "[all_to_all_v] output has ", output.numel(),
                " elements but the recv counts add up to ", Total(recv_counts));
-  return Submit({.op = OpType::kAllToAllV, .input = input.Flatten(), .output = output.Flatten(),
-                 .counts = std::move(send_counts), .recv_counts = std::move(recv_counts)});
+  return Submit({.op = OpType::kAllToAllV,
+                 .input = input.Flatten(),
+                 .output = output.Flatten(),
+                 .counts = std::move(send_counts),
+                 .recv_counts = std::move(recv_counts)});
 }
 
 std::shared_ptr<Work> ProcessGroup::Barrier() { return Submit({.op = OpType::kBarrier}); }

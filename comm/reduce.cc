@@ -34,8 +34,10 @@ template <typename Half>
 void ReduceHalf(Half* dst, const Half* src, int64_t n, ReduceOp op) {
   for (int64_t i = 0; i < n; ++i) {
     const float value = Combine(ToFloat(dst[i]), ToFloat(src[i]), op);
-    if constexpr (std::is_same_v<Half, Float16>) dst[i] = ToFloat16(value);
-    else dst[i] = ToBFloat16(value);
+    if constexpr (std::is_same_v<Half, Float16>)
+      dst[i] = ToFloat16(value);
+    else
+      dst[i] = ToBFloat16(value);
   }
 }
 
@@ -56,7 +58,8 @@ void ReduceRankOrderNative(const std::vector<const void*>& inputs, T* out, int64
 
 }  // namespace
 
-void ReduceRankOrder(const std::vector<const void*>& inputs, void* out, int64_t n, DType dtype, ReduceOp op) {
+void ReduceRankOrder(const std::vector<const void*>& inputs, void* out, int64_t n, DType dtype,
+                     ReduceOp op) {
   switch (dtype) {
     case DType::kFloat32: return ReduceRankOrderNative(inputs, static_cast<float*>(out), n, op);
     case DType::kFloat64: return ReduceRankOrderNative(inputs, static_cast<double*>(out), n, op);
@@ -68,12 +71,18 @@ void ReduceRankOrder(const std::vector<const void*>& inputs, void* out, int64_t 
 
 void ReduceInto(void* dst, const void* src, int64_t n, DType dtype, ReduceOp op) {
   switch (dtype) {
-    case DType::kFloat32: return ReduceNative(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
-    case DType::kFloat64: return ReduceNative(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
-    case DType::kInt32: return ReduceNative(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
-    case DType::kInt64: return ReduceNative(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
-    case DType::kFloat16: return ReduceHalf(static_cast<Float16*>(dst), static_cast<const Float16*>(src), n, op);
-    case DType::kBFloat16: return ReduceHalf(static_cast<BFloat16*>(dst), static_cast<const BFloat16*>(src), n, op);
+    case DType::kFloat32:
+      return ReduceNative(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
+    case DType::kFloat64:
+      return ReduceNative(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
+    case DType::kInt32:
+      return ReduceNative(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
+    case DType::kInt64:
+      return ReduceNative(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
+    case DType::kFloat16:
+      return ReduceHalf(static_cast<Float16*>(dst), static_cast<const Float16*>(src), n, op);
+    case DType::kBFloat16:
+      return ReduceHalf(static_cast<BFloat16*>(dst), static_cast<const BFloat16*>(src), n, op);
   }
 }
 
@@ -96,11 +105,13 @@ void DivideInPlace(void* data, int64_t n, DType dtype, int divisor) {
     }
     case DType::kBFloat16: {
       BFloat16* p = static_cast<BFloat16*>(data);
-      for (int64_t i = 0; i < n; ++i) p[i] = ToBFloat16(ToFloat(p[i]) / static_cast<float>(divisor));
+      for (int64_t i = 0; i < n; ++i)
+        p[i] = ToBFloat16(ToFloat(p[i]) / static_cast<float>(divisor));
       return;
     }
     default:
-      throw Error(StrCat("[DivideInPlace] AVG needs a floating-point dtype, got ", DTypeName(dtype)));
+      throw Error(
+          StrCat("[DivideInPlace] AVG needs a floating-point dtype, got ", DTypeName(dtype)));
   }
 }
 

@@ -1,8 +1,8 @@
 #include "comm/rendezvous.h"
 
-#include <cstdlib>
-
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -15,10 +15,11 @@ namespace {
 absl::StatusOr<std::string> Required(const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') {
-    return absl::InvalidArgumentError(StrCat(
-        "env:// rendezvous: environment variable ", name, " expected, but not set; run under "
-        "`ddpkit launch` (which sets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), or use "
-        "--backend threads"));
+    return absl::InvalidArgumentError(
+        StrCat("env:// rendezvous: environment variable ", name,
+               " expected, but not set; run under "
+               "`ddpkit launch` (which sets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), or use "
+               "--backend threads"));
   }
   return std::string(value);
 }
@@ -44,7 +45,8 @@ absl::StatusOr<EnvRendezvous> ReadEnvRendezvous() {
   DDPKIT_ASSIGN_OR_RETURN(std::string rank, Required("RANK"));
   DDPKIT_ASSIGN_OR_RETURN(env.rank, Integer("RANK", rank, 0, env.world_size - 1));
   if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) {
-    DDPKIT_ASSIGN_OR_RETURN(env.local_world_size, Integer("LOCAL_WORLD_SIZE", v, 1, env.world_size));
+    DDPKIT_ASSIGN_OR_RETURN(env.local_world_size,
+                            Integer("LOCAL_WORLD_SIZE", v, 1, env.world_size));
   }
   if (const char* v = std::getenv("LOCAL_RANK")) {
     DDPKIT_ASSIGN_OR_RETURN(env.local_rank, Integer("LOCAL_RANK", v, 0, env.local_world_size - 1));
@@ -58,15 +60,18 @@ absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitGloo(
   world->world_size_ = env.world_size;
   world->timeout_ = options.timeout;
   if (env.rank == 0) {
-    DDPKIT_ASSIGN_OR_RETURN(world->server_, TcpStoreServer::Start(env.master_addr, env.master_port));
+    DDPKIT_ASSIGN_OR_RETURN(world->server_,
+                            TcpStoreServer::Start(env.master_addr, env.master_port));
   }
-  DDPKIT_ASSIGN_OR_RETURN(world->store_, TcpStore::Connect(env.master_addr, env.master_port, options.timeout));
+  DDPKIT_ASSIGN_OR_RETURN(world->store_,
+                          TcpStore::Connect(env.master_addr, env.master_port, options.timeout));
   // Gloo listens on the address peers reach this host by: loopback for a local job.
   const bool local = env.master_addr == "localhost" || absl::StartsWith(env.master_addr, "127.");
   char host[256] = "localhost";
   if (!local) ::gethostname(host, sizeof(host));
-  DDPKIT_ASSIGN_OR_RETURN(world->group_, CreateGlooProcessGroup(env.rank, env.world_size, world->store_,
-                                                               local ? "127.0.0.1" : host, options));
+  DDPKIT_ASSIGN_OR_RETURN(world->group_,
+                          CreateGlooProcessGroup(env.rank, env.world_size, world->store_,
+                                                 local ? "127.0.0.1" : host, options));
   return world;
 }
 

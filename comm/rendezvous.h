@@ -29,8 +29,8 @@ absl::StatusOr<EnvRendezvous> ReadEnvRendezvous();
 // rank 0 does not take the store away from ranks still shutting down.
 class DistributedWorld {
  public:
-  static absl::StatusOr<std::unique_ptr<DistributedWorld>> InitGloo(const EnvRendezvous& env,
-                                                                    ProcessGroupOptions options = {});
+  static absl::StatusOr<std::unique_ptr<DistributedWorld>> InitGloo(
+      const EnvRendezvous& env, ProcessGroupOptions options = {});
   ~DistributedWorld();
   ProcessGroup& group() { return *group_; }
   Store& store() { return *store_; }

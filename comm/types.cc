@@ -64,7 +64,8 @@ std::vector<int64_t> CollectiveFingerprint::Encode(int world_size) const {
   words[5] = input_numel;
   words[6] = output_numel;
   words[7] = static_cast<int64_t>(counts.size()) | (static_cast<int64_t>(recv_counts.size()) << 32);
-  for (size_t i = 0; i < counts.size() && i < static_cast<size_t>(world_size); ++i) words[8 + i] = counts[i];
+  for (size_t i = 0; i < counts.size() && i < static_cast<size_t>(world_size); ++i)
+    words[8 + i] = counts[i];
   for (size_t i = 0; i < recv_counts.size() && i < static_cast<size_t>(world_size); ++i) {
     words[8 + world_size + i] = recv_counts[i];
   }
@@ -92,15 +93,15 @@ absl::Status CheckCollectivesMatch(const std::vector<CollectiveFingerprint>& per
   const CollectiveFingerprint& first = per_rank[0];
   auto mismatch = [&](int a, int b, std::string_view what) {
     return absl::FailedPreconditionError(StrCat(
-        "collective mismatch at sequence number ", first.sequence_number, " (", what,
-        "): rank ", a, " called ", per_rank[a].Describe(), " but rank ", b, " called ",
-        per_rank[b].Describe(),
+        "collective mismatch at sequence number ", first.sequence_number, " (", what, "): rank ", a,
+        " called ", per_rank[a].Describe(), " but rank ", b, " called ", per_rank[b].Describe(),
         "; every rank must issue the same collectives in the same order with matching shapes"));
   };
   for (int r = 1; r < size; ++r) {
     const CollectiveFingerprint& f = per_rank[r];
     if (f.op != first.op) return mismatch(0, r, "different operations");
-    if (f.dtype != first.dtype && first.op != OpType::kBarrier) return mismatch(0, r, "different dtypes");
+    if (f.dtype != first.dtype && first.op != OpType::kBarrier)
+      return mismatch(0, r, "different dtypes");
     if ((first.op == OpType::kAllreduce || first.op == OpType::kReduceScatter) &&
         f.reduce_op != first.reduce_op) {
       return mismatch(0, r, "different reduce ops");
@@ -119,17 +120,16 @@ absl::Status CheckCollectivesMatch(const std::vector<CollectiveFingerprint>& per
         if (f.counts != first.counts) return mismatch(0, r, "different per-rank counts");
         break;
       case OpType::kAllToAllV:
-      case OpType::kBarrier:
-        break;
+      case OpType::kBarrier: break;
     }
   }
   if (first.op == OpType::kAllToAllV) {  // what i sends to j is what j expects from i
     for (int i = 0; i < size; ++i) {
       for (int j = 0; j < size; ++j) {
         if (per_rank[i].counts.at(j) != per_rank[j].recv_counts.at(i)) {
-          return mismatch(i, j, StrCat("rank ", i, " sends ", per_rank[i].counts[j],
-                                       " elements to rank ", j, ", which expects ",
-                                       per_rank[j].recv_counts[i]));
+          return mismatch(i, j,
+                          StrCat("rank ", i, " sends ", per_rank[i].counts[j], " elements to rank ",
+                                 j, ", which expects ", per_rank[j].recv_counts[i]));
         }
       }
     }

@@ -13,7 +13,13 @@ namespace ddpkit::comm {
 
 enum class ReduceOp : uint8_t { kSum, kAvg, kMin, kMax };
 enum class OpType : uint8_t {
-  kAllreduce, kBroadcast, kAllgather, kAllgatherV, kReduceScatter, kAllToAllV, kBarrier
+  kAllreduce,
+  kBroadcast,
+  kAllgather,
+  kAllgatherV,
+  kReduceScatter,
+  kAllToAllV,
+  kBarrier
 };
 
 std::string_view ReduceOpName(ReduceOp op);  // "SUM", "AVG", ...
@@ -26,7 +32,7 @@ struct Collective {
   ReduceOp reduce_op = ReduceOp::kSum;
   Tensor input{};  // allreduce and broadcast work in place: input and output are the same
   Tensor output{};
-  int root = 0;    // broadcast
+  int root = 0;  // broadcast
   // Element counts per rank: allgather_v (every rank's contribution), reduce_scatter (every
   // rank's segment), all_to_all_v (what this rank sends to each peer).
   std::vector<int64_t> counts{};

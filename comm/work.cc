@@ -19,7 +19,8 @@ absl::Status Work::Wait() const {
 
 absl::Status Work::Wait(absl::Duration timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!completed_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return completed_; })) {
+  if (!completed_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                              [this] { return completed_; })) {
     return absl::DeadlineExceededError(StrCat(OpTypeName(op_), " (sequence number ",
                                               sequence_number_, ") did not complete within ",
                                               absl::FormatDuration(timeout)));

@@ -10,14 +10,16 @@ namespace {
 int64_t AllreduceCount(comm::ProcessGroup& group, int64_t value, std::string_view what) {
   Tensor t = Tensor::Full({1}, static_cast<double>(value), DType::kInt64);
   if (absl::Status s = group.Allreduce(t)->Wait(); !s.ok()) {
-    throw Error(StrCat("[join] rank ", group.rank(), ": ", what, " failed: ", s.message()), s.code());
+    throw Error(StrCat("[join] rank ", group.rank(), ": ", what, " failed: ", s.message()),
+                s.code());
   }
   return t.data<int64_t>()[0];
 }
 
 }  // namespace
 
-std::shared_ptr<comm::Work> Join::NotifyJoinContext(const Joinable& joinable, Tensor* active_ranks) {
+std::shared_ptr<comm::Work> Join::NotifyJoinContext(const Joinable& joinable,
+                                                    Tensor* active_ranks) {
   const JoinConfig& config = joinable.join_config();
   if (!config.enable || !config.is_first_joinable) return nullptr;
   comm::ProcessGroup& group = joinable.join_process_group();
@@ -64,11 +66,11 @@ void Join::Run(const std::vector<Joinable*>& joinables, const JoinOptions& optio
     if (active == 0) break;
     if (options.throw_on_early_termination) {
       AllreduceCount(group, 1, "telling the active ranks that this rank exhausted its inputs");
-      throw Error(StrCat("[join] rank ", group.rank(),
-                         ": this rank exhausted its inputs while ", active,
-                         " rank(s) still had data; every rank stops in this iteration "
-                         "(throw_on_early_termination)"),
-                  absl::StatusCode::kAborted);
+      throw Error(
+          StrCat("[join] rank ", group.rank(), ": this rank exhausted its inputs while ", active,
+                 " rank(s) still had data; every rank stops in this iteration "
+                 "(throw_on_early_termination)"),
+          absl::StatusCode::kAborted);
     }
     for (auto& hook : hooks) hook->MainHook();
     is_last_joiner = false;

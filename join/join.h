@@ -79,7 +79,8 @@ class Join {
   // Called by an active rank's joinable before its per-iteration collectives. Returns the
   // count-of-active-ranks allreduce (an int64 [1] result in `active_ranks`) for the first
   // enabled joinable, null otherwise. In throw mode it raises when any rank has run out.
-  static std::shared_ptr<comm::Work> NotifyJoinContext(const Joinable& joinable, Tensor* active_ranks);
+  static std::shared_ptr<comm::Work> NotifyJoinContext(const Joinable& joinable,
+                                                       Tensor* active_ranks);
 };
 
 }  // namespace ddpkit::join

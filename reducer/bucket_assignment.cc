@@ -45,9 +45,9 @@ absl::Status ValidateArguments(const std::vector<BucketTensorSpec>& tensors,
   }
   if (!arrival_order.empty()) {
     if (arrival_order.size() != tensors.size()) {
-      return absl::InvalidArgumentError(
-          StrCat("the arrival order lists ", arrival_order.size(), " parameters, but there are ",
-                 tensors.size(), "; it must name every parameter exactly once"));
+      return absl::InvalidArgumentError(StrCat("the arrival order lists ", arrival_order.size(),
+                                               " parameters, but there are ", tensors.size(),
+                                               "; it must name every parameter exactly once"));
     }
     std::vector<bool> seen(tensors.size(), false);
     for (size_t index : arrival_order) {
@@ -91,7 +91,8 @@ absl::StatusOr<BucketAssignment> ComputeBucketAssignmentBySize(
     }
     auto it = std::find_if(open.begin(), open.end(),
                            [&](const OpenBucket& b) { return b.dtype == tensor.dtype; });
-    if (it == open.end()) it = open.insert(open.end(), OpenBucket{.dtype = tensor.dtype, .indices = {}});
+    if (it == open.end())
+      it = open.insert(open.end(), OpenBucket{.dtype = tensor.dtype, .indices = {}});
     OpenBucket& bucket = *it;
     bucket.indices.push_back(index);
     bucket.bytes += tensor.nbytes();

@@ -36,8 +36,8 @@ struct BucketAssignment {
   std::vector<size_t> limits;                // the byte limit each bucket was closed under
 };
 
-inline constexpr size_t kDefaultFirstBucketBytes = 1024 * 1024;       // 1 MiB
-inline constexpr size_t kDefaultBucketBytesCap = 25 * 1024 * 1024;    // 25 MiB
+inline constexpr size_t kDefaultFirstBucketBytes = 1024 * 1024;     // 1 MiB
+inline constexpr size_t kDefaultBucketBytesCap = 25 * 1024 * 1024;  // 25 MiB
 // DDP's first-iteration limit when buckets are not size-bounded (PyTorch's sys.maxsize).
 inline constexpr size_t kNoBucketSizeLimit = static_cast<size_t>(INT64_MAX);
 

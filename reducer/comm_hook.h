@@ -23,7 +23,10 @@ class GradBucket {
  public:
   GradBucket(size_t index, size_t bucket_count, const Tensor& buffer,
              const std::vector<Tensor>& gradients, const std::vector<Tensor>& parameters)
-      : index_(index), bucket_count_(bucket_count), buffer_(buffer), gradients_(gradients),
+      : index_(index),
+        bucket_count_(bucket_count),
+        buffer_(buffer),
+        gradients_(gradients),
         parameters_(parameters) {}
 
   // Position in reduction order: 0 is reduced first. Buckets are rebuilt after the first

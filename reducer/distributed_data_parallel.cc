@@ -20,8 +20,8 @@ std::vector<BucketTensorSpec> SpecsOf(const NamedTensors& params) {
 absl::Status WaitFor(const std::shared_ptr<comm::Work>& work, std::string_view what, int rank) {
   absl::Status status = work->Wait();
   if (status.ok()) return status;
-  return absl::Status(status.code(), StrCat("[ddp] rank ", rank, ": ", what, " failed: ",
-                                            status.message()));
+  return absl::Status(status.code(),
+                      StrCat("[ddp] rank ", rank, ": ", what, " failed: ", status.message()));
 }
 
 // A parameter's signature for the cross-rank check: dtype, rank, up to kMaxDims sizes.
@@ -41,14 +41,15 @@ absl::Status VerifySameModelOnAllRanks(const NamedTensors& params, comm::Process
   const int64_t n = static_cast<int64_t>(params.size());
   Tensor count = Tensor::Full({1}, static_cast<double>(n), DType::kInt64);
   Tensor counts = Tensor::Zeros({world}, DType::kInt64);
-  DDPKIT_RETURN_IF_ERROR(WaitFor(group.Allgather(count, counts), "comparing parameter counts", rank));
+  DDPKIT_RETURN_IF_ERROR(
+      WaitFor(group.Allgather(count, counts), "comparing parameter counts", rank));
   for (int r = 1; r < world; ++r) {
     const int64_t theirs = counts.data<int64_t>()[r], ours = counts.data<int64_t>()[0];
     if (theirs != ours) {
-      return absl::FailedPreconditionError(StrCat(
-          "[ddp] DDP needs the same model on every rank, but rank ", r, " has ", theirs,
-          " parameter tensors while rank 0 has ", ours,
-          ". Build the model identically on every rank (same spec, same code path)."));
+      return absl::FailedPreconditionError(
+          StrCat("[ddp] DDP needs the same model on every rank, but rank ", r, " has ", theirs,
+                 " parameter tensors while rank 0 has ", ours,
+                 ". Build the model identically on every rank (same spec, same code path)."));
     }
   }
 
@@ -67,7 +68,8 @@ absl::Status VerifySameModelOnAllRanks(const NamedTensors& params, comm::Process
     for (int64_t d = 0; d < p.dim(); ++d) w[2 + d] = p.size(d);
   }
   Tensor mine = signatures.Clone();
-  DDPKIT_RETURN_IF_ERROR(WaitFor(group.Broadcast(signatures, 0), "comparing parameter shapes", rank));
+  DDPKIT_RETURN_IF_ERROR(
+      WaitFor(group.Broadcast(signatures, 0), "comparing parameter shapes", rank));
   int64_t first_mismatch = -1;
   for (int64_t i = 0; i < n * kSignatureWords && first_mismatch < 0; ++i) {
     if (sig[i] != mine.data<int64_t>()[i]) first_mismatch = i / kSignatureWords;
@@ -80,11 +82,11 @@ absl::Status VerifySameModelOnAllRanks(const NamedTensors& params, comm::Process
     const int64_t i = mismatches.data<int64_t>()[r];
     if (i < 0) continue;
     std::string message = StrCat(
-        "[ddp] DDP needs the same model on every rank, but parameter ", i, " ('",
-        params[i].first, "') is ", SignatureString(sig + i * kSignatureWords),
-        " on rank 0 and differs on rank ", r);
+        "[ddp] DDP needs the same model on every rank, but parameter ", i, " ('", params[i].first,
+        "') is ", SignatureString(sig + i * kSignatureWords), " on rank 0 and differs on rank ", r);
     if (r == rank) {
-      StrAppend(&message, ", where it is ", SignatureString(mine.data<int64_t>() + i * kSignatureWords));
+      StrAppend(&message, ", where it is ",
+                SignatureString(mine.data<int64_t>() + i * kSignatureWords));
     }
     StrAppend(&message, ". Build the model identically on every rank.");
     return absl::FailedPreconditionError(message);
@@ -98,8 +100,9 @@ absl::Status BroadcastFromRankZero(const NamedTensors& tensors, comm::ProcessGro
   std::vector<std::shared_ptr<comm::Work>> works;
   for (const auto& [name, t] : tensors) works.push_back(group.Broadcast(t.Detach().Flatten(), 0));
   for (size_t i = 0; i < works.size(); ++i) {
-    DDPKIT_RETURN_IF_ERROR(WaitFor(works[i], StrCat("broadcasting ", kind, " '", tensors[i].first,
-                                                    "' from rank 0"), group.rank()));
+    DDPKIT_RETURN_IF_ERROR(
+        WaitFor(works[i], StrCat("broadcasting ", kind, " '", tensors[i].first, "' from rank 0"),
+                group.rank()));
   }
   return absl::OkStatus();
 }
@@ -155,8 +158,9 @@ absl::StatusOr<std::shared_ptr<DistributedDataParallel>> DistributedDataParallel
         "[ddp] bucket_cap_mb must be positive (at least one byte), got ", options.bucket_cap_mb));
   }
   if (!(options.first_bucket_mb > 0) || MegabytesToBytes(options.first_bucket_mb) == 0) {
-    return absl::InvalidArgumentError(StrCat(
-        "[ddp] first_bucket_mb must be positive (at least one byte), got ", options.first_bucket_mb));
+    return absl::InvalidArgumentError(
+        StrCat("[ddp] first_bucket_mb must be positive (at least one byte), got ",
+               options.first_bucket_mb));
   }
   NamedTensors params;
   for (auto& [name, p] : module->NamedParameters()) {  // shared parameters: first name wins
@@ -244,7 +248,8 @@ Tensor DistributedDataParallel::Forward(const Tensor& input) {
     return output;
   }
   require_forward_param_sync_ = true;
-  if (reducer_->static_graph_first_iteration()) output = AttachDelayAllReduce(output, reducer_.get());
+  if (reducer_->static_graph_first_iteration())
+    output = AttachDelayAllReduce(output, reducer_.get());
   const bool search_unused = options_.find_unused_parameters && !options_.static_graph;
   reducer_->PrepareForBackward(search_unused ? TensorList{output} : TensorList{});
   return output;
@@ -255,7 +260,8 @@ int64_t DistributedDataParallel::AllreduceJoinPlan(int64_t plan) {
   if (absl::Status s = group_.Allreduce(t, comm::ReduceOp::kMax)->Wait(); !s.ok()) {
     ThrowStatus(absl::Status(s.code(), StrCat("[ddp] rank ", group_.rank(),
                                               ": sharing the iteration's plan with joined ranks "
-                                              "failed: ", s.message())));
+                                              "failed: ",
+                                              s.message())));
   }
   return t.data<int64_t>()[0];
 }
@@ -278,7 +284,8 @@ class DdpJoinHook final : public join::JoinHook {
   void PostHook(bool is_last_joiner) override {
     comm::ProcessGroup& group = ddp_.group_;
     Tensor rank = Tensor::Full({1}, is_last_joiner ? group.rank() : -1.0, DType::kInt64);
-    if (absl::Status s = group.Allreduce(rank, comm::ReduceOp::kMax)->Wait(); !s.ok()) ThrowStatus(s);
+    if (absl::Status s = group.Allreduce(rank, comm::ReduceOp::kMax)->Wait(); !s.ok())
+      ThrowStatus(s);
     const int authoritative = static_cast<int>(rank.data<int64_t>()[0]);
     DDPKIT_CHECK(authoritative >= 0, "[ddp] rank ", group.rank(),
                  ": no rank reported being a last joiner; this is a bug in ddpkit's Join");
@@ -288,7 +295,8 @@ class DdpJoinHook final : public join::JoinHook {
       for (auto& b : ddp_.module_->NamedBuffers()) state.push_back(b);
     }
     std::vector<std::shared_ptr<comm::Work>> works;
-    for (const auto& [name, t] : state) works.push_back(group.Broadcast(t.Detach().Flatten(), authoritative));
+    for (const auto& [name, t] : state)
+      works.push_back(group.Broadcast(t.Detach().Flatten(), authoritative));
     for (const auto& w : works) {
       if (absl::Status s = w->Wait(); !s.ok()) ThrowStatus(s);
     }

@@ -23,13 +23,13 @@
 namespace ddpkit::reducer {
 
 struct DdpOptions {
-  double bucket_cap_mb = 25;            // later buckets, after the rebuild
-  double first_bucket_mb = 1;           // the first bucket reduced after the rebuild
-  bool find_unused_parameters = false;  // search the graph for parameters the forward skipped
-  bool static_graph = false;            // the graph is the same every iteration
+  double bucket_cap_mb = 25;             // later buckets, after the rebuild
+  double first_bucket_mb = 1;            // the first bucket reduced after the rebuild
+  bool find_unused_parameters = false;   // search the graph for parameters the forward skipped
+  bool static_graph = false;             // the graph is the same every iteration
   bool gradient_as_bucket_view = false;  // .grad tensors are views into the bucket buffers
-  bool broadcast_buffers = true;        // rank 0's buffers to all at every synced forward
-  std::string module_name = "module";   // for logs
+  bool broadcast_buffers = true;         // rank 0's buffers to all at every synced forward
+  std::string module_name = "module";    // for logs
 };
 
 class DistributedDataParallel : public nn::Module, public join::Joinable {

@@ -65,7 +65,8 @@ Reducer::Reducer(NamedTensors parameters, const BucketAssignment& initial,
     std::shared_ptr<AccumulateGrad> accumulator = param.grad_accumulator();
     DDPKIT_CHECK(seen.insert(accumulator.get()).second, "[ddp] parameter ", i, " ('", name,
                  "') is listed twice; shared parameters must be deduplicated first");
-    hook_handles_.push_back(accumulator->AddPostHook([this, i](const Tensor&) { AutogradHook(i); }));
+    hook_handles_.push_back(
+        accumulator->AddPostHook([this, i](const Tensor&) { AutogradHook(i); }));
     grad_accumulators_.push_back(std::move(accumulator));
   }
 
@@ -90,10 +91,10 @@ Reducer::Reducer(NamedTensors parameters, const BucketAssignment& initial,
   logging_.set_total_parameter_size_bytes(total_bytes);
   for (BucketInfo& info : BucketInfos()) *logging_.add_initial_buckets() = std::move(info);
   if (group.options().debug_level != comm::DebugLevel::kOff) {
-    Log(LogLevel::kInfo, StrCat("DDP reducer: ", buckets_.size(), " bucket(s) ",
-                                BucketsToString(initial.buckets), ", bucket cap ",
-                                options.bucket_bytes_cap, " B, first bucket ",
-                                options.first_bucket_bytes_cap, " B"));
+    Log(LogLevel::kInfo,
+        StrCat("DDP reducer: ", buckets_.size(), " bucket(s) ", BucketsToString(initial.buckets),
+               ", bucket cap ", options.bucket_bytes_cap, " B, first bucket ",
+               options.first_bucket_bytes_cap, " B"));
   }
 }
 
@@ -114,7 +115,8 @@ void Reducer::SetStaticGraph() {
 void Reducer::RegisterCommHook(CommHook hook, std::string name) {
   DDPKIT_CHECK(!comm_hook_, "[ddp] a communication hook is already registered ('",
                logging_.comm_hook(), "'); register at most one");
-  DDPKIT_CHECK(num_iterations_ == 0, "[ddp] register the communication hook before the first "
+  DDPKIT_CHECK(num_iterations_ == 0,
+               "[ddp] register the communication hook before the first "
                "iteration");
   DDPKIT_CHECK(hook != nullptr, "[ddp] the communication hook is empty");
   comm_hook_ = std::move(hook);
@@ -138,8 +140,8 @@ void Reducer::InitializeBuckets(const BucketAssignment& assignment) {
     int64_t total = 0;
     for (size_t index : indices) {
       const auto& [name, param] = params_.at(index);
-      DDPKIT_CHECK(param.dtype() == dtype, "[ddp] bucket ", b, " mixes ", DTypeName(dtype),
-                   " and ", DTypeName(param.dtype()), " (parameter ", index, " '", name,
+      DDPKIT_CHECK(param.dtype() == dtype, "[ddp] bucket ", b, " mixes ", DTypeName(dtype), " and ",
+                   DTypeName(param.dtype()), " (parameter ", index, " '", name,
                    "'): all parameters of a bucket must have one dtype");
       bucket.offsets.push_back(total);
       bucket.lengths.push_back(param.numel());
@@ -377,7 +379,8 @@ void Reducer::LaunchBucket(size_t bucket_index) {
     comm_started_ = true;
     comm_start_ = bucket.launched_at;
   }
-  Trace(TraceEventType::kAllreduceStart, -1, static_cast<int64_t>(bucket_index), bucket.launched_at);
+  Trace(TraceEventType::kAllreduceStart, -1, static_cast<int64_t>(bucket_index),
+        bucket.launched_at);
   if (comm_hook_) {
     GradBucket grad_bucket(bucket_index, buckets_.size(), bucket.gradients, bucket.views,
                            bucket.variables);
@@ -385,15 +388,16 @@ void Reducer::LaunchBucket(size_t bucket_index) {
     DDPKIT_CHECK(bucket.future_work != nullptr, "[ddp] the communication hook '",
                  logging_.comm_hook(), "' returned no future for bucket ", bucket_index);
   } else {
-    bucket.future_work = comm::Future::FromWork(group_.Allreduce(bucket.gradients), bucket.gradients);
+    bucket.future_work =
+        comm::Future::FromWork(group_.Allreduce(bucket.gradients), bucket.gradients);
   }
 }
 
 void Reducer::LaunchLocalUsedMapAllreduce() {
   local_used_map_reduced_.CopyFrom(local_used_map_);  // hooks may write the map meanwhile
   local_used_map_reduced_ready_ = false;
-  local_used_work_ = comm::Future::FromWork(group_.Allreduce(local_used_map_reduced_),
-                                            local_used_map_reduced_);
+  local_used_work_ =
+      comm::Future::FromWork(group_.Allreduce(local_used_map_reduced_), local_used_map_reduced_);
 }
 
 // Static graph's first synced backward: the hooks only counted. Now every parameter is
@@ -415,8 +419,8 @@ void Reducer::DelayAllReduce() {
 void Reducer::FinalizeBackward() {
   expect_autograd_hooks_ = false;
   require_finalize_ = false;
-  DDPKIT_CHECK(next_bucket_ == buckets_.size(), "[ddp] rank ", group_.rank(),
-               ": finalize found ", buckets_.size() - next_bucket_,
+  DDPKIT_CHECK(next_bucket_ == buckets_.size(), "[ddp] rank ", group_.rank(), ": finalize found ",
+               buckets_.size() - next_bucket_,
                " bucket(s) not launched; this is a bug in ddpkit's reducer");
   const absl::Duration timeout = group_.options().timeout;
   Clock::time_point comm_end = comm_start_;
@@ -424,14 +428,15 @@ void Reducer::FinalizeBackward() {
     Bucket& bucket = buckets_[b];
     absl::StatusOr<Tensor> result = bucket.future_work->Wait(timeout);
     if (!result.ok()) {
-      ThrowCommFailure(group_.rank(), StrCat("reducing gradient bucket ", b, " (parameters ",
-                                             absl::StrJoin(bucket.variable_indices, ", "), ")"),
+      ThrowCommFailure(group_.rank(),
+                       StrCat("reducing gradient bucket ", b, " (parameters ",
+                              absl::StrJoin(bucket.variable_indices, ", "), ")"),
                        result.status());
     }
     if (!result->IsAliasOf(bucket.gradients)) {
       DDPKIT_CHECK(result->numel() == bucket.gradients.numel(), "[ddp] the communication hook '",
-                   logging_.comm_hook(), "' returned ", result->numel(), " elements for bucket ",
-                   b, " of ", bucket.gradients.numel());
+                   logging_.comm_hook(), "' returned ", result->numel(), " elements for bucket ", b,
+                   " of ", bucket.gradients.numel());
       bucket.gradients.CopyFrom(*result);
     }
     comm_end = std::max(comm_end, bucket.future_work->completed_at());
@@ -515,7 +520,8 @@ void Reducer::FinalizeBucket(Bucket& bucket) {
         param.set_grad(view);
       } else {
         DDPKIT_CHECK(grad.IsAliasOf(view), "[ddp] rank ", group_.rank(), ": parameter ", index,
-                     " ('", ParamName(index), "') has a .grad that is not its bucket view, but "
+                     " ('", ParamName(index),
+                     "') has a .grad that is not its bucket view, but "
                      "gradient_as_bucket_view is on; do not replace .grad (zero it in place or "
                      "set it to none)");
       }
@@ -602,8 +608,8 @@ void Reducer::SyncBucketIndices(BucketAssignment& assignment) {
     }
     synced.limits.push_back(static_cast<size_t>(s[num_buckets + b]));
   }
-  DDPKIT_CHECK(k == n, "[ddp] rank ", group_.rank(), ": rank 0's rebuilt plan covers ", k,
-               " of ", n, " parameters");
+  DDPKIT_CHECK(k == n, "[ddp] rank ", group_.rank(), ": rank 0's rebuilt plan covers ", k, " of ",
+               n, " parameters");
   assignment = std::move(synced);
 }
 
@@ -634,8 +640,8 @@ void Reducer::ShadowBackward(bool static_graph_first_iteration) {
     local_used_map_.Zero();
     local_used_map_reduced_.Zero();
     local_used_map_reduced_ready_ = false;
-    local_used_work_ = comm::Future::FromWork(group_.Allreduce(local_used_map_reduced_),
-                                              local_used_map_reduced_);
+    local_used_work_ =
+        comm::Future::FromWork(group_.Allreduce(local_used_map_reduced_), local_used_map_reduced_);
   };
   if (static_graph_first_iteration) shadow_used_map();  // DelayAllReduce's order
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -660,7 +666,8 @@ void Reducer::ShadowBackward(bool static_graph_first_iteration) {
     Bucket& bucket = buckets_[b];
     absl::StatusOr<Tensor> result = bucket.future_work->Wait(group_.options().timeout);
     if (!result.ok()) {
-      ThrowCommFailure(group_.rank(), StrCat("shadowing an active rank's reduction of gradient bucket ", b),
+      ThrowCommFailure(group_.rank(),
+                       StrCat("shadowing an active rank's reduction of gradient bucket ", b),
                        result.status());
     }
     if (!result->IsAliasOf(bucket.gradients)) bucket.gradients.CopyFrom(*result);
@@ -678,8 +685,11 @@ void Reducer::ShadowBackward(bool static_graph_first_iteration) {
 void Reducer::Trace(TraceEventType type, int64_t param_index, int64_t bucket_index,
                     Clock::time_point time) {
   if (trace_ == nullptr) return;
-  trace_->OnEvent({.type = type, .time = time, .iteration = num_iterations_,
-                   .rank = group_.rank(), .param_index = param_index,
+  trace_->OnEvent({.type = type,
+                   .time = time,
+                   .iteration = num_iterations_,
+                   .rank = group_.rank(),
+                   .param_index = param_index,
                    .bucket_index = bucket_index});
 }
 
@@ -694,8 +704,8 @@ void Reducer::RecordIterationStats() {
   if (group_.options().debug_level == comm::DebugLevel::kDetail) {
     Log(LogLevel::kInfo,
         StrCat("[rank ", group_.rank(), " / ", group_.size(), "] iteration ", num_iterations_,
-               ": unused_parameter_size=", logging_.unused_parameter_size(),
-               " avg forward ", logging_.avg_forward_compute_time(), " ns, backward compute ",
+               ": unused_parameter_size=", logging_.unused_parameter_size(), " avg forward ",
+               logging_.avg_forward_compute_time(), " ns, backward compute ",
                logging_.avg_backward_compute_time(), " ns, comm ",
                logging_.avg_backward_comm_time(), " ns, overlap ",
                logging_.avg_backward_compute_comm_overlap_time(), " ns"));

@@ -5,7 +5,9 @@
 namespace ddpkit::reducer {
 namespace {
 
-std::string Describe(const ParamRef& p) { return StrCat("parameter ", p.index, " ('", p.name, "')"); }
+std::string Describe(const ParamRef& p) {
+  return StrCat("parameter ", p.index, " ('", p.name, "')");
+}
 
 }  // namespace
 
@@ -25,10 +27,10 @@ std::string MarkedTwiceMessage(int rank, const ParamRef& param) {
 
 std::string PriorReductionNotFinishedMessage(int rank, const std::vector<ParamRef>& missing,
                                              bool find_unused_parameters, bool static_graph) {
-  std::string message = StrCat(
-      "[ddp] rank ", rank,
-      ": the previous iteration's gradient reduction never finished, so this forward cannot "
-      "start a new one. ");
+  std::string message =
+      StrCat("[ddp] rank ", rank,
+             ": the previous iteration's gradient reduction never finished, so this forward cannot "
+             "start a new one. ");
   if (static_graph) {
     StrAppend(&message,
               "With static_graph every iteration must use the same parameters as the first; "
@@ -52,14 +54,15 @@ std::string PriorReductionNotFinishedMessage(int rank, const std::vector<ParamRe
 }
 
 std::string StaticGraphChangedMessage(int rank, const ParamRef& param, int expected_count) {
-  return StrCat("[ddp] rank ", rank, ": the training graph changed under static_graph: ",
-                Describe(param), "'s gradient hook fired ",
-                expected_count == 0 ? "although the parameter was unused in the first iteration"
-                                    : StrCat("more than the ", expected_count,
-                                             " time(s) recorded in the first iteration"),
-                ". static_graph needs every iteration to use the same parameters the same number "
-                "of times; drop static_graph (with find_unused_parameters if some parameters go "
-                "unused).");
+  return StrCat(
+      "[ddp] rank ", rank, ": the training graph changed under static_graph: ", Describe(param),
+      "'s gradient hook fired ",
+      expected_count == 0
+          ? "although the parameter was unused in the first iteration"
+          : StrCat("more than the ", expected_count, " time(s) recorded in the first iteration"),
+      ". static_graph needs every iteration to use the same parameters the same number "
+      "of times; drop static_graph (with find_unused_parameters if some parameters go "
+      "unused).");
 }
 
 }  // namespace ddpkit::reducer

@@ -27,9 +27,9 @@ std::string_view TraceEventName(TraceEventType type);  // "hook_fired", ...
 struct TraceEvent {
   TraceEventType type;
   std::chrono::steady_clock::time_point time;
-  int64_t iteration = 0;     // DDP's synced-iteration counter
+  int64_t iteration = 0;  // DDP's synced-iteration counter
   int rank = 0;
-  int64_t param_index = -1;  // kHookFired
+  int64_t param_index = -1;   // kHookFired
   int64_t bucket_index = -1;  // bucket events
 };
 

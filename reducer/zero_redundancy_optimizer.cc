@@ -70,7 +70,10 @@ TensorList AllOf(const NamedTensors& named) {
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(NamedTensors parameters, comm::ProcessGroup& group,
                                                  std::vector<int> owner,
                                                  const ShardOptimizerFactory& factory)
-    : Optimizer(AllOf(parameters)), named_(std::move(parameters)), group_(group), owner_(std::move(owner)) {
+    : Optimizer(AllOf(parameters)),
+      named_(std::move(parameters)),
+      group_(group),
+      owner_(std::move(owner)) {
   for (size_t i = 0; i < named_.size(); ++i) {
     if (owner_[i] == group_.rank()) shard_.push_back(named_[i].second);
   }
@@ -109,9 +112,10 @@ void ZeroRedundancyOptimizer::StepShardAndBroadcast() {
   }
   for (size_t i = 0; i < named_.size(); ++i) {
     if (absl::Status s = works[i]->Wait(); !s.ok()) {
-      throw Error(StrCat("[zero] rank ", group_.rank(), ": broadcasting parameter '", named_[i].first,
-                         "' from its owner, rank ", owner_[i], ", failed: ", s.message()),
-                  s.code());
+      throw Error(
+          StrCat("[zero] rank ", group_.rank(), ": broadcasting parameter '", named_[i].first,
+                 "' from its owner, rank ", owner_[i], ", failed: ", s.message()),
+          s.code());
     }
   }
 }

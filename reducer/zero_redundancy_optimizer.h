@@ -63,8 +63,8 @@ class ZeroRedundancyOptimizer final : public Optimizer, public join::Joinable {
 
  private:
   friend class ZeroJoinHook;
-  ZeroRedundancyOptimizer(NamedTensors parameters, comm::ProcessGroup& group, std::vector<int> owner,
-                          const ShardOptimizerFactory& factory);
+  ZeroRedundancyOptimizer(NamedTensors parameters, comm::ProcessGroup& group,
+                          std::vector<int> owner, const ShardOptimizerFactory& factory);
   void StepShardAndBroadcast();
 
   NamedTensors named_;

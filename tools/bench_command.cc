@@ -49,11 +49,13 @@ absl::Status Sweep(ProcessGroup& group, bool raw_gloo_reference) {
   if (print) {
     const double copy = MemcpySeconds(max_bytes);
     std::cout << absl::StrFormat(
-        "# ddpkit bench allreduce: backend %s, world size %d, float32 sum, %d iterations (%d warm-up)\n"
+        "# ddpkit bench allreduce: backend %s, world size %d, float32 sum, %d iterations (%d "
+        "warm-up)\n"
         "# memcpy reference: %d bytes in %.1f us = %.2f GB/s\n#\n",
         group.backend_name(), n, iters, warmup, max_bytes, copy * 1e6, max_bytes / copy / 1e9);
-    std::cout << absl::StrFormat("# %10s  %12s  %6s  %5s  %10s  %11s  %11s  %6s", "size", "count", "type",
-                                 "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    std::cout << absl::StrFormat("# %10s  %12s  %6s  %5s  %10s  %11s  %11s  %6s", "size", "count",
+                                 "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+                                 "#wrong");
     if (raw_gloo_reference) std::cout << absl::StrFormat("  %12s  %9s", "raw_gloo(us)", "ratio");
     std::cout << "\n";
   }
@@ -71,7 +73,8 @@ absl::Status Sweep(ProcessGroup& group, bool raw_gloo_reference) {
     DDPKIT_RETURN_IF_ERROR(group.Barrier()->Wait());
     const absl::Time start = absl::Now();
     for (int i = 0; i < iters; ++i) DDPKIT_RETURN_IF_ERROR(group.Allreduce(t)->Wait());
-    Tensor seconds = Tensor::Scalar(absl::ToDoubleSeconds(absl::Now() - start) / iters, DType::kFloat64);
+    Tensor seconds =
+        Tensor::Scalar(absl::ToDoubleSeconds(absl::Now() - start) / iters, DType::kFloat64);
     DDPKIT_RETURN_IF_ERROR(group.Allreduce(seconds, comm::ReduceOp::kMax)->Wait());
     Tensor wrong_total = Tensor::Scalar(static_cast<double>(wrong), DType::kFloat64);
     DDPKIT_RETURN_IF_ERROR(group.Allreduce(wrong_total)->Wait());
@@ -89,15 +92,19 @@ absl::Status Sweep(ProcessGroup& group, bool raw_gloo_reference) {
     busbw_sum += busbw;
     ++sizes;
     if (print) {
-      std::cout << absl::StrFormat("  %10d  %12d  %6s  %5s  %10.1f  %11.3f  %11.3f  %6d", bytes, count,
-                                   "float", "sum", time * 1e6, algbw, busbw, static_cast<int64_t>(wrong_total.item()));
-      if (raw_gloo_reference) std::cout << absl::StrFormat("  %12.1f  %9.2f", raw * 1e6, time / raw);
+      std::cout << absl::StrFormat("  %10d  %12d  %6s  %5s  %10.1f  %11.3f  %11.3f  %6d", bytes,
+                                   count, "float", "sum", time * 1e6, algbw, busbw,
+                                   static_cast<int64_t>(wrong_total.item()));
+      if (raw_gloo_reference)
+        std::cout << absl::StrFormat("  %12.1f  %9.2f", raw * 1e6, time / raw);
       std::cout << "\n";
     }
   }
   if (print) {
-    std::cout << absl::StrFormat("# Avg bus bandwidth    : %.3f GB/s\n", busbw_sum / std::max(sizes, 1));
-    if (raw_gloo_reference) std::cout << "# ratio = ddpkit time / raw Gloo time at the same size (target <= 1.10)\n";
+    std::cout << absl::StrFormat("# Avg bus bandwidth    : %.3f GB/s\n",
+                                 busbw_sum / std::max(sizes, 1));
+    if (raw_gloo_reference)
+      std::cout << "# ratio = ddpkit time / raw Gloo time at the same size (target <= 1.10)\n";
   }
   return absl::OkStatus();
 }
@@ -129,9 +136,10 @@ int RunBench(const std::vector<std::string>& positionals) {
 Subcommand BenchSubcommand() {
   return {.name = "bench",
           .summary = "measure allreduce bandwidth, or DDP's step cost, against references",
-          .usage = "ddpkit bench allreduce [--backend threads|gloo] [--world-size N] [--min-bytes B] "
-                   "[--max-bytes B]\n       ddpkit bench ddp [--model mlp:...] [--batch-size B] "
-                   "[--world-size N] [--bucket-caps 0.5,1,...]",
+          .usage =
+              "ddpkit bench allreduce [--backend threads|gloo] [--world-size N] [--min-bytes B] "
+              "[--max-bytes B]\n       ddpkit bench ddp [--model mlp:...] [--batch-size B] "
+              "[--world-size N] [--bucket-caps 0.5,1,...]",
           .flag_names = {"backend", "world_size", "timeout", "min_bytes", "max_bytes", "iters",
                          "warmup_iters", "model", "batch_size", "bucket_caps"},
           .takes_positionals = true,

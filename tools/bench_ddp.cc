@@ -4,6 +4,8 @@
 //  * overlap: exposed communication (DDP step - local step) against the total allreduce time
 //    the reducer measured: what backward hid is the difference;
 //  * bucket-cap sweep: step time vs bucket_cap_mb, as in the DDP paper (Li et al., 2020).
+#include "tools/bench_ddp.h"
+
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -17,7 +19,6 @@
 #include "autograd/optim.h"
 #include "autograd/random.h"
 #include "reducer/distributed_data_parallel.h"
-#include "tools/bench_ddp.h"
 
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(int32_t, batch_size);
@@ -79,13 +80,17 @@ absl::Status BenchDdp(comm::ProcessGroup& group) {
   const std::string spec = absl::GetFlag(FLAGS_model);
   DDPKIT_ASSIGN_OR_RETURN(std::vector<int64_t> widths, nn::ParseMlpSpec(spec));
   const int batch = absl::GetFlag(FLAGS_batch_size);
-  const int iters = absl::GetFlag(FLAGS_iters), warmup = std::max(2, absl::GetFlag(FLAGS_warmup_iters));
-  if (batch <= 0 || iters < 1) return absl::InvalidArgumentError("need --batch-size > 0 and --iters >= 1");
+  const int iters = absl::GetFlag(FLAGS_iters),
+            warmup = std::max(2, absl::GetFlag(FLAGS_warmup_iters));
+  if (batch <= 0 || iters < 1)
+    return absl::InvalidArgumentError("need --batch-size > 0 and --iters >= 1");
   std::vector<double> caps;
-  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_bucket_caps), ',', absl::SkipEmpty())) {
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_bucket_caps), ',', absl::SkipEmpty())) {
     double cap;
     if (!absl::SimpleAtod(part, &cap) || !(cap > 0)) {
-      return absl::InvalidArgumentError(StrCat("--bucket-caps: '", std::string(part), "' is not a positive number"));
+      return absl::InvalidArgumentError(
+          StrCat("--bucket-caps: '", std::string(part), "' is not a positive number"));
     }
     caps.push_back(cap);
   }
@@ -102,10 +107,13 @@ absl::Status BenchDdp(comm::ProcessGroup& group) {
   };
   auto model = nn::MakeMlp(widths, 0);
   DDPKIT_ASSIGN_OR_RETURN(auto ddp, reducer::DistributedDataParallel::Create(model, group, {}));
-  DDPKIT_ASSIGN_OR_RETURN(auto times, MedianMs(group, warmup, iters, [&] {
-    ZeroGrads(*model);
-    CrossEntropy(ddp->Forward(in.x), in.y).Backward();
-  }, local_step));
+  DDPKIT_ASSIGN_OR_RETURN(auto times, MedianMs(
+                                          group, warmup, iters,
+                                          [&] {
+                                            ZeroGrads(*model);
+                                            CrossEntropy(ddp->Forward(in.x), in.y).Backward();
+                                          },
+                                          local_step));
   const auto [ddp_ms, local_ms] = times;
   // The same with gradient_as_bucket_view and gradients zeroed in place, against a local step
   // that also zeroes in place: .grad stays the bucket view, so no copy goes in or out.
@@ -113,13 +121,17 @@ absl::Status BenchDdp(comm::ProcessGroup& group) {
   auto view_model = nn::MakeMlp(widths, 0);
   DDPKIT_ASSIGN_OR_RETURN(auto view_ddp, reducer::DistributedDataParallel::Create(
                                              view_model, group, {.gradient_as_bucket_view = true}));
-  DDPKIT_ASSIGN_OR_RETURN(auto view_times, MedianMs(group, warmup, iters, [&] {
-    ZeroGradsInPlace(*view_model);
-    CrossEntropy(view_ddp->Forward(in.x), in.y).Backward();
-  }, [&] {
-    ZeroGradsInPlace(*local_in_place);
-    CrossEntropy(local_in_place->Forward(in.x), in.y).Backward();
-  }));
+  DDPKIT_ASSIGN_OR_RETURN(auto view_times,
+                          MedianMs(
+                              group, warmup, iters,
+                              [&] {
+                                ZeroGradsInPlace(*view_model);
+                                CrossEntropy(view_ddp->Forward(in.x), in.y).Backward();
+                              },
+                              [&] {
+                                ZeroGradsInPlace(*local_in_place);
+                                CrossEntropy(local_in_place->Forward(in.x), in.y).Backward();
+                              }));
   const reducer::DdpLoggingData& log = ddp->LoggingData();
   const double comm_ms = log.avg_backward_comm_time() / 1e6;
 
@@ -134,10 +146,12 @@ absl::Status BenchDdp(comm::ProcessGroup& group) {
               << absl::StrFormat("%-34s %10.3f ms   ratio %.3f  (%d bucket(s) after the rebuild)\n",
                                  "DDP step (default options)", ddp_ms, ddp_ms / local_ms,
                                  log.rebuilt_buckets_size())
-              << absl::StrFormat("%-34s %10.3f ms   ratio %.3f  vs local zeroing in place, %.3f ms\n",
-                                 "DDP step (bucket views, in place)", view_times.first,
-                                 view_times.first / view_times.second, view_times.second)
-              << absl::StrFormat("%-34s %10.3f ms\n", "exposed comm (DDP - local)", ddp_ms - local_ms)
+              << absl::StrFormat(
+                     "%-34s %10.3f ms   ratio %.3f  vs local zeroing in place, %.3f ms\n",
+                     "DDP step (bucket views, in place)", view_times.first,
+                     view_times.first / view_times.second, view_times.second)
+              << absl::StrFormat("%-34s %10.3f ms\n", "exposed comm (DDP - local)",
+                                 ddp_ms - local_ms)
               << absl::StrFormat("%-34s %10.3f ms   (first launch -> last bucket reduced, avg)\n",
                                  "total allreduce time", comm_ms)
               << absl::StrFormat("%-34s %10.3f ms   (avg)\n", "  of which overlapped backward",
@@ -152,14 +166,18 @@ absl::Status BenchDdp(comm::ProcessGroup& group) {
     auto swept = nn::MakeMlp(widths, 0);
     DDPKIT_ASSIGN_OR_RETURN(auto swept_ddp, reducer::DistributedDataParallel::Create(
                                                 swept, group, {.bucket_cap_mb = cap}));
-    DDPKIT_ASSIGN_OR_RETURN(auto swept_times, MedianMs(group, warmup, iters, [&] {
-      ZeroGrads(*swept);
-      CrossEntropy(swept_ddp->Forward(in.x), in.y).Backward();
-    }, local_step));
+    DDPKIT_ASSIGN_OR_RETURN(auto swept_times,
+                            MedianMs(
+                                group, warmup, iters,
+                                [&] {
+                                  ZeroGrads(*swept);
+                                  CrossEntropy(swept_ddp->Forward(in.x), in.y).Backward();
+                                },
+                                local_step));
     if (print) {
       std::cout << absl::StrFormat("%14g  %8d  %12.3f  %18.3f\n", cap,
-                                   swept_ddp->LoggingData().rebuilt_buckets_size(), swept_times.first,
-                                   swept_times.first / swept_times.second);
+                                   swept_ddp->LoggingData().rebuilt_buckets_size(),
+                                   swept_times.first, swept_times.first / swept_times.second);
     }
   }
   return absl::OkStatus();

@@ -17,20 +17,23 @@ absl::StatusOr<CommSetup> CommSetupFromFlags() {
   setup.backend = absl::GetFlag(FLAGS_backend);
   setup.world_size = absl::GetFlag(FLAGS_world_size);
   if (setup.backend != "threads" && setup.backend != "gloo") {
-    return absl::InvalidArgumentError(StrCat("--backend must be threads or gloo, got '", setup.backend, "'"));
+    return absl::InvalidArgumentError(
+        StrCat("--backend must be threads or gloo, got '", setup.backend, "'"));
   }
   if (setup.world_size < 1) {
     return absl::InvalidArgumentError(StrCat("--world-size must be >= 1, got ", setup.world_size));
   }
   const double timeout = absl::GetFlag(FLAGS_timeout);
-  if (!(timeout > 0)) return absl::InvalidArgumentError(StrCat("--timeout must be > 0 seconds, got ", timeout));
+  if (!(timeout > 0))
+    return absl::InvalidArgumentError(StrCat("--timeout must be > 0 seconds, got ", timeout));
   setup.options.timeout = absl::Seconds(timeout);
   return setup;
 }
 
 absl::Status RunOnWorld(const CommSetup& setup,
                         const std::function<absl::Status(comm::ProcessGroup&)>& body) {
-  if (setup.backend == "threads") return comm::RunThreadsWorld(setup.world_size, body, setup.options);
+  if (setup.backend == "threads")
+    return comm::RunThreadsWorld(setup.world_size, body, setup.options);
   DDPKIT_ASSIGN_OR_RETURN(comm::EnvRendezvous env, comm::ReadEnvRendezvous());
   DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<comm::DistributedWorld> world,
                           comm::DistributedWorld::InitGloo(env, setup.options));

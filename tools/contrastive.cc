@@ -55,7 +55,8 @@ PairedData MakePairedData(int64_t rows, int64_t in, int64_t latent, uint64_t see
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < in; ++c) {
         double v = 0.5 * np[r * in + c];
-        for (int64_t k = 0; k < latent; ++k) v += zp[r * latent + k] * pp[k * in + c] / std::sqrt(latent);
+        for (int64_t k = 0; k < latent; ++k)
+          v += zp[r * latent + k] * pp[k * in + c] / std::sqrt(latent);
         o[r * in + c] = v;
       }
     }
@@ -90,7 +91,7 @@ std::shared_ptr<TwoTowerModel> MakeModel(const ContrastiveConfig& c) {
 // the encoders get no gradient at all (everything they produce reaches the loss only through
 // constants); static graph records that once instead of failing the next forward.
 std::shared_ptr<reducer::DistributedDataParallel> WrapInDdp(std::shared_ptr<TwoTowerModel> model,
-                                                           comm::ProcessGroup& group) {
+                                                            comm::ProcessGroup& group) {
   absl::StatusOr<std::shared_ptr<reducer::DistributedDataParallel>> ddp =
       reducer::DistributedDataParallel::Create(std::move(model), group, {.static_graph = true});
   CheckOk(ddp.status(), "wrapping the model in DDP");
@@ -99,17 +100,18 @@ std::shared_ptr<reducer::DistributedDataParallel> WrapInDdp(std::shared_ptr<TwoT
 
 // One synced backward on `group`: this rank's `rows` rows starting at `first` (of the global
 // batch at `start`); returns the averaged gradients (identical on every rank).
-Grads GradientsOn(const Setup& s, comm::ProcessGroup& group, int64_t start, int64_t first, int64_t rows,
-                  ContrastiveLayout layout, GatherBackward gather) {
+Grads GradientsOn(const Setup& s, comm::ProcessGroup& group, int64_t start, int64_t first,
+                  int64_t rows, ContrastiveLayout layout, GatherBackward gather) {
   auto model = MakeModel(s.config);
   auto ddp = WrapInDdp(model, group);
   Tensor features = ddp->Forward(Views(s.train, start + first, rows));
-  comm::ClipLoss(Slice(features, 0, rows), Slice(features, rows, 2 * rows), model->logit_scale(), group,
-                 layout, gather)
+  comm::ClipLoss(Slice(features, 0, rows), Slice(features, rows, 2 * rows), model->logit_scale(),
+                 group, layout, gather)
       .loss.Backward();
   Grads grads;
   for (const auto& [name, p] : model->NamedParameters()) {
-    grads.emplace_back(name, p.grad().defined() ? p.grad().ToDoubles() : std::vector<double>(p.numel(), 0.0));
+    grads.emplace_back(
+        name, p.grad().defined() ? p.grad().ToDoubles() : std::vector<double>(p.numel(), 0.0));
   }
   return grads;
 }
@@ -138,7 +140,8 @@ GradientCheckRow Compare(const Grads& g, const Grads& ref) {
   GradientCheckRow row;
   row.set_encoder_rel_error(std::sqrt(diff_sq / ref_sq));
   row.set_encoder_scale(s);
-  row.set_encoder_residual(g_sq == 0 ? 0.0 : std::sqrt(residual_sq) / (std::abs(s) * std::sqrt(ref_sq)));
+  row.set_encoder_residual(g_sq == 0 ? 0.0
+                                     : std::sqrt(residual_sq) / (std::abs(s) * std::sqrt(ref_sq)));
   row.set_logit_scale_rel_error(std::abs(scale_g - scale_ref) / std::abs(scale_ref));
   return row;
 }
@@ -172,13 +175,15 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
   }
   TrainingCurve curve;
   curve.set_layout(std::string(group.size() == 1 ? "" : comm::ContrastiveLayoutName(layout)));
-  curve.set_gather(std::string(group.size() == 1 ? "single-process" : comm::GatherBackwardName(gather)));
+  curve.set_gather(
+      std::string(group.size() == 1 ? "single-process" : comm::GatherBackwardName(gather)));
   Tensor losses = Tensor::Zeros({c.steps}, DType::kFloat64);
   for (int step = 0; step < c.steps; ++step) {
     optimizer->ZeroGrad();
     Tensor features = ddp->Forward(Views(s.train, step * global + group.rank() * b, b));
-    Tensor loss = comm::ClipLoss(Slice(features, 0, b), Slice(features, b, 2 * b), model->logit_scale(),
-                                 group, layout, gather).loss;
+    Tensor loss = comm::ClipLoss(Slice(features, 0, b), Slice(features, b, 2 * b),
+                                 model->logit_scale(), group, layout, gather)
+                      .loss;
     loss.Backward();
     optimizer->Step();
     losses.data<double>()[step] = loss.item();
@@ -190,16 +195,19 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
   }
   // The global loss: local layout ranks hold shares whose mean is it; global ranks hold it.
   CheckOk(group.Allreduce(losses)->Wait(), "averaging the losses");
-  for (int step = 0; step < c.steps; ++step) curve.add_losses(losses.data<double>()[step] / group.size());
+  for (int step = 0; step < c.steps; ++step)
+    curve.add_losses(losses.data<double>()[step] / group.size());
   return curve;
 }
 
 absl::Status Validate(const ContrastiveConfig& c) {
-  if (c.batch_size < 1) return absl::InvalidArgumentError(StrCat("--batch-size must be >= 1, got ", c.batch_size));
+  if (c.batch_size < 1)
+    return absl::InvalidArgumentError(StrCat("--batch-size must be >= 1, got ", c.batch_size));
   if (c.steps < 0) return absl::InvalidArgumentError(StrCat("--steps must be >= 0, got ", c.steps));
   if (!(c.lr > 0)) return absl::InvalidArgumentError(StrCat("--lr must be > 0, got ", c.lr));
   if (c.optimizer != "sgd" && c.optimizer != "adam") {
-    return absl::InvalidArgumentError(StrCat("--optimizer must be sgd or adam, got '", c.optimizer, "'"));
+    return absl::InvalidArgumentError(
+        StrCat("--optimizer must be sgd or adam, got '", c.optimizer, "'"));
   }
   if (c.backend == "threads" && c.world_size < 1) {
     return absl::InvalidArgumentError(StrCat("--world-size must be >= 1, got ", c.world_size));
@@ -226,7 +234,8 @@ absl::StatusOr<ContrastiveReport> RunContrastive(const ContrastiveConfig& config
   for (int64_t n : check_rows) check_total += n;
   const int64_t global = static_cast<int64_t>(config.batch_size) * world;
   const int64_t train_rows = std::max<int64_t>(check_total, global * std::max(1, config.steps));
-  PairedData all = MakePairedData(train_rows + config.held_out, config.input_dim, config.latent_dim, config.seed + 7);
+  PairedData all = MakePairedData(train_rows + config.held_out, config.input_dim, config.latent_dim,
+                                  config.seed + 7);
   Setup setup{config,
               {all.image.Rows(0, train_rows), all.text.Rows(0, train_rows)},
               {all.image.Rows(train_rows, train_rows + config.held_out),
@@ -245,8 +254,9 @@ absl::StatusOr<ContrastiveReport> RunContrastive(const ContrastiveConfig& config
   for (ContrastiveLayout layout : config.layouts) {
     LogitMemory& m = *report.add_logit_memory();
     m.set_layout(std::string(comm::ContrastiveLayoutName(layout)));
-    m.set_elements_per_rank(layout == ContrastiveLayout::kLocalGlobal ? 2 * config.batch_size * global
-                                                                       : global * global);
+    m.set_elements_per_rank(layout == ContrastiveLayout::kLocalGlobal
+                                ? 2 * config.batch_size * global
+                                : global * global);
     m.set_bytes_per_rank(m.elements_per_rank() * static_cast<int64_t>(sizeof(double)));
   }
 
@@ -254,44 +264,56 @@ absl::StatusOr<ContrastiveReport> RunContrastive(const ContrastiveConfig& config
     // One process on the concatenated batch: the reference gradient and the reference curve.
     Grads reference;
     TrainingCurve reference_curve;
-    CheckOk(comm::RunThreadsWorld(1, [&](comm::ProcessGroup& one) {
-      reference = GradientsOn(setup, one, 0, 0, check_total, ContrastiveLayout::kLocalGlobal, GatherBackward::kSum);
-      if (config.train) reference_curve = TrainOn(setup, one, ContrastiveLayout::kLocalGlobal, GatherBackward::kSum);
-      return absl::OkStatus();
-    }), "the single-process reference");
+    CheckOk(comm::RunThreadsWorld(
+                1,
+                [&](comm::ProcessGroup& one) {
+                  reference = GradientsOn(setup, one, 0, 0, check_total,
+                                          ContrastiveLayout::kLocalGlobal, GatherBackward::kSum);
+                  if (config.train)
+                    reference_curve =
+                        TrainOn(setup, one, ContrastiveLayout::kLocalGlobal, GatherBackward::kSum);
+                  return absl::OkStatus();
+                }),
+            "the single-process reference");
 
     std::mutex mu;
-    const cli::CommSetup comm_setup{.backend = config.backend, .world_size = world, .options = config.comm_options};
-    CheckOk(cli::RunOnWorld(comm_setup, [&](comm::ProcessGroup& group) -> absl::Status {
-      try {
-        int64_t first = 0;
-        for (int r = 0; r < group.rank(); ++r) first += check_rows[r];
-        ContrastiveReport mine;
-        mine.set_rank(group.rank());
-        for (ContrastiveLayout layout : config.layouts) {
-          for (GatherBackward gather : config.gathers) {
-            Grads g = GradientsOn(setup, group, 0, first, check_rows[group.rank()], layout, gather);
-            GradientCheckRow row = Compare(g, reference);
-            row.set_layout(std::string(comm::ContrastiveLayoutName(layout)));
-            row.set_gather(std::string(comm::GatherBackwardName(gather)));
-            *mine.add_gradient_check() = row;
-          }
-        }
-        if (config.train) {
-          *mine.add_training() = reference_curve;
-          for (ContrastiveLayout layout : config.layouts) {
-            for (GatherBackward gather : config.gathers) *mine.add_training() = TrainOn(setup, group, layout, gather);
-          }
-        }
-        if (group.rank() == 0 || config.backend != "threads") {
-          std::lock_guard<std::mutex> lock(mu);
-          report.MergeFrom(mine);
-        }
-      } catch (const Error& e) {
-        return e.ToStatus();
-      }
-      return absl::OkStatus();
-    }), "the data-parallel runs");
+    const cli::CommSetup comm_setup{
+        .backend = config.backend, .world_size = world, .options = config.comm_options};
+    CheckOk(
+        cli::RunOnWorld(comm_setup,
+                        [&](comm::ProcessGroup& group) -> absl::Status {
+                          try {
+                            int64_t first = 0;
+                            for (int r = 0; r < group.rank(); ++r) first += check_rows[r];
+                            ContrastiveReport mine;
+                            mine.set_rank(group.rank());
+                            for (ContrastiveLayout layout : config.layouts) {
+                              for (GatherBackward gather : config.gathers) {
+                                Grads g = GradientsOn(setup, group, 0, first,
+                                                      check_rows[group.rank()], layout, gather);
+                                GradientCheckRow row = Compare(g, reference);
+                                row.set_layout(std::string(comm::ContrastiveLayoutName(layout)));
+                                row.set_gather(std::string(comm::GatherBackwardName(gather)));
+                                *mine.add_gradient_check() = row;
+                              }
+                            }
+                            if (config.train) {
+                              *mine.add_training() = reference_curve;
+                              for (ContrastiveLayout layout : config.layouts) {
+                                for (GatherBackward gather : config.gathers)
+                                  *mine.add_training() = TrainOn(setup, group, layout, gather);
+                              }
+                            }
+                            if (group.rank() == 0 || config.backend != "threads") {
+                              std::lock_guard<std::mutex> lock(mu);
+                              report.MergeFrom(mine);
+                            }
+                          } catch (const Error& e) {
+                            return e.ToStatus();
+                          }
+                          return absl::OkStatus();
+                        }),
+        "the data-parallel runs");
   } catch (const Error& e) {
     return e.ToStatus();
   }
@@ -308,8 +330,10 @@ std::string Csv(const ContrastiveReport& report) {
     int e = 0;
     for (int step = 1; step <= c.losses_size(); ++step) {
       std::string accuracy;
-      if (e < c.eval_steps_size() && c.eval_steps(e) == step) accuracy = absl::StrFormat("%.6f", c.accuracy(e++));
-      absl::StrAppendFormat(&out, "%d,%s,%s,%.8f,%s\n", step, c.layout(), c.gather(), c.losses(step - 1), accuracy);
+      if (e < c.eval_steps_size() && c.eval_steps(e) == step)
+        accuracy = absl::StrFormat("%.6f", c.accuracy(e++));
+      absl::StrAppendFormat(&out, "%d,%s,%s,%.8f,%s\n", step, c.layout(), c.gather(),
+                            c.losses(step - 1), accuracy);
     }
   }
   return out;
@@ -330,27 +354,30 @@ std::string Svg(const ContrastiveReport& report) {
   }
   if (max_loss <= 0) max_loss = 1;
   std::string out = absl::StrFormat(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+      "font-family=\"sans-serif\" "
       "font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
       static_cast<int>(2 * kW), static_cast<int>(kH + 20 * report.training_size() / 2 + 40));
   for (int panel = 0; panel < 2; ++panel) {
     const double x0 = panel * kW + kLeft, y0 = kTop;
     const double y_max = panel == 0 ? max_loss : 1.0;
-    absl::StrAppendFormat(&out,
-                          "<text x=\"%g\" y=\"18\" font-size=\"13\">%s (%d ranks, %s)</text>\n"
-                          "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"#999\"/>\n"
-                          "<text x=\"%g\" y=\"%g\">%.3g</text><text x=\"%g\" y=\"%g\">0</text>\n"
-                          "<text x=\"%g\" y=\"%g\">step %d</text>\n",
-                          x0, panel == 0 ? "global loss" : "held-out top-1 accuracy", report.world_size(),
-                          report.optimizer(), x0, y0, kPlotW, kPlotH, x0 - 40, y0 + 10, y_max, x0 - 12,
-                          y0 + kPlotH, x0 + kPlotW - 50, y0 + kPlotH + 14, steps);
+    absl::StrAppendFormat(
+        &out,
+        "<text x=\"%g\" y=\"18\" font-size=\"13\">%s (%d ranks, %s)</text>\n"
+        "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"#999\"/>\n"
+        "<text x=\"%g\" y=\"%g\">%.3g</text><text x=\"%g\" y=\"%g\">0</text>\n"
+        "<text x=\"%g\" y=\"%g\">step %d</text>\n",
+        x0, panel == 0 ? "global loss" : "held-out top-1 accuracy", report.world_size(),
+        report.optimizer(), x0, y0, kPlotW, kPlotH, x0 - 40, y0 + 10, y_max, x0 - 12, y0 + kPlotH,
+        x0 + kPlotW - 50, y0 + kPlotH + 14, steps);
     for (int i = 0; i < report.training_size(); ++i) {
       const TrainingCurve& c = report.training(i);
       std::string points;
       auto point = [&](int step, double v) {
         if (!std::isfinite(v)) return;
         v = std::clamp(v, 0.0, y_max);
-        absl::StrAppendFormat(&points, "%.1f,%.1f ", x0 + kPlotW * step / steps, y0 + kPlotH * (1 - v / y_max));
+        absl::StrAppendFormat(&points, "%.1f,%.1f ", x0 + kPlotW * step / steps,
+                              y0 + kPlotH * (1 - v / y_max));
       };
       if (panel == 0) {
         for (int s = 0; s < c.losses_size(); ++s) point(s + 1, c.losses(s));
@@ -358,18 +385,20 @@ std::string Svg(const ContrastiveReport& report) {
         point(0, 0);
         for (int e = 0; e < c.eval_steps_size(); ++e) point(c.eval_steps(e), c.accuracy(e));
       }
-      absl::StrAppendFormat(&out, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%g\" points=\"%s\"/>\n",
-                            colours[i % 11], i == 0 ? 2.5 : 1.5, points);
+      absl::StrAppendFormat(
+          &out, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%g\" points=\"%s\"/>\n",
+          colours[i % 11], i == 0 ? 2.5 : 1.5, points);
     }
   }
   for (int i = 0; i < report.training_size(); ++i) {  // legend
     const TrainingCurve& c = report.training(i);
     const double x = kLeft + (i % 2) * kW, y = kTop + kPlotH + 40 + 18 * (i / 2);
-    absl::StrAppendFormat(&out,
-                          "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"3\"/>"
-                          "<text x=\"%g\" y=\"%g\">%s</text>\n",
-                          x, y - 4, x + 24, y - 4, colours[i % 11], x + 30, y,
-                          c.layout().empty() ? c.gather() : StrCat(c.layout(), " + ", c.gather()));
+    absl::StrAppendFormat(
+        &out,
+        "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"3\"/>"
+        "<text x=\"%g\" y=\"%g\">%s</text>\n",
+        x, y - 4, x + 24, y - 4, colours[i % 11], x + 30, y,
+        c.layout().empty() ? c.gather() : StrCat(c.layout(), " + ", c.gather()));
   }
   out += "</svg>\n";
   return out;
@@ -380,7 +409,9 @@ std::string Svg(const ContrastiveReport& report) {
 absl::Status WriteCurves(const ContrastiveReport& report, const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InvalidArgumentError(StrCat("cannot create --out directory '", dir, "': ", ec.message()));
+  if (ec)
+    return absl::InvalidArgumentError(
+        StrCat("cannot create --out directory '", dir, "': ", ec.message()));
   DDPKIT_RETURN_IF_ERROR(WriteFileAtomically(dir + "/curves.csv", Csv(report)));
   return WriteFileAtomically(dir + "/curves.svg", Svg(report));
 }

@@ -20,7 +20,8 @@ namespace ddpkit::tools {
 // are the image views, rows [b, 2b) the text views; it returns their features in that order.
 class TwoTowerModel : public nn::Module {
  public:
-  TwoTowerModel(int64_t in, int64_t hidden, int64_t out, uint64_t seed, DType dtype = DType::kFloat64);
+  TwoTowerModel(int64_t in, int64_t hidden, int64_t out, uint64_t seed,
+                DType dtype = DType::kFloat64);
   Tensor Forward(const Tensor& views) override;
   const Tensor& logit_scale() const { return logit_scale_; }
 
@@ -47,10 +48,11 @@ struct ContrastiveConfig {
   std::vector<comm::GatherBackward> gathers = {std::begin(comm::kAllGatherBackwards),
                                                std::end(comm::kAllGatherBackwards)};
   int steps = 200;
-  int batch_size = 32;             // rows per rank
-  std::vector<int64_t> check_rows;  // per-rank rows for the gradient check (default: batch_size each)
+  int batch_size = 32;  // rows per rank
+  std::vector<int64_t>
+      check_rows;  // per-rank rows for the gradient check (default: batch_size each)
   double lr = 0.5;
-  std::string optimizer = "sgd";   // or adam
+  std::string optimizer = "sgd";  // or adam
   uint64_t seed = 0;
   int64_t input_dim = 24, latent_dim = 8, hidden_dim = 64, feature_dim = 16;
   int64_t held_out = 512;

@@ -20,7 +20,8 @@ ABSL_DECLARE_FLAG(bool, json);
 ABSL_FLAG(std::string, layout, "both",
           "local ([b, B] logits: local rows against gathered columns), global ([B, B] on every "
           "rank) or both");
-ABSL_FLAG(std::string, gather, "all", "the all-gather's backward: sum, allreduce_slice, slice, none, avg or all");
+ABSL_FLAG(std::string, gather, "all",
+          "the all-gather's backward: sum, allreduce_slice, slice, none, avg or all");
 ABSL_FLAG(std::string, out, "", "write curves.csv and curves.svg into this directory");
 
 namespace ddpkit::cli {
@@ -35,8 +36,8 @@ void PrintReport(const tools::ContrastiveReport& r) {
                    "1. gradient check: one DDP backward vs one process on the concatenated batch "
                    "(rows per rank %s)\n",
                    absl::StrJoin(r.rows_per_rank(), " "))
-            << absl::StrFormat("   %-7s %-16s %14s %10s %12s %14s\n", "layout", "gather", "rel_error", "scale",
-                               "residual", "logit_scale_err");
+            << absl::StrFormat("   %-7s %-16s %14s %10s %12s %14s\n", "layout", "gather",
+                               "rel_error", "scale", "residual", "logit_scale_err");
   for (const tools::GradientCheckRow& row : r.gradient_check()) {
     std::string verdict;
     if (row.encoder_rel_error() < 1e-9) {
@@ -44,32 +45,36 @@ void PrintReport(const tools::ContrastiveReport& r) {
     } else if (row.encoder_scale() == 0) {
       verdict = "no encoder gradient";
     } else if (row.encoder_residual() < 1e-9) {
-      verdict = absl::StrFormat("a rescale by %.4g (1/%.3g)", row.encoder_scale(), 1 / row.encoder_scale());
+      verdict = absl::StrFormat("a rescale by %.4g (1/%.3g)", row.encoder_scale(),
+                                1 / row.encoder_scale());
     } else {
       verdict = "biased: not a rescale";
     }
-    std::cout << absl::StrFormat("   %-7s %-16s %14.3e %10.4f %12.3e %14.3e  %s\n", row.layout(), row.gather(),
-                                 row.encoder_rel_error(), row.encoder_scale(), row.encoder_residual(),
-                                 row.logit_scale_rel_error(), verdict);
+    std::cout << absl::StrFormat("   %-7s %-16s %14.3e %10.4f %12.3e %14.3e  %s\n", row.layout(),
+                                 row.gather(), row.encoder_rel_error(), row.encoder_scale(),
+                                 row.encoder_residual(), row.logit_scale_rel_error(), verdict);
   }
   if (r.training_size() > 0) {
-    std::cout << absl::StrFormat("\n2. training, %d steps of %s (lr %g): global loss and held-out top-1 retrieval\n",
-                                 r.steps(), r.optimizer(), r.lr())
-              << absl::StrFormat("   %-7s %-16s %10s %10s %10s %12s\n", "layout", "gather", "loss@1", "loss@end",
-                                 "top-1", "exp(t)");
+    std::cout
+        << absl::StrFormat(
+               "\n2. training, %d steps of %s (lr %g): global loss and held-out top-1 retrieval\n",
+               r.steps(), r.optimizer(), r.lr())
+        << absl::StrFormat("   %-7s %-16s %10s %10s %10s %12s\n", "layout", "gather", "loss@1",
+                           "loss@end", "top-1", "exp(t)");
     for (const tools::TrainingCurve& c : r.training()) {
-      std::cout << absl::StrFormat("   %-7s %-16s %10.4f %10.4f %9.1f%% %12.3f\n",
-                                   c.layout().empty() ? "-" : c.layout(), c.gather(),
-                                   c.losses_size() ? c.losses(0) : 0.0,
-                                   c.losses_size() ? c.losses(c.losses_size() - 1) : 0.0,
-                                   c.accuracy_size() ? 100 * c.accuracy(c.accuracy_size() - 1) : 0.0,
-                                   c.logit_scale_size() ? c.logit_scale(c.logit_scale_size() - 1) : 0.0);
+      std::cout << absl::StrFormat(
+          "   %-7s %-16s %10.4f %10.4f %9.1f%% %12.3f\n", c.layout().empty() ? "-" : c.layout(),
+          c.gather(), c.losses_size() ? c.losses(0) : 0.0,
+          c.losses_size() ? c.losses(c.losses_size() - 1) : 0.0,
+          c.accuracy_size() ? 100 * c.accuracy(c.accuracy_size() - 1) : 0.0,
+          c.logit_scale_size() ? c.logit_scale(c.logit_scale_size() - 1) : 0.0);
     }
   }
   std::cout << "\n3. logits per rank at these sizes\n";
   for (const tools::LogitMemory& m : r.logit_memory()) {
-    std::cout << absl::StrFormat("   %-7s %12d elements (%s), %d bytes\n", m.layout(), m.elements_per_rank(),
-                                 m.layout() == "local" ? "2·b·B" : "B²", m.bytes_per_rank());
+    std::cout << absl::StrFormat("   %-7s %12d elements (%s), %d bytes\n", m.layout(),
+                                 m.elements_per_rank(), m.layout() == "local" ? "2·b·B" : "B²",
+                                 m.bytes_per_rank());
   }
 }
 
@@ -99,12 +104,14 @@ int RunContrastiveCommand(const std::vector<std::string>&) {
   config.steps = FlagDiffersFromDefault("steps") ? absl::GetFlag(FLAGS_steps) : 200;
   config.batch_size = absl::GetFlag(FLAGS_batch_size);
   config.optimizer = absl::GetFlag(FLAGS_optimizer);
-  config.lr = FlagDiffersFromDefault("lr") ? absl::GetFlag(FLAGS_lr) : (config.optimizer == "adam" ? 0.003 : 0.5);
+  config.lr = FlagDiffersFromDefault("lr") ? absl::GetFlag(FLAGS_lr)
+                                           : (config.optimizer == "adam" ? 0.003 : 0.5);
   config.seed = absl::GetFlag(FLAGS_seed);
 
   absl::StatusOr<tools::ContrastiveReport> report = tools::RunContrastive(config);
   if (!report.ok()) {
-    if (report.status().code() == absl::StatusCode::kInvalidArgument) return usage_error(report.status().message());
+    if (report.status().code() == absl::StatusCode::kInvalidArgument)
+      return usage_error(report.status().message());
     std::cerr << "ddpkit contrastive: " << report.status().message() << "\n";
     return kExitFailure;
   }
@@ -120,7 +127,8 @@ int RunContrastiveCommand(const std::vector<std::string>&) {
     std::cout << ReportToJson(*report);
   } else {
     PrintReport(*report);
-    if (!out.empty()) std::cout << "\nwrote " << out << "/curves.csv and " << out << "/curves.svg\n";
+    if (!out.empty())
+      std::cout << "\nwrote " << out << "/curves.csv and " << out << "/curves.svg\n";
   }
   return kExitOk;
 }
@@ -129,12 +137,15 @@ int RunContrastiveCommand(const std::vector<std::string>&) {
 
 Subcommand ContrastiveSubcommand() {
   return {.name = "contrastive",
-          .summary = "CLIP loss under DDP: what each all-gather backward does to gradients and training",
-          .usage = "ddpkit contrastive [--world-size N | --backend gloo under ddpkit launch] "
-                   "[--layout local|global|both] [--gather sum|allreduce_slice|slice|none|avg|all] "
-                   "[--steps N] [--batch-size b] [--optimizer sgd|adam] [--lr X] [--seed S] [--out DIR] [--json]",
-          .flag_names = {"layout", "gather", "out", "steps", "batch_size", "lr", "optimizer", "seed", "json",
-                         "backend", "world_size", "timeout"},
+          .summary =
+              "CLIP loss under DDP: what each all-gather backward does to gradients and training",
+          .usage =
+              "ddpkit contrastive [--world-size N | --backend gloo under ddpkit launch] "
+              "[--layout local|global|both] [--gather sum|allreduce_slice|slice|none|avg|all] "
+              "[--steps N] [--batch-size b] [--optimizer sgd|adam] [--lr X] [--seed S] [--out DIR] "
+              "[--json]",
+          .flag_names = {"layout", "gather", "out", "steps", "batch_size", "lr", "optimizer",
+                         "seed", "json", "backend", "world_size", "timeout"},
           .run = RunContrastiveCommand};
 }
 

@@ -23,14 +23,15 @@ ClassificationData MakeSyntheticClassification(int64_t rows, int64_t features, i
     gen.FillNormal(noise, 0.0, noise_scale);
     const double* centre = centres.data<double>() + label * features;
     float* row = data.x.data<float>() + r * features;
-    for (int64_t f = 0; f < features; ++f) row[f] = static_cast<float>(centre[f] + noise.data<double>()[f]);
+    for (int64_t f = 0; f < features; ++f)
+      row[f] = static_cast<float>(centre[f] + noise.data<double>()[f]);
   }
   data.description = StrCat("synthetic (", rows, " rows, ", classes, " classes, seed ", seed, ")");
   return data;
 }
 
-absl::StatusOr<ClassificationData> LoadClassificationData(const std::string& path,
-                                                          int64_t features, int64_t classes) {
+absl::StatusOr<ClassificationData> LoadClassificationData(const std::string& path, int64_t features,
+                                                          int64_t classes) {
   absl::StatusOr<SafetensorsFile> file = ReadSafetensors(path);
   if (!file.ok()) return file.status();
   const Tensor* x = file->Find("x");
@@ -57,8 +58,8 @@ absl::StatusOr<ClassificationData> LoadClassificationData(const std::string& pat
   for (int64_t r = 0; r < y->numel(); ++r) {
     const int64_t label = y->data<int64_t>()[r];
     if (label < 0 || label >= classes) {
-      return invalid("tensor 'y' row ", r, " has label ", label, ", outside the model's ",
-                     classes, " output classes [0, ", classes, ")");
+      return invalid("tensor 'y' row ", r, " has label ", label, ", outside the model's ", classes,
+                     " output classes [0, ", classes, ")");
     }
   }
   ClassificationData data;
@@ -68,7 +69,8 @@ absl::StatusOr<ClassificationData> LoadClassificationData(const std::string& pat
   return data;
 }
 
-void GatherRows(const ClassificationData& data, int64_t start, int64_t count, Tensor& x, Tensor& y) {
+void GatherRows(const ClassificationData& data, int64_t start, int64_t count, Tensor& x,
+                Tensor& y) {
   const int64_t n = data.rows();
   int64_t written = 0;
   while (written < count) {

@@ -11,8 +11,8 @@
 namespace ddpkit::tools {
 
 struct ClassificationData {
-  Tensor x;  // float32 [rows, features]
-  Tensor y;  // int64 [rows], each in [0, classes)
+  Tensor x;                 // float32 [rows, features]
+  Tensor y;                 // int64 [rows], each in [0, classes)
   std::string description;  // for reports: "synthetic (4096 rows, seed 0)" or the path
   int64_t rows() const { return x.size(0); }
 };
@@ -24,8 +24,8 @@ ClassificationData MakeSyntheticClassification(int64_t rows, int64_t features, i
 
 // Reads tensors `x` (floating point [N, features], converted to float32) and `y` (int64 [N],
 // labels in [0, classes)). Errors name the file and the tensor.
-absl::StatusOr<ClassificationData> LoadClassificationData(const std::string& path,
-                                                          int64_t features, int64_t classes);
+absl::StatusOr<ClassificationData> LoadClassificationData(const std::string& path, int64_t features,
+                                                          int64_t classes);
 
 // Rows [start, start + count) of the data, wrapping around its end, copied into x and y.
 void GatherRows(const ClassificationData& data, int64_t start, int64_t count, Tensor& x, Tensor& y);

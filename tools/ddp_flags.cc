@@ -9,7 +9,8 @@ ABSL_FLAG(bool, find_unused_parameters, false,
 ABSL_FLAG(bool, static_graph, false,
           "the graph is the same every iteration (supports checkpointing and reused parameters)");
 ABSL_FLAG(bool, gradient_as_bucket_view, false, ".grad tensors are views into the bucket buffers");
-ABSL_FLAG(std::string, comm_hook, "", "communication hook: allreduce, fp16 or bf16 (default: none)");
+ABSL_FLAG(std::string, comm_hook, "",
+          "communication hook: allreduce, fp16 or bf16 (default: none)");
 
 namespace ddpkit::cli {
 
@@ -21,8 +22,8 @@ absl::StatusOr<reducer::DdpOptions> DdpOptionsFromFlags() {
       .static_graph = absl::GetFlag(FLAGS_static_graph),
       .gradient_as_bucket_view = absl::GetFlag(FLAGS_gradient_as_bucket_view)};
   if (!(options.bucket_cap_mb > 0) || reducer::MegabytesToBytes(options.bucket_cap_mb) == 0) {
-    return absl::InvalidArgumentError(
-        StrCat("--bucket-cap-mb must be positive (at least one byte), got ", options.bucket_cap_mb));
+    return absl::InvalidArgumentError(StrCat(
+        "--bucket-cap-mb must be positive (at least one byte), got ", options.bucket_cap_mb));
   }
   if (!(options.first_bucket_mb > 0) || reducer::MegabytesToBytes(options.first_bucket_mb) == 0) {
     return absl::InvalidArgumentError(StrCat(

@@ -18,9 +18,9 @@ ABSL_DECLARE_FLAG(std::string, comm_hook);
 namespace ddpkit::cli {
 
 // Flag names (Abseil spelling) a subcommand lists to accept the DDP options.
-inline const std::vector<std::string> kDdpFlagNames = {
-    "bucket_cap_mb", "first_bucket_mb", "find_unused_parameters", "static_graph",
-    "gradient_as_bucket_view", "comm_hook"};
+inline const std::vector<std::string> kDdpFlagNames = {"bucket_cap_mb",           "first_bucket_mb",
+                                                       "find_unused_parameters",  "static_graph",
+                                                       "gradient_as_bucket_view", "comm_hook"};
 
 // The options from the flags; InvalidArgument for a non-positive size.
 absl::StatusOr<reducer::DdpOptions> DdpOptionsFromFlags();

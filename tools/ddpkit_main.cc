@@ -2,9 +2,8 @@
 #include "tools/cli/commands.h"
 
 int main(int argc, char** argv) {
-  return ddpkit::cli::Main(argc, argv, {ddpkit::cli::TrainSubcommand(), ddpkit::cli::BucketsSubcommand(),
-                                      ddpkit::cli::JoinSubcommand(),
-                                      ddpkit::cli::ContrastiveSubcommand(),
-                                      ddpkit::cli::LaunchSubcommand(),
-                                      ddpkit::cli::BenchSubcommand()});
+  return ddpkit::cli::Main(argc, argv,
+                           {ddpkit::cli::TrainSubcommand(), ddpkit::cli::BucketsSubcommand(),
+                            ddpkit::cli::JoinSubcommand(), ddpkit::cli::ContrastiveSubcommand(),
+                            ddpkit::cli::LaunchSubcommand(), ddpkit::cli::BenchSubcommand()});
 }

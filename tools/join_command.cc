@@ -59,36 +59,43 @@ std::string Ranks(const google::protobuf::RepeatedField<int32_t>& ranks) {
 }
 
 void PrintStory(const tools::JoinReport& r) {
-  std::cout << absl::StrFormat("ddpkit join: %s on %d ranks (%s); iterations per rank: %s (%d rows each)\n",
-                               r.model(), r.world_size(), r.backend(), absl::StrJoin(r.inputs(), " "),
-                               r.batch_size())
-            << "data: " << r.data() << "\n"
-            << absl::StrFormat("Join: %s, divide_by_initial_world_size=%s, throw_on_early_termination=%s; "
-                               "optimizer %s\n\n",
-                               r.join() ? "on" : "OFF", r.divide_by_initial_world_size() ? "true" : "false",
-                               r.throw_on_early_termination() ? "true" : "false", r.optimizer())
-            << "Reading the collectives, in issue order:\n"
-               "  ALLREDUCE int64[1] SUM    the count of active ranks (active ranks add 1, joined ranks 0)\n"
-            << (r.throw_on_early_termination()
-                    ? "  ALLREDUCE int64[1] SUM    throw mode: has a rank run out? (active 0, a joined rank 1)\n"
-                    : "")
-            << "  ALLREDUCE int64[1] MAX    this iteration's plan: sync? rebuild? buffers?\n"
-               "  BROADCAST int64 (twice)   once, at the rebuild: rank 0's bucket plan\n"
-               "  ALLREDUCE float32[n] SUM  each gradient bucket, in bucket order\n"
-               "  ALLREDUCE int32[P] SUM    with --find-unused-parameters: the used-parameter map\n"
-            << (r.optimizer() == "zero-sgd" ? "  BROADCAST float32 from o  ZeRO: each parameter from the rank that owns it\n" : "")
-            << "A joined rank issues the same list, contributing zeros.\n\n";
+  std::cout
+      << absl::StrFormat(
+             "ddpkit join: %s on %d ranks (%s); iterations per rank: %s (%d rows each)\n",
+             r.model(), r.world_size(), r.backend(), absl::StrJoin(r.inputs(), " "), r.batch_size())
+      << "data: " << r.data() << "\n"
+      << absl::StrFormat(
+             "Join: %s, divide_by_initial_world_size=%s, throw_on_early_termination=%s; "
+             "optimizer %s\n\n",
+             r.join() ? "on" : "OFF", r.divide_by_initial_world_size() ? "true" : "false",
+             r.throw_on_early_termination() ? "true" : "false", r.optimizer())
+      << "Reading the collectives, in issue order:\n"
+         "  ALLREDUCE int64[1] SUM    the count of active ranks (active ranks add 1, joined ranks "
+         "0)\n"
+      << (r.throw_on_early_termination() ? "  ALLREDUCE int64[1] SUM    throw mode: has a rank run "
+                                           "out? (active 0, a joined rank 1)\n"
+                                         : "")
+      << "  ALLREDUCE int64[1] MAX    this iteration's plan: sync? rebuild? buffers?\n"
+         "  BROADCAST int64 (twice)   once, at the rebuild: rank 0's bucket plan\n"
+         "  ALLREDUCE float32[n] SUM  each gradient bucket, in bucket order\n"
+         "  ALLREDUCE int32[P] SUM    with --find-unused-parameters: the used-parameter map\n"
+      << (r.optimizer() == "zero-sgd"
+              ? "  BROADCAST float32 from o  ZeRO: each parameter from the rank that owns it\n"
+              : "")
+      << "A joined rank issues the same list, contributing zeros.\n\n";
   for (const tools::JoinIteration& it : r.iterations()) {
-    std::string divide = it.divide_factor() > 0 ? absl::StrFormat("summed gradients / %g", it.divide_factor())
-                                                : "a comm hook did the division";
+    std::string divide = it.divide_factor() > 0
+                             ? absl::StrFormat("summed gradients / %g", it.divide_factor())
+                             : "a comm hook did the division";
     if (!it.completed()) {
-      std::cout << absl::StrFormat("iteration %d: active %s, ran out: %s -> throw_on_early_termination "
-                                   "stops every rank here\n",
-                                   it.iteration(), Ranks(it.active_ranks()), Ranks(it.shadowing_ranks()));
+      std::cout << absl::StrFormat(
+          "iteration %d: active %s, ran out: %s -> throw_on_early_termination "
+          "stops every rank here\n",
+          it.iteration(), Ranks(it.active_ranks()), Ranks(it.shadowing_ranks()));
     } else {
-      std::cout << absl::StrFormat("iteration %d: active %s | shadowing %s | loss %.4f | |grad| %.4f | %s\n",
-                                   it.iteration(), Ranks(it.active_ranks()), Ranks(it.shadowing_ranks()),
-                                   it.loss(), it.grad_norm(), divide);
+      std::cout << absl::StrFormat(
+          "iteration %d: active %s | shadowing %s | loss %.4f | |grad| %.4f | %s\n", it.iteration(),
+          Ranks(it.active_ranks()), Ranks(it.shadowing_ranks()), it.loss(), it.grad_norm(), divide);
     }
     std::cout << absl::StrFormat("    rank %d (active)    issued %s\n", it.active_reporter(),
                                  absl::StrJoin(it.active_collectives(), ", "));
@@ -97,8 +104,9 @@ void PrintStory(const tools::JoinReport& r) {
                       std::equal(it.active_collectives().begin(), it.active_collectives().end(),
                                  it.shadowing_collectives().begin());
     if (same) {
-      std::cout << absl::StrFormat("    rank %d (shadowing) issued the same %d collective(s), with zeros\n",
-                                   it.shadow_reporter(), it.shadowing_collectives_size());
+      std::cout << absl::StrFormat(
+          "    rank %d (shadowing) issued the same %d collective(s), with zeros\n",
+          it.shadow_reporter(), it.shadowing_collectives_size());
     } else {
       std::cout << absl::StrFormat("    rank %d (shadowing) issued %s\n", it.shadow_reporter(),
                                    absl::StrJoin(it.shadowing_collectives(), ", "));
@@ -108,18 +116,23 @@ void PrintStory(const tools::JoinReport& r) {
   if (r.stopped_at_iteration() >= 0) {
     std::cout << absl::StrFormat(
         "stopped: every rank raised in iteration %d (rank 0's error: %s).\n"
-        "No final sync ran; the models are identical because every completed iteration was synced.\n",
+        "No final sync ran; the models are identical because every completed iteration was "
+        "synced.\n",
         r.stopped_at_iteration(), r.stop_message());
   } else if (r.join()) {
     std::cout << absl::StrFormat(
-        "all ranks joined after %d iteration(s); rank %d was the highest of the last to join and its "
+        "all ranks joined after %d iteration(s); rank %d was the highest of the last to join and "
+        "its "
         "model was broadcast to every rank\n",
         r.iterations_size(), r.authoritative_rank());
   }
-  std::cout << "final models identical on all ranks: " << (r.models_identical() ? "yes" : "NO") << "\n";
-  std::cout << "parameter elements each rank's optimizer steps: " << absl::StrJoin(r.elements_stepped(), " ")
+  std::cout << "final models identical on all ranks: " << (r.models_identical() ? "yes" : "NO")
+            << "\n";
+  std::cout << "parameter elements each rank's optimizer steps: "
+            << absl::StrJoin(r.elements_stepped(), " ")
             << (r.optimizer() == "zero-sgd" ? " (ZeRO-1 shards)" : "") << "\n";
-  std::cout << absl::StrFormat("rank 0's final accuracy on its own rows: %.1f%%\n", 100 * r.final_accuracy());
+  std::cout << absl::StrFormat("rank 0's final accuracy on its own rows: %.1f%%\n",
+                               100 * r.final_accuracy());
 }
 
 int RunJoinCommand(const std::vector<std::string>&) {
@@ -150,22 +163,26 @@ int RunJoinCommand(const std::vector<std::string>&) {
   config.save_weights_path = absl::GetFlag(FLAGS_save_weights);
   config.backend = comm->backend;
   // --inputs sets the world size; --world-size only when given (and then it must agree).
-  config.world_size = FlagDiffersFromDefault("world_size") || config.inputs.empty() ? comm->world_size : 0;
+  config.world_size =
+      FlagDiffersFromDefault("world_size") || config.inputs.empty() ? comm->world_size : 0;
   config.comm_options = comm->options;
   config.ddp = *ddp;
   config.comm_hook = absl::GetFlag(FLAGS_comm_hook);
   if (!config.use_join && config.throw_on_early_termination) {
-    return usage_error("--throw-on-early-termination is a Join option; it cannot go with --no-join");
+    return usage_error(
+        "--throw-on-early-termination is a Join option; it cannot go with --no-join");
   }
 
   absl::StatusOr<tools::JoinReport> report = tools::RunJoin(config);
   if (!report.ok()) {
-    if (report.status().code() == absl::StatusCode::kInvalidArgument) return usage_error(report.status().message());
+    if (report.status().code() == absl::StatusCode::kInvalidArgument)
+      return usage_error(report.status().message());
     std::cerr << "ddpkit join: " << report.status().message() << "\n";
     if (!config.use_join) {
-      std::cerr << "\nThis is what uneven inputs do without Join: the ranks that ran out left their "
-                   "loops while the others still needed them in a collective. Drop --no-join to "
-                   "let Join shadow those collectives.\n";
+      std::cerr
+          << "\nThis is what uneven inputs do without Join: the ranks that ran out left their "
+             "loops while the others still needed them in a collective. Drop --no-join to "
+             "let Join shadow those collectives.\n";
     }
     return kExitFailure;
   }
@@ -179,7 +196,8 @@ int RunJoinCommand(const std::vector<std::string>&) {
     std::cout << ReportToJson(*report);
   } else {
     PrintStory(*report);
-    if (!config.save_weights_path.empty()) std::cout << "saved rank 0's weights to " << config.save_weights_path << "\n";
+    if (!config.save_weights_path.empty())
+      std::cout << "saved rank 0's weights to " << config.save_weights_path << "\n";
   }
   return kExitOk;
 }
@@ -187,18 +205,33 @@ int RunJoinCommand(const std::vector<std::string>&) {
 }  // namespace
 
 Subcommand JoinSubcommand() {
-  std::vector<std::string> flags = {"inputs", "data_per_rank", "divide_by_initial_world_size",
-                                    "throw_on_early_termination", "no_join", "model", "weights",
-                                    "batch_size", "lr", "momentum", "optimizer", "seed", "save_weights",
-                                    "json", "backend", "world_size", "timeout"};
+  std::vector<std::string> flags = {"inputs",
+                                    "data_per_rank",
+                                    "divide_by_initial_world_size",
+                                    "throw_on_early_termination",
+                                    "no_join",
+                                    "model",
+                                    "weights",
+                                    "batch_size",
+                                    "lr",
+                                    "momentum",
+                                    "optimizer",
+                                    "seed",
+                                    "save_weights",
+                                    "json",
+                                    "backend",
+                                    "world_size",
+                                    "timeout"};
   flags.insert(flags.end(), kDdpFlagNames.begin(), kDdpFlagNames.end());
-  return {.name = "join",
-          .summary = "uneven inputs: DDP training where ranks run out at different times, with Join",
-          .usage = "ddpkit join (--inputs 5,6,3,8 | --data-per-rank PREFIX --world-size N) "
-                   "[--divide-by-initial-world-size true|false] [--throw-on-early-termination] "
-                   "[--no-join] [--optimizer sgd|zero-sgd] [train and DDP flags]",
-          .flag_names = flags,
-          .run = RunJoinCommand};
+  return {
+      .name = "join",
+      .summary = "uneven inputs: DDP training where ranks run out at different times, with Join",
+      .usage =
+          "ddpkit join (--inputs 5,6,3,8 | --data-per-rank PREFIX --world-size N) "
+          "[--divide-by-initial-world-size true|false] [--throw-on-early-termination] "
+          "[--no-join] [--optimizer sgd|zero-sgd] [train and DDP flags]",
+      .flag_names = flags,
+      .run = RunJoinCommand};
 }
 
 }  // namespace ddpkit::cli

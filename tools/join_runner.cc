@@ -53,7 +53,10 @@ class CollectiveTap {
     for (const auto& e : group_.flight_recorder().Entries()) {
       if (e.sequence_number <= last_seen_) continue;
       last_seen_ = e.sequence_number;
-      out.push_back({.op = e.op, .reduce_op = e.reduce_op, .root = e.root, .dtype = e.dtype,
+      out.push_back({.op = e.op,
+                     .reduce_op = e.reduce_op,
+                     .root = e.root,
+                     .dtype = e.dtype,
                      .count = e.count});
     }
     return out;
@@ -131,14 +134,17 @@ int64_t ModelHash(const nn::Module& model) {
 }
 
 void CheckOk(const absl::Status& s, std::string_view what, int rank) {
-  if (!s.ok()) throw Error(StrCat("[join] rank ", rank, ": ", what, " failed: ", s.message()), s.code());
+  if (!s.ok())
+    throw Error(StrCat("[join] rank ", rank, ": ", what, " failed: ", s.message()), s.code());
 }
 
 absl::Status Validate(const JoinRunConfig& config) {
   if (config.batch_size <= 0) {
-    return absl::InvalidArgumentError(StrCat("--batch-size must be positive, got ", config.batch_size));
+    return absl::InvalidArgumentError(
+        StrCat("--batch-size must be positive, got ", config.batch_size));
   }
-  if (config.lr < 0) return absl::InvalidArgumentError(StrCat("--lr must be >= 0, got ", config.lr));
+  if (config.lr < 0)
+    return absl::InvalidArgumentError(StrCat("--lr must be >= 0, got ", config.lr));
   if (config.optimizer != "sgd" && config.optimizer != "zero-sgd") {
     return absl::InvalidArgumentError(
         StrCat("--optimizer must be sgd or zero-sgd, got '", config.optimizer, "'"));
@@ -150,8 +156,8 @@ absl::Status Validate(const JoinRunConfig& config) {
   }
   for (size_t r = 0; r < config.inputs.size(); ++r) {
     if (config.inputs[r] < 0) {
-      return absl::InvalidArgumentError(
-          StrCat("--inputs: rank ", r, " has ", config.inputs[r], " iterations; counts must be >= 0"));
+      return absl::InvalidArgumentError(StrCat("--inputs: rank ", r, " has ", config.inputs[r],
+                                               " iterations; counts must be >= 0"));
     }
   }
   if (config.backend == "threads") {
@@ -161,7 +167,8 @@ absl::Status Validate(const JoinRunConfig& config) {
                                                " ranks but --world-size is ", config.world_size));
     }
     if (config.inputs.empty() && config.world_size < 1) {
-      return absl::InvalidArgumentError("--data-per-rank needs --world-size (the number of rank files)");
+      return absl::InvalidArgumentError(
+          "--data-per-rank needs --world-size (the number of rank files)");
     }
   }
   if (!config.comm_hook.empty()) {
@@ -171,8 +178,9 @@ absl::Status Validate(const JoinRunConfig& config) {
 }
 
 // One rank's run. Throws ddpkit::Error for failed collectives; returns errors for bad input.
-absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config, const std::vector<int64_t>& widths,
-                                        comm::ProcessGroup& group) {
+absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config,
+                                     const std::vector<int64_t>& widths,
+                                     comm::ProcessGroup& group) {
   const int rank = group.rank(), world = group.size();
   const int64_t features = widths.front(), classes = widths.back(), b = config.batch_size;
   if (!config.inputs.empty() && static_cast<int>(config.inputs.size()) != world) {
@@ -189,19 +197,20 @@ absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config, const std::vec
       if (r < rank) before += config.inputs[r];
       total += config.inputs[r];
     }
-    ClassificationData all =
-        MakeSyntheticClassification(std::max<int64_t>(1, total * b), features, classes, config.seed + 1);
+    ClassificationData all = MakeSyntheticClassification(std::max<int64_t>(1, total * b), features,
+                                                         classes, config.seed + 1);
     my_iterations = config.inputs[rank];
     data.x = Tensor::Empty({std::max<int64_t>(1, my_iterations * b), features});
     data.y = Tensor::Empty({data.x.size(0)}, DType::kInt64);
     GatherRows(all, before * b, data.x.size(0), data.x, data.y);
-    data.description = absl::StrFormat("synthetic (seed %d, %d rows per iteration per rank, no row shared)",
-                                       config.seed, b);
+    data.description = absl::StrFormat(
+        "synthetic (seed %d, %d rows per iteration per rank, no row shared)", config.seed, b);
   } else {
     const std::string path = StrCat(config.data_prefix, ".rank", rank, ".safetensors");
     absl::StatusOr<ClassificationData> loaded = LoadClassificationData(path, features, classes);
     if (!loaded.ok()) {
-      return absl::Status(loaded.status().code(), StrCat("rank ", rank, ": ", loaded.status().message()));
+      return absl::Status(loaded.status().code(),
+                          StrCat("rank ", rank, ": ", loaded.status().message()));
     }
     data = *std::move(loaded);
     my_iterations = static_cast<int>(data.rows() / b);
@@ -216,10 +225,12 @@ absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config, const std::vec
   const int fewest = *std::min_element(inputs.begin(), inputs.end());
 
   auto model = nn::MakeMlp(widths, config.seed);
-  if (!config.weights_path.empty()) DDPKIT_RETURN_IF_ERROR(LoadStateDict(*model, config.weights_path));
+  if (!config.weights_path.empty())
+    DDPKIT_RETURN_IF_ERROR(LoadStateDict(*model, config.weights_path));
   DDPKIT_ASSIGN_OR_RETURN(std::shared_ptr<reducer::DistributedDataParallel> ddp,
                           reducer::DistributedDataParallel::Create(model, group, config.ddp));
-  if (!config.comm_hook.empty()) ddp->RegisterBuiltinCommHook(*reducer::ParseBuiltinCommHook(config.comm_hook));
+  if (!config.comm_hook.empty())
+    ddp->RegisterBuiltinCommHook(*reducer::ParseBuiltinCommHook(config.comm_hook));
   ddp->set_divide_by_initial_world_size(config.divide_by_initial_world_size);
 
   std::unique_ptr<Optimizer> optimizer;
@@ -227,8 +238,8 @@ absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config, const std::vec
   const SgdOptions sgd{.lr = config.lr, .momentum = config.momentum};
   if (config.optimizer == "zero-sgd") {
     DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<reducer::ZeroRedundancyOptimizer> z,
-                            reducer::ZeroRedundancyOptimizer::Create(model->NamedParameters(), group,
-                                                                     reducer::MakeSgdFactory(sgd)));
+                            reducer::ZeroRedundancyOptimizer::Create(
+                                model->NamedParameters(), group, reducer::MakeSgdFactory(sgd)));
     zero = z.get();
     optimizer = std::move(z);
   } else {
@@ -321,7 +332,8 @@ absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config, const std::vec
   CheckOk(group.Allreduce(collectives)->Wait(), "combining the collective records", rank);
   const int64_t hash = ModelHash(*model);
   Tensor hashes = Tensor::FromVector<int64_t>({hash, -hash}, {2});
-  CheckOk(group.Allreduce(hashes, comm::ReduceOp::kMax)->Wait(), "comparing the final models", rank);
+  CheckOk(group.Allreduce(hashes, comm::ReduceOp::kMax)->Wait(), "comparing the final models",
+          rank);
   result.set_models_identical(hashes.data<int64_t>()[0] == -hashes.data<int64_t>()[1]);
   Tensor stepped = Tensor::Zeros({world}, DType::kInt64);
   stepped.data<int64_t>()[rank] = zero != nullptr ? zero->shard_elements() : [&] {
@@ -330,7 +342,8 @@ absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config, const std::vec
     return n;
   }();
   CheckOk(group.Allreduce(stepped)->Wait(), "sharing the optimizer shard sizes", rank);
-  for (int r = 0; r < world; ++r) result.add_elements_stepped(static_cast<int32_t>(stepped.data<int64_t>()[r]));
+  for (int r = 0; r < world; ++r)
+    result.add_elements_stepped(static_cast<int32_t>(stepped.data<int64_t>()[r]));
   result.set_authoritative_rank(ddp->authoritative_rank());
 
   const int stopped = result.stopped_at_iteration();
@@ -353,7 +366,8 @@ absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config, const std::vec
     it.set_active_reporter(lowest(i, true));
     it.set_shadow_reporter(lowest(i, false));
     Decode(collectives.data<int64_t>() + (i * 2 + 0) * kRoleWords, it.mutable_active_collectives());
-    Decode(collectives.data<int64_t>() + (i * 2 + 1) * kRoleWords, it.mutable_shadowing_collectives());
+    Decode(collectives.data<int64_t>() + (i * 2 + 1) * kRoleWords,
+           it.mutable_shadowing_collectives());
   }
   {
     NoGradGuard no_grad;
@@ -363,7 +377,8 @@ absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config, const std::vec
       const float* row = logits.data<float>() + r * classes;
       correct += (std::max_element(row, row + classes) - row) == data.y.data<int64_t>()[r];
     }
-    result.set_final_accuracy(static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(1, data.rows())));
+    result.set_final_accuracy(static_cast<double>(correct) /
+                              static_cast<double>(std::max<int64_t>(1, data.rows())));
   }
   if (rank == 0 && !config.save_weights_path.empty()) {
     DDPKIT_RETURN_IF_ERROR(SaveStateDict(*model, config.save_weights_path));
@@ -379,10 +394,11 @@ absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
   DDPKIT_RETURN_IF_ERROR(Validate(config));
   comm::ProcessGroupOptions options = config.comm_options;
   options.flight_recorder_size = std::max<size_t>(options.flight_recorder_size, 4 * kMaxRecorded);
-  const cli::CommSetup setup{
-      .backend = config.backend,
-      .world_size = config.world_size > 0 ? config.world_size : static_cast<int>(config.inputs.size()),
-      .options = options};
+  const cli::CommSetup setup{.backend = config.backend,
+                             .world_size = config.world_size > 0
+                                               ? config.world_size
+                                               : static_cast<int>(config.inputs.size()),
+                             .options = options};
   std::mutex mu;
   JoinReport lead;
   absl::Status status = cli::RunOnWorld(setup, [&](comm::ProcessGroup& group) -> absl::Status {

@@ -21,9 +21,9 @@ namespace ddpkit::tools {
 
 struct JoinRunConfig {
   std::string model = "mlp:16,32,4";
-  std::string weights_path;       // initial weights (safetensors) when set
-  std::string data_prefix;        // per-rank files PREFIX.rank{r}.safetensors when set
-  std::vector<int> inputs;        // otherwise: iterations per rank, on synthetic rows
+  std::string weights_path;  // initial weights (safetensors) when set
+  std::string data_prefix;   // per-rank files PREFIX.rank{r}.safetensors when set
+  std::vector<int> inputs;   // otherwise: iterations per rank, on synthetic rows
   int batch_size = 8;
   double lr = 0.1;
   double momentum = 0.0;

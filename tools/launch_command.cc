@@ -10,7 +10,8 @@ ABSL_FLAG(int32_t, nnodes, 1, "nodes in the job");
 ABSL_FLAG(int32_t, node_rank, 0, "this node's index, 0 .. nnodes-1");
 ABSL_FLAG(std::string, master_addr, "127.0.0.1", "host of rank 0, where the rendezvous store runs");
 ABSL_FLAG(int32_t, master_port, 29500, "port of the rendezvous store");
-ABSL_FLAG(bool, standalone, false, "single node on a free local port (ignores --master-addr/--master-port)");
+ABSL_FLAG(bool, standalone, false,
+          "single node on a free local port (ignores --master-addr/--master-port)");
 ABSL_FLAG(double, teardown_grace, 3.0,
           "seconds the other ranks get to report their own errors after one fails, before they "
           "are stopped");
@@ -45,8 +46,9 @@ int RunLaunch(const std::vector<std::string>& positionals) {
 Subcommand LaunchSubcommand() {
   return {.name = "launch",
           .summary = "start one process per rank with torchrun's environment (env:// rendezvous)",
-          .usage = "ddpkit launch --nproc-per-node N [--nnodes M --node-rank K --master-addr A "
-                   "--master-port P | --standalone] -- PROGRAM ARGS...",
+          .usage =
+              "ddpkit launch --nproc-per-node N [--nnodes M --node-rank K --master-addr A "
+              "--master-port P | --standalone] -- PROGRAM ARGS...",
           .flag_names = {"nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port",
                          "standalone", "teardown_grace"},
           .takes_positionals = true,

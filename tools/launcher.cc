@@ -9,10 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <algorithm>
 #include <iostream>
 
 #include "autograd/error.h"
@@ -33,11 +33,13 @@ struct Child {
 };
 
 // Writes complete lines from `partial` + `data` with the rank prefix; keeps the unfinished tail.
-void EmitLines(int rank, std::string& partial, std::string_view data, std::ostream& sink, bool flush_all) {
+void EmitLines(int rank, std::string& partial, std::string_view data, std::ostream& sink,
+               bool flush_all) {
   partial.append(data);
   size_t start = 0, newline;
   while ((newline = partial.find('\n', start)) != std::string::npos) {
-    sink << "[rank " << rank << "] " << std::string_view(partial).substr(start, newline - start + 1);
+    sink << "[rank " << rank << "] "
+         << std::string_view(partial).substr(start, newline - start + 1);
     start = newline + 1;
   }
   partial.erase(0, start);
@@ -50,8 +52,8 @@ void EmitLines(int rank, std::string& partial, std::string_view data, std::ostre
 
 std::string Describe(const Child& c) {
   if (WIFSIGNALED(c.status)) {
-    return StrCat("rank ", c.rank, " (pid ", c.pid, ") was killed by signal ", WTERMSIG(c.status), " (",
-                  strsignal(WTERMSIG(c.status)), ")");
+    return StrCat("rank ", c.rank, " (pid ", c.pid, ") was killed by signal ", WTERMSIG(c.status),
+                  " (", strsignal(WTERMSIG(c.status)), ")");
   }
   return StrCat("rank ", c.rank, " (pid ", c.pid, ") exited with code ", WEXITSTATUS(c.status));
 }
@@ -77,19 +79,22 @@ absl::StatusOr<int> PickFreePort() {
 
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options) {
   if (options.command.empty()) {
-    return absl::InvalidArgumentError("no program to launch; put it after '--', e.g. ddpkit launch "
-                                      "--nproc-per-node 2 -- ddpkit train --backend gloo");
+    return absl::InvalidArgumentError(
+        "no program to launch; put it after '--', e.g. ddpkit launch "
+        "--nproc-per-node 2 -- ddpkit train --backend gloo");
   }
   if (options.nproc_per_node < 1 || options.nnodes < 1 || options.node_rank < 0 ||
       options.node_rank >= options.nnodes) {
-    return absl::InvalidArgumentError(StrCat("need --nproc-per-node >= 1, --nnodes >= 1 and 0 <= "
-                                             "--node-rank < --nnodes (got ", options.nproc_per_node, ", ",
-                                             options.nnodes, ", ", options.node_rank, ")"));
+    return absl::InvalidArgumentError(
+        StrCat("need --nproc-per-node >= 1, --nnodes >= 1 and 0 <= "
+               "--node-rank < --nnodes (got ",
+               options.nproc_per_node, ", ", options.nnodes, ", ", options.node_rank, ")"));
   }
   std::string master_addr = options.master_addr;
   int master_port = options.master_port;
   if (options.standalone) {
-    if (options.nnodes != 1) return absl::InvalidArgumentError("--standalone runs on one node: drop --nnodes");
+    if (options.nnodes != 1)
+      return absl::InvalidArgumentError("--standalone runs on one node: drop --nnodes");
     master_addr = "127.0.0.1";
     DDPKIT_ASSIGN_OR_RETURN(master_port, PickFreePort());
   }
@@ -152,8 +157,14 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options) {
     std::vector<pollfd> fds;
     std::vector<std::pair<Child*, bool>> owners;  // (child, is_stderr)
     for (Child& c : children) {
-      if (c.out_fd >= 0) { fds.push_back({c.out_fd, POLLIN, 0}); owners.push_back({&c, false}); }
-      if (c.err_fd >= 0) { fds.push_back({c.err_fd, POLLIN, 0}); owners.push_back({&c, true}); }
+      if (c.out_fd >= 0) {
+        fds.push_back({c.out_fd, POLLIN, 0});
+        owners.push_back({&c, false});
+      }
+      if (c.err_fd >= 0) {
+        fds.push_back({c.err_fd, POLLIN, 0});
+        owners.push_back({&c, true});
+      }
     }
     if (!fds.empty()) ::poll(fds.data(), fds.size(), 50);
     for (size_t i = 0; i < fds.size(); ++i) {
@@ -168,7 +179,8 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options) {
         ::close(fd);
         fd = -1;
       } else {
-        EmitLines(child->rank, partial, std::string_view(buffer, n), is_err ? std::cerr : std::cout, false);
+        EmitLines(child->rank, partial, std::string_view(buffer, n), is_err ? std::cerr : std::cout,
+                  false);
       }
     }
 
@@ -184,8 +196,9 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options) {
       }
       any_running = any_running || c.running;
     }
-    const bool output_open = std::any_of(children.begin(), children.end(),
-                                         [](const Child& c) { return c.out_fd >= 0 || c.err_fd >= 0; });
+    const bool output_open = std::any_of(children.begin(), children.end(), [](const Child& c) {
+      return c.out_fd >= 0 || c.err_fd >= 0;
+    });
     if (!any_running && !output_open) break;
     if (!any_running) continue;  // drain what is left in the pipes
 

@@ -32,7 +32,8 @@ ABSL_FLAG(std::string, optimizer, "sgd",
           "each rank steps and keeps momentum for its shard, then broadcasts it); "
           "contrastive: sgd or adam");
 ABSL_FLAG(uint64_t, seed, 0, "seed for the model's initialisation and the synthetic data");
-ABSL_FLAG(std::string, save_weights, "", "write rank 0's final weights here (safetensors, atomically)");
+ABSL_FLAG(std::string, save_weights, "",
+          "write rank 0's final weights here (safetensors, atomically)");
 ABSL_FLAG(std::string, save_grads, "",
           "write rank 0's gradients after the last backward, before its update (safetensors)");
 ABSL_FLAG(bool, json, false, "print only a JSON report on stdout");
@@ -91,22 +92,26 @@ int RunTrain(const std::vector<std::string>&) {
   observer.on_start = [&](const tools::TrainReport& setup, const reducer::DdpLoggingData& log) {
     if (json) return;
     std::cout << absl::StrFormat("ddpkit train: %s, %d parameter tensors (%d elements)\n",
-                                 setup.model(), setup.parameter_names_size(), setup.num_parameters())
-              << absl::StrFormat("world: %d ranks (%s); per rank %d rows x %d micro-batch(es) per step\n",
-                                 setup.world_size(), setup.backend(), setup.batch_size(), setup.grad_accum())
+                                 setup.model(), setup.parameter_names_size(),
+                                 setup.num_parameters())
+              << absl::StrFormat(
+                     "world: %d ranks (%s); per rank %d rows x %d micro-batch(es) per step\n",
+                     setup.world_size(), setup.backend(), setup.batch_size(), setup.grad_accum())
               << absl::StrFormat("data: %s; %s lr %g, momentum %g, %d steps\n", setup.data(),
-                                 setup.optimizer() == "zero-sgd" ? "ZeRO-1 SGD" : "SGD",
-                                 setup.lr(), setup.momentum(), setup.steps())
-              << absl::StrFormat("DDP: find_unused_parameters=%s static_graph=%s "
-                                 "gradient_as_bucket_view=%s comm_hook=%s\n\n",
-                                 YesNo(log.find_unused_parameters()), YesNo(log.static_graph()),
-                                 YesNo(log.gradient_as_bucket_view()),
-                                 log.comm_hook().empty() ? "none" : log.comm_hook())
+                                 setup.optimizer() == "zero-sgd" ? "ZeRO-1 SGD" : "SGD", setup.lr(),
+                                 setup.momentum(), setup.steps())
+              << absl::StrFormat(
+                     "DDP: find_unused_parameters=%s static_graph=%s "
+                     "gradient_as_bucket_view=%s comm_hook=%s\n\n",
+                     YesNo(log.find_unused_parameters()), YesNo(log.static_graph()),
+                     YesNo(log.gradient_as_bucket_view()),
+                     log.comm_hook().empty() ? "none" : log.comm_hook())
               << "initial buckets (reduction order; "
               << (log.find_unused_parameters() && !log.static_graph()
                       ? "limits [first bucket, cap], reversed"
                       : "one per dtype until the rebuild")
-              << "):\n" << PlanLines(log.initial_buckets()) << "\n"
+              << "):\n"
+              << PlanLines(log.initial_buckets()) << "\n"
               << absl::StrFormat("%6s  %10s  %9s\n", "step", "loss(r0)", "ms");
   };
   observer.on_step = [&](const tools::StepProgress& p) {
@@ -114,10 +119,11 @@ int RunTrain(const std::vector<std::string>&) {
       std::cout << absl::StrFormat("%6d  %10.6f  %9.3f\n", p.step, p.loss, p.step_ms);
       if (!rebuilt_shown && p.ddp->has_rebuilt_buckets()) {
         rebuilt_shown = true;
-        std::cout << "  buckets rebuilt at this step's forward, in step 1's gradient-arrival order ("
-                  << absl::StrJoin(p.ddp->prev_iteration_grad_ready_order_indices(), " ")
-                  << "), rank 0's plan broadcast to all:\n"
-                  << PlanLines(p.ddp->rebuilt_buckets());
+        std::cout
+            << "  buckets rebuilt at this step's forward, in step 1's gradient-arrival order ("
+            << absl::StrJoin(p.ddp->prev_iteration_grad_ready_order_indices(), " ")
+            << "), rank 0's plan broadcast to all:\n"
+            << PlanLines(p.ddp->rebuilt_buckets());
       }
     } else if (terminal) {  // progress for a person watching; stdout stays pure JSON
       std::cerr << absl::StrFormat("\rstep %d/%d  loss %.6f", p.step, p.steps, p.loss)
@@ -159,22 +165,26 @@ int RunTrain(const std::vector<std::string>&) {
     std::cout << "unused parameters (no rank gave them a gradient): "
               << absl::StrJoin(log.unused_parameter_names(), ", ") << "\n";
   }
-  if (!config.save_weights_path.empty()) std::cout << "saved weights to " << config.save_weights_path << "\n";
-  if (!config.save_grads_path.empty()) std::cout << "saved gradients to " << config.save_grads_path << "\n";
+  if (!config.save_weights_path.empty())
+    std::cout << "saved weights to " << config.save_weights_path << "\n";
+  if (!config.save_grads_path.empty())
+    std::cout << "saved gradients to " << config.save_grads_path << "\n";
   return kExitOk;
 }
 
 }  // namespace
 
 Subcommand TrainSubcommand() {
-  std::vector<std::string> flags = {"model", "weights", "data", "batch_size", "steps", "grad_accum",
-                                    "lr", "momentum", "optimizer", "seed", "save_weights", "save_grads", "json",
-                                    "backend", "world_size", "timeout"};
+  std::vector<std::string> flags = {"model",     "weights",    "data",         "batch_size",
+                                    "steps",     "grad_accum", "lr",           "momentum",
+                                    "optimizer", "seed",       "save_weights", "save_grads",
+                                    "json",      "backend",    "world_size",   "timeout"};
   flags.insert(flags.end(), kDdpFlagNames.begin(), kDdpFlagNames.end());
   return {.name = "train",
           .summary = "data-parallel training of an MLP with DDP (synthetic data by default)",
-          .usage = "ddpkit train [--world-size N | --backend gloo under ddpkit launch] "
-                   "[--model mlp:IN,...,OUT] [--data FILE] [DDP flags] [flags]",
+          .usage =
+              "ddpkit train [--world-size N | --backend gloo under ddpkit launch] "
+              "[--model mlp:IN,...,OUT] [--data FILE] [DDP flags] [flags]",
           .flag_names = flags,
           .run = RunTrain};
 }

@@ -31,7 +31,8 @@ double Accuracy(nn::Module& model, const ClassificationData& data) {
 
 absl::Status Validate(const TrainConfig& config) {
   if (config.batch_size <= 0) {
-    return absl::InvalidArgumentError(StrCat("--batch-size must be positive, got ", config.batch_size));
+    return absl::InvalidArgumentError(
+        StrCat("--batch-size must be positive, got ", config.batch_size));
   }
   if (config.steps < 0) {
     return absl::InvalidArgumentError(StrCat("--steps must be >= 0, got ", config.steps));
@@ -39,7 +40,8 @@ absl::Status Validate(const TrainConfig& config) {
   if (config.grad_accum < 1) {
     return absl::InvalidArgumentError(StrCat("--grad-accum must be >= 1, got ", config.grad_accum));
   }
-  if (config.lr < 0) return absl::InvalidArgumentError(StrCat("--lr must be >= 0, got ", config.lr));
+  if (config.lr < 0)
+    return absl::InvalidArgumentError(StrCat("--lr must be >= 0, got ", config.lr));
   if (config.backend == "threads" && config.world_size < 1) {
     return absl::InvalidArgumentError(StrCat("--world-size must be >= 1, got ", config.world_size));
   }
@@ -54,7 +56,8 @@ absl::Status Validate(const TrainConfig& config) {
 }
 
 // One rank's training run.
-absl::StatusOr<TrainResult> TrainOnRank(const TrainConfig& config, const std::vector<int64_t>& widths,
+absl::StatusOr<TrainResult> TrainOnRank(const TrainConfig& config,
+                                        const std::vector<int64_t>& widths,
                                         comm::ProcessGroup& group, const TrainObserver& observer) {
   const int rank = group.rank(), world = group.size();
   const bool lead = rank == 0;
@@ -96,10 +99,11 @@ absl::StatusOr<TrainResult> TrainOnRank(const TrainConfig& config, const std::ve
   const SgdOptions sgd{.lr = config.lr, .momentum = config.momentum};
   std::unique_ptr<Optimizer> optimizer;
   if (config.optimizer == "zero-sgd") {
-    DDPKIT_ASSIGN_OR_RETURN(optimizer, reducer::ZeroRedundancyOptimizer::Create(
-                                           model->NamedParameters(), group, reducer::MakeSgdFactory(sgd)));
-    report.set_elements_stepped(
-        static_cast<int32_t>(static_cast<reducer::ZeroRedundancyOptimizer&>(*optimizer).shard_elements()));
+    DDPKIT_ASSIGN_OR_RETURN(
+        optimizer, reducer::ZeroRedundancyOptimizer::Create(model->NamedParameters(), group,
+                                                            reducer::MakeSgdFactory(sgd)));
+    report.set_elements_stepped(static_cast<int32_t>(
+        static_cast<reducer::ZeroRedundancyOptimizer&>(*optimizer).shard_elements()));
   } else {
     optimizer = std::make_unique<Sgd>(model->Parameters(), sgd);
     report.set_elements_stepped(report.num_parameters());
@@ -140,7 +144,8 @@ absl::StatusOr<TrainResult> TrainOnRank(const TrainConfig& config, const std::ve
     }
     optimizer->Step();
     step_ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
     const double loss = loss_sum / config.grad_accum;
     losses.data<double>()[step] = loss;
     if (lead && observer.on_step) {
@@ -152,7 +157,8 @@ absl::StatusOr<TrainResult> TrainOnRank(const TrainConfig& config, const std::ve
   if (config.steps > 0) {
     if (absl::Status s = group.Allreduce(losses)->Wait(); !s.ok()) return s;
   }
-  for (int step = 0; step < config.steps; ++step) report.add_losses(losses.data<double>()[step] / world);
+  for (int step = 0; step < config.steps; ++step)
+    report.add_losses(losses.data<double>()[step] / world);
   report.set_final_accuracy(Accuracy(*model, data));
   if (!step_ms.empty()) {
     std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
@@ -174,8 +180,8 @@ absl::StatusOr<TrainResult> Train(const TrainConfig& config, const TrainObserver
 
   std::mutex mu;
   TrainResult lead_result;
-  const cli::CommSetup setup{.backend = config.backend, .world_size = config.world_size,
-                             .options = config.comm_options};
+  const cli::CommSetup setup{
+      .backend = config.backend, .world_size = config.world_size, .options = config.comm_options};
   absl::Status status = cli::RunOnWorld(setup, [&](comm::ProcessGroup& group) -> absl::Status {
     DDPKIT_ASSIGN_OR_RETURN(TrainResult result, TrainOnRank(config, *widths, group, observer));
     if (group.rank() == 0 || config.backend != "threads") {

@@ -28,7 +28,7 @@ struct TrainConfig {
   std::string save_grads_path;    // rank 0's gradients after the last backward, before its update
   int batch_size = 32;            // rows per rank per micro-batch
   int steps = 60;
-  int grad_accum = 1;             // micro-batches per optimizer step
+  int grad_accum = 1;  // micro-batches per optimizer step
   double lr = 0.1;
   double momentum = 0.0;
   std::string optimizer = "sgd";  // or "zero-sgd": ZeRO-1, each rank steps its shard
@@ -45,8 +45,8 @@ struct TrainConfig {
 struct StepProgress {
   int step;  // 1-based
   int steps;
-  double loss;     // this rank's mean loss over the step's micro-batches
-  double step_ms;  // this rank's wall time for the step
+  double loss;                         // this rank's mean loss over the step's micro-batches
+  double step_ms;                      // this rank's wall time for the step
   const reducer::DdpLoggingData* ddp;  // rank 0's DDP state after the step
 };
 
@@ -58,9 +58,9 @@ struct TrainObserver {
 };
 
 struct TrainResult {
-  int rank = 0;                   // whose result this is
-  TrainReport report;             // losses averaged over all ranks
-  reducer::DdpLoggingData ddp;    // rank 0's
+  int rank = 0;                 // whose result this is
+  TrainReport report;           // losses averaged over all ranks
+  reducer::DdpLoggingData ddp;  // rank 0's
 };
 
 // Runs on every rank of the configured world and returns rank 0's result (under gloo, this

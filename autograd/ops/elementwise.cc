@@ -17,9 +17,8 @@ using op_util::Zip;
 // ---------------------------------------------------------------------------- add, sub, mul
 Tensor Add(const Tensor& a, const Tensor& b) {
   CheckBinary("add", a, b);
-  Tensor out = DispatchFloating(a.dtype(), "add", [&]<typename T>() {
-    return Zip<T>(a, b, [](T x, T y) { return x + y; });
-  });
+  Tensor out = DispatchFloating(
+      a.dtype(), "add", [&]<typename T>() { return Zip<T>(a, b, [](T x, T y) { return x + y; }); });
   RecordOp(out, "AddBackward", {&a, &b}, [a, b](const Tensor& g) -> TensorList {
     return {SumToShapeOf(g, a), SumToShapeOf(g, b)};
   });
@@ -28,9 +27,8 @@ Tensor Add(const Tensor& a, const Tensor& b) {
 
 Tensor Sub(const Tensor& a, const Tensor& b) {
   CheckBinary("sub", a, b);
-  Tensor out = DispatchFloating(a.dtype(), "sub", [&]<typename T>() {
-    return Zip<T>(a, b, [](T x, T y) { return x - y; });
-  });
+  Tensor out = DispatchFloating(
+      a.dtype(), "sub", [&]<typename T>() { return Zip<T>(a, b, [](T x, T y) { return x - y; }); });
   RecordOp(out, "SubBackward", {&a, &b}, [a, b](const Tensor& g) -> TensorList {
     return {SumToShapeOf(g, a), SumToShapeOf(MulScalar(g, -1.0), b)};
   });
@@ -39,9 +37,8 @@ Tensor Sub(const Tensor& a, const Tensor& b) {
 
 Tensor Mul(const Tensor& a, const Tensor& b) {
   CheckBinary("mul", a, b);
-  Tensor out = DispatchFloating(a.dtype(), "mul", [&]<typename T>() {
-    return Zip<T>(a, b, [](T x, T y) { return x * y; });
-  });
+  Tensor out = DispatchFloating(
+      a.dtype(), "mul", [&]<typename T>() { return Zip<T>(a, b, [](T x, T y) { return x * y; }); });
   // d(ab)/da = b, d(ab)/db = a.
   RecordOp(out, "MulBackward", {&a, &b},
            [a = a.Detach(), b = b.Detach(), a_grad = a.requires_grad(),
@@ -87,9 +84,8 @@ Tensor Relu(const Tensor& x) {
 // ---------------------------------------------------------------------------- tanh
 Tensor Tanh(const Tensor& x) {
   CheckFloating("tanh", x);
-  Tensor out = DispatchFloating(x.dtype(), "tanh", [&]<typename T>() {
-    return Map<T>(x, [](T v) { return std::tanh(v); });
-  });
+  Tensor out = DispatchFloating(
+      x.dtype(), "tanh", [&]<typename T>() { return Map<T>(x, [](T v) { return std::tanh(v); }); });
   // d tanh(x) = 1 - tanh(x)^2, from the saved output.
   RecordOp(out, "TanhBackward", {&x}, [y = out.Detach()](const Tensor& g) -> TensorList {
     return {DispatchFloating(g.dtype(), "tanh_backward", [&]<typename T>() {
@@ -103,9 +99,8 @@ Tensor Tanh(const Tensor& x) {
 Tensor Gelu(const Tensor& x) {
   CheckFloating("gelu", x);
   Tensor out = DispatchFloating(x.dtype(), "gelu", [&]<typename T>() {
-    return Map<T>(x, [](T v) {
-      return T(0.5) * v * (T(1) + std::erf(v * T(std::numbers::sqrt2 / 2)));
-    });
+    return Map<T>(
+        x, [](T v) { return T(0.5) * v * (T(1) + std::erf(v * T(std::numbers::sqrt2 / 2))); });
   });
   // d/dx [x Phi(x)] = Phi(x) + x phi(x).
   RecordOp(out, "GeluBackward", {&x}, [x = x.Detach()](const Tensor& g) -> TensorList {
@@ -123,20 +118,17 @@ Tensor Gelu(const Tensor& x) {
 // ---------------------------------------------------------------------------- exp, log
 Tensor Exp(const Tensor& x) {
   CheckFloating("exp", x);
-  Tensor out = DispatchFloating(x.dtype(), "exp", [&]<typename T>() {
-    return Map<T>(x, [](T v) { return std::exp(v); });
-  });
-  RecordOp(out, "ExpBackward", {&x}, [y = out.Detach()](const Tensor& g) -> TensorList {
-    return {Mul(g, y)};
-  });
+  Tensor out = DispatchFloating(
+      x.dtype(), "exp", [&]<typename T>() { return Map<T>(x, [](T v) { return std::exp(v); }); });
+  RecordOp(out, "ExpBackward", {&x},
+           [y = out.Detach()](const Tensor& g) -> TensorList { return {Mul(g, y)}; });
   return out;
 }
 
 Tensor Log(const Tensor& x) {
   CheckFloating("log", x);
-  Tensor out = DispatchFloating(x.dtype(), "log", [&]<typename T>() {
-    return Map<T>(x, [](T v) { return std::log(v); });
-  });
+  Tensor out = DispatchFloating(
+      x.dtype(), "log", [&]<typename T>() { return Map<T>(x, [](T v) { return std::log(v); }); });
   RecordOp(out, "LogBackward", {&x}, [x = x.Detach()](const Tensor& g) -> TensorList {
     return {DispatchFloating(g.dtype(), "log_backward", [&]<typename T>() {
       return Zip<T>(g, x, [](T dy, T v) { return dy / v; });

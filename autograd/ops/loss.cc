@@ -31,9 +31,8 @@ Tensor LogSoftmax(const Tensor& x) {
   op_util::CheckMatrix("log_softmax", "input", x);
   const int64_t rows = x.size(0), cols = x.size(1);
   Tensor out = Tensor::Empty(x.shape(), x.dtype());
-  DispatchFloating(x.dtype(), "log_softmax", [&]<typename T>() {
-    LogSoftmaxRows(x.data<T>(), out.data<T>(), rows, cols);
-  });
+  DispatchFloating(x.dtype(), "log_softmax",
+                   [&]<typename T>() { LogSoftmaxRows(x.data<T>(), out.data<T>(), rows, cols); });
   // dx = dy - softmax(x) * rowsum(dy), with softmax = exp(y).
   RecordOp(out, "LogSoftmaxBackward", {&x}, [y = out.Detach(), rows, cols](const Tensor& g) {
     Tensor dx = Tensor::Empty(g.shape(), g.dtype());
@@ -59,8 +58,7 @@ Tensor CrossEntropy(const Tensor& logits, const Tensor& targets,
                     const CrossEntropyOptions& options) {
   op_util::CheckMatrix("cross_entropy", "logits", logits);
   DDPKIT_CHECK(targets.defined() && targets.dtype() == DType::kInt64 && targets.dim() == 1,
-               "[cross_entropy] targets must be int64 of shape [n], got ",
-               targets.DebugString());
+               "[cross_entropy] targets must be int64 of shape [n], got ", targets.DebugString());
   const int64_t rows = logits.size(0), classes = logits.size(1);
   DDPKIT_CHECK(targets.size(0) == rows, "[cross_entropy] ", rows, " rows of logits but ",
                targets.size(0), " targets");
@@ -69,8 +67,8 @@ Tensor CrossEntropy(const Tensor& logits, const Tensor& targets,
   for (int64_t r = 0; r < rows; ++r) {
     label[r] = targets.data<int64_t>()[r] + options.target_offset;
     DDPKIT_CHECK(label[r] >= 0 && label[r] < classes, "[cross_entropy] row ", r, " has target ",
-                 targets.data<int64_t>()[r], " + offset ", options.target_offset, " = ",
-                 label[r], ", outside the ", classes, " classes [0, ", classes, ")");
+                 targets.data<int64_t>()[r], " + offset ", options.target_offset, " = ", label[r],
+                 ", outside the ", classes, " classes [0, ", classes, ")");
   }
   const double scale = options.reduction == Reduction::kSum ? 1.0
                        : rows == 0 ? std::numeric_limits<double>::quiet_NaN()

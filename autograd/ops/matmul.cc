@@ -16,15 +16,15 @@ Tensor Matmul(const Tensor& a, const Tensor& b) {
   CheckMatrix("matmul", "right operand", b);
   DDPKIT_CHECK(a.dtype() == b.dtype(), "[matmul] dtypes differ: ", DTypeName(a.dtype()), " and ",
                DTypeName(b.dtype()));
-  DDPKIT_CHECK(a.size(1) == b.size(0), "[matmul] inner dimensions differ: ",
-               ShapeString(a.shape()), " x ", ShapeString(b.shape()));
+  DDPKIT_CHECK(a.size(1) == b.size(0), "[matmul] inner dimensions differ: ", ShapeString(a.shape()),
+               " x ", ShapeString(b.shape()));
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   Tensor out = Tensor::Empty({m, n}, a.dtype());
   Gemm(false, false, m, n, k, 1.0, a, b, 0.0, out);
   // C = A B:  dA = dC B^T,  dB = A^T dC.
   RecordOp(out, "MatmulBackward", {&a, &b},
-           [a = a.Detach(), b = b.Detach(), a_grad = a.requires_grad(),
-            b_grad = b.requires_grad(), m, k, n](const Tensor& g) -> TensorList {
+           [a = a.Detach(), b = b.Detach(), a_grad = a.requires_grad(), b_grad = b.requires_grad(),
+            m, k, n](const Tensor& g) -> TensorList {
              Tensor da, db;
              if (a_grad) {
                da = Tensor::Empty({m, k}, g.dtype());
@@ -46,8 +46,7 @@ Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   DDPKIT_CHECK(x.dtype() == weight.dtype(), "[linear] input is ", DTypeName(x.dtype()),
                ", weight is ", DTypeName(weight.dtype()));
   DDPKIT_CHECK(x.size(1) == weight.size(1), "[linear] input has ", x.size(1),
-               " features but weight ", ShapeString(weight.shape()), " expects ",
-               weight.size(1));
+               " features but weight ", ShapeString(weight.shape()), " expects ", weight.size(1));
   const int64_t rows = x.size(0), in = x.size(1), out_features = weight.size(0);
   if (bias.defined()) {
     DDPKIT_CHECK(bias.dtype() == x.dtype() && bias.shape() == Shape{out_features},
@@ -66,8 +65,8 @@ Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // dx = dy W,  dW = dy^T x,  db = column sums of dy.
   RecordOp(out, "LinearBackward", {&x, &weight, &bias},
            [x = x.Detach(), w = weight.Detach(), x_grad = x.requires_grad(),
-            w_grad = weight.requires_grad(), b_grad = bias.defined() && bias.requires_grad(),
-            rows, in, out_features](const Tensor& g) -> TensorList {
+            w_grad = weight.requires_grad(), b_grad = bias.defined() && bias.requires_grad(), rows,
+            in, out_features](const Tensor& g) -> TensorList {
              Tensor dx, dw, db;
              if (x_grad) {
                dx = Tensor::Empty({rows, in}, g.dtype());

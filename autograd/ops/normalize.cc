@@ -18,9 +18,11 @@ Tensor L2NormalizeRows(const Tensor& x, double eps) {
     T* o = out.data<T>();
     for (int64_t r = 0; r < rows; ++r) {
       double sq = 0;
-      for (int64_t c = 0; c < cols; ++c) sq += static_cast<double>(in[r * cols + c]) * in[r * cols + c];
+      for (int64_t c = 0; c < cols; ++c)
+        sq += static_cast<double>(in[r * cols + c]) * in[r * cols + c];
       norms[r] = std::max(std::sqrt(sq), eps);
-      for (int64_t c = 0; c < cols; ++c) o[r * cols + c] = static_cast<T>(in[r * cols + c] / norms[r]);
+      for (int64_t c = 0; c < cols; ++c)
+        o[r * cols + c] = static_cast<T>(in[r * cols + c] / norms[r]);
     }
   });
   // Where the norm exceeds eps, y = x / ||x|| and dx = (dy - y (y . dy)) / ||x||;
@@ -36,7 +38,8 @@ Tensor L2NormalizeRows(const Tensor& x, double eps) {
                  const bool clamped = norms[r] <= eps;
                  double dot = 0;
                  if (!clamped) {
-                   for (int64_t c = 0; c < cols; ++c) dot += static_cast<double>(yv[r * cols + c]) * dy[r * cols + c];
+                   for (int64_t c = 0; c < cols; ++c)
+                     dot += static_cast<double>(yv[r * cols + c]) * dy[r * cols + c];
                  }
                  for (int64_t c = 0; c < cols; ++c) {
                    const int64_t i = r * cols + c;

@@ -13,10 +13,10 @@ void CheckFloating(std::string_view op, const Tensor& x) {
 void CheckBinary(std::string_view op, const Tensor& a, const Tensor& b) {
   CheckFloating(op, a);
   CheckFloating(op, b);
-  DDPKIT_CHECK(a.dtype() == b.dtype(), "[", op, "] dtypes differ: ", DTypeName(a.dtype()),
-               " and ", DTypeName(b.dtype()));
-  DDPKIT_CHECK(a.shape() == b.shape() || a.numel() == 1 || b.numel() == 1, "[", op,
-               "] shapes ", ShapeString(a.shape()), " and ", ShapeString(b.shape()),
+  DDPKIT_CHECK(a.dtype() == b.dtype(), "[", op, "] dtypes differ: ", DTypeName(a.dtype()), " and ",
+               DTypeName(b.dtype()));
+  DDPKIT_CHECK(a.shape() == b.shape() || a.numel() == 1 || b.numel() == 1, "[", op, "] shapes ",
+               ShapeString(a.shape()), " and ", ShapeString(b.shape()),
                " differ (only equal shapes or a single-element operand are supported)");
 }
 

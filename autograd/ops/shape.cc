@@ -81,9 +81,8 @@ Tensor Slice(const Tensor& x, int64_t begin, int64_t end) {
 Tensor Reshape(const Tensor& x, const Shape& shape) {
   op_util::CheckFloating("reshape", x);
   Tensor out = x.View(shape);  // validates the element count
-  RecordOp(out, "ReshapeBackward", {&x}, [shape = x.shape()](const Tensor& g) {
-    return TensorList{g.View(shape)};
-  });
+  RecordOp(out, "ReshapeBackward", {&x},
+           [shape = x.shape()](const Tensor& g) { return TensorList{g.View(shape)}; });
   return out;
 }
 

@@ -1,8 +1,5 @@
 #include "comm/gloo/process_group_gloo.h"
 
-#include <cstdlib>
-#include <numeric>
-
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
@@ -14,6 +11,9 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+
+#include <cstdlib>
+#include <numeric>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
@@ -35,8 +35,11 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
     Check(value.status());
     return std::vector<char>(value->begin(), value->end());
   }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, absl::ToChronoMilliseconds(timeout_)); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+  void wait(const std::vector<std::string>& keys) override {
+    wait(keys, absl::ToChronoMilliseconds(timeout_));
+  }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
     std::vector<std::string> prefixed;
     for (const std::string& k : keys) prefixed.push_back("gloo/" + k);
     Check(store_->Wait(prefixed, absl::FromChrono(timeout)));
@@ -139,7 +142,8 @@ class ProcessGroupGloo final : public ProcessGroup {
         // segment: (n-1)/n of the data per rank, as a ring reduce-scatter.
         const int64_t mine = c.counts[rank()];
         Tensor received = Tensor::Empty({mine * size()}, c.input.dtype());
-        AllToAll(c.input, received, c.counts, std::vector<int64_t>(size(), mine), c.sequence_number);
+        AllToAll(c.input, received, c.counts, std::vector<int64_t>(size(), mine),
+                 c.sequence_number);
         const DType acc_type = IsHalf(c.input.dtype()) ? DType::kFloat32 : c.input.dtype();
         Tensor acc = received.Rows(0, mine).To(acc_type);
         for (int r = 1; r < size(); ++r) {
@@ -169,9 +173,18 @@ class ProcessGroupGloo final : public ProcessGroup {
       opts.setOutput(t.data<T>(), t.numel());
       switch (op) {
         case ReduceOp::kSum:
-        case ReduceOp::kAvg: opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>)); break;
-        case ReduceOp::kMin: opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::min<T>)); break;
-        case ReduceOp::kMax: opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<T>)); break;
+        case ReduceOp::kAvg:
+          opts.setReduceFunction(
+              static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));
+          break;
+        case ReduceOp::kMin:
+          opts.setReduceFunction(
+              static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::min<T>));
+          break;
+        case ReduceOp::kMax:
+          opts.setReduceFunction(
+              static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<T>));
+          break;
       }
       opts.setTag(Tag(seq));
       opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
@@ -216,7 +229,8 @@ class ProcessGroupGloo final : public ProcessGroup {
                                            mine.sequence_number, " failed: ", e.what()));
     }
     std::vector<CollectiveFingerprint> prints;
-    for (int r = 0; r < size(); ++r) prints.push_back(CollectiveFingerprint::Decode(all.data() + r * words, size()));
+    for (int r = 0; r < size(); ++r)
+      prints.push_back(CollectiveFingerprint::Decode(all.data() + r * words, size()));
     return CheckCollectivesMatch(prints);
   }
 
@@ -240,9 +254,12 @@ class ProcessGroupGloo final : public ProcessGroup {
     } else {
       who = "; the store (hosted by rank 0) is unreachable, so rank 0 may be gone";
     }
-    return absl::Status(timed_out ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
-                        StrCat(Describe(c), timed_out ? StrCat(" timed out after ", absl::FormatDuration(options().timeout)) : " failed",
-                               ": ", gloo_error, who));
+    return absl::Status(
+        timed_out ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
+        StrCat(Describe(c),
+               timed_out ? StrCat(" timed out after ", absl::FormatDuration(options().timeout))
+                         : " failed",
+               ": ", gloo_error, who));
   }
 
   std::shared_ptr<gloo::Context> context_;
@@ -252,16 +269,19 @@ class ProcessGroupGloo final : public ProcessGroup {
 
 }  // namespace
 
-absl::StatusOr<absl::Duration> TimeRawGlooAllreduce(ProcessGroup& group, int64_t count, int iterations) {
+absl::StatusOr<absl::Duration> TimeRawGlooAllreduce(ProcessGroup& group, int64_t count,
+                                                    int iterations) {
   auto* gloo_group = dynamic_cast<ProcessGroupGloo*>(&group);
-  if (gloo_group == nullptr) return absl::InvalidArgumentError("raw Gloo timing needs a gloo process group");
+  if (gloo_group == nullptr)
+    return absl::InvalidArgumentError("raw Gloo timing needs a gloo process group");
   std::vector<float> data(count, 1.0f);
   try {
     const absl::Time start = absl::Now();
     for (int i = 0; i < iterations; ++i) {
       gloo::AllreduceOptions opts(gloo_group->context_);
       opts.setOutput(data.data(), data.size());
-      opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      opts.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
       opts.setTag(0x40000000u + static_cast<uint32_t>(i));  // apart from sequence-number tags
       opts.setTimeout(absl::ToChronoMilliseconds(group.options().timeout));
       gloo::allreduce(opts);
@@ -272,9 +292,10 @@ absl::StatusOr<absl::Duration> TimeRawGlooAllreduce(ProcessGroup& group, int64_t
   }
 }
 
-absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
-    int rank, int size, std::shared_ptr<Store> store, const std::string& address,
-    ProcessGroupOptions options) {
+absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(int rank, int size,
+                                                                     std::shared_ptr<Store> store,
+                                                                     const std::string& address,
+                                                                     ProcessGroupOptions options) {
   gloo::transport::tcp::attr attr;
   if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != '\0') {
     attr.iface = iface;
@@ -290,8 +311,8 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
     return std::unique_ptr<ProcessGroup>(
         new ProcessGroupGloo(rank, size, std::move(context), std::move(store), options));
   } catch (const std::exception& e) {
-    return absl::UnavailableError(StrCat("gloo: rank ", rank, " of ", size,
-                                         " could not connect to its peers: ", e.what()));
+    return absl::UnavailableError(
+        StrCat("gloo: rank ", rank, " of ", size, " could not connect to its peers: ", e.what()));
   }
 }
 

@@ -34,6 +34,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
 // The reference for `ddpkit bench`: Gloo's ring allreduce of `count` float32 elements driven
 // directly on `group`'s Gloo context (no queue, no communication thread), `iterations` times;
 // returns the mean time per call. `group` must be a gloo group with nothing in flight.
-absl::StatusOr<absl::Duration> TimeRawGlooAllreduce(ProcessGroup& group, int64_t count, int iterations);
+absl::StatusOr<absl::Duration> TimeRawGlooAllreduce(ProcessGroup& group, int64_t count,
+                                                    int iterations);
 
 }  // namespace ddpkit::comm

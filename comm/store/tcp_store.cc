@@ -97,8 +97,9 @@ struct Parked {  // a get or wait whose keys are not all there yet
 
 absl::Status WriteFrame(int fd, const std::string& payload) {
   if (payload.size() > kMaxFrameBytes) {
-    return absl::InvalidArgumentError(StrCat("store: a ", payload.size(), "-byte message exceeds the ",
-                                             kMaxFrameBytes, "-byte frame limit"));
+    return absl::InvalidArgumentError(StrCat("store: a ", payload.size(),
+                                             "-byte message exceeds the ", kMaxFrameBytes,
+                                             "-byte frame limit"));
   }
   return WriteAll(fd, EncodeLength(static_cast<uint32_t>(payload.size())) + payload);
 }
@@ -127,7 +128,8 @@ class StoreServerLoop {
       absl::Duration wait = absl::Seconds(1);
       const absl::Time now = absl::Now();
       for (const Parked& p : parked_) wait = std::min(wait, p.deadline - now);
-      const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, Millis(wait))));
+      const int ready =
+          ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, Millis(wait))));
       if (ready < 0 && errno != EINTR) {
         Log(LogLevel::kError, StrCat("store server: poll failed: ", Errno()));
         return;
@@ -155,7 +157,8 @@ class StoreServerLoop {
   void Accept() {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
-    const int fd = ::accept4(server_.listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);
+    const int fd =
+        ::accept4(server_.listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);
     if (fd < 0) return;
     char host[NI_MAXHOST] = "?", port[NI_MAXSERV] = "?";
     ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), port, sizeof(port),
@@ -171,7 +174,8 @@ class StoreServerLoop {
       ++server_.dropped_;
     }
     ::close(fd);
-    parked_.erase(std::remove_if(parked_.begin(), parked_.end(), [fd](const Parked& p) { return p.fd == fd; }),
+    parked_.erase(std::remove_if(parked_.begin(), parked_.end(),
+                                 [fd](const Parked& p) { return p.fd == fd; }),
                   parked_.end());
     connections_.erase(connections_.begin() + (c - connections_.data()));
   }
@@ -181,7 +185,8 @@ class StoreServerLoop {
     const ssize_t n = ::recv(fd, chunk, sizeof(chunk), 0);
     Connection* c = Find(fd);
     if (n <= 0) {
-      Drop(fd, c != nullptr && !c->buffer.empty() ? "connection closed in the middle of a frame" : "");
+      Drop(fd,
+           c != nullptr && !c->buffer.empty() ? "connection closed in the middle of a frame" : "");
       return;
     }
     c->buffer.append(chunk, static_cast<size_t>(n));
@@ -208,7 +213,8 @@ class StoreServerLoop {
   }
 
   bool AllPresent(const std::vector<std::string>& keys) const {
-    return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data_.contains(k); });
+    return std::all_of(keys.begin(), keys.end(),
+                       [&](const std::string& k) { return data_.contains(k); });
   }
 
   // Returns false when the peer was dropped.
@@ -251,16 +257,16 @@ class StoreServerLoop {
         response.set_done(AllPresent(keys));
         return Reply(fd, response);
       }
-      case StoreRequest::OP_NOT_SET:
-        break;
+      case StoreRequest::OP_NOT_SET: break;
     }
     Drop(fd, "request has no known operation");
     return false;
   }
 
   bool Park(int fd, bool is_get, std::vector<std::string> keys, int64_t timeout_ms) {
-    Parked parked{fd, is_get, std::move(keys),
-                  absl::Now() + absl::Milliseconds(std::clamp<int64_t>(timeout_ms, 0, int64_t{1} << 40))};
+    Parked parked{
+        fd, is_get, std::move(keys),
+        absl::Now() + absl::Milliseconds(std::clamp<int64_t>(timeout_ms, 0, int64_t{1} << 40))};
     if (AllPresent(parked.keys)) return Answer(parked);
     parked_.push_back(std::move(parked));
     return true;
@@ -268,8 +274,10 @@ class StoreServerLoop {
 
   bool Answer(const Parked& p) {
     StoreResponse response;
-    if (p.is_get) response.set_value(data_.at(p.keys[0]));
-    else response.set_done(true);
+    if (p.is_get)
+      response.set_value(data_.at(p.keys[0]));
+    else
+      response.set_done(true);
     return Reply(p.fd, response);
   }
 
@@ -306,15 +314,19 @@ class StoreServerLoop {
 
 // --- Server -----------------------------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& host, int port) {
+absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& host,
+                                                                      int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* result = nullptr;
   const std::string port_text = std::to_string(port);
-  if (int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &result); rc != 0) {
-    return absl::InvalidArgumentError(StrCat("store server: cannot resolve '", host, "': ", gai_strerror(rc)));
+  if (int rc =
+          ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &result);
+      rc != 0) {
+    return absl::InvalidArgumentError(
+        StrCat("store server: cannot resolve '", host, "': ", gai_strerror(rc)));
   }
   int fd = -1;
   std::string error = "no address";
@@ -330,16 +342,18 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std:
   }
   ::freeaddrinfo(result);
   if (fd < 0) {
-    return absl::UnavailableError(StrCat("store server: cannot listen on ", host, ":", port, ": ", error,
-                                         port != 0 ? " (is another job using this port? pick another "
-                                                     "--master-port, or --standalone)"
-                                                   : ""));
+    return absl::UnavailableError(
+        StrCat("store server: cannot listen on ", host, ":", port, ": ", error,
+               port != 0 ? " (is another job using this port? pick another "
+                           "--master-port, or --standalone)"
+                         : ""));
   }
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-  const int actual_port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const int actual_port =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   int wake[2];
   if (::pipe2(wake, O_CLOEXEC) != 0) {
     ::close(fd);
@@ -398,10 +412,10 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& h
       ::freeaddrinfo(result);
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(StrCat(
-          "store: could not connect to the rendezvous store at ", address, " within ",
-          absl::FormatDuration(timeout), " (last error: ", last_error,
-          "); is rank 0 running, and are MASTER_ADDR and MASTER_PORT right?"));
+      return absl::DeadlineExceededError(
+          StrCat("store: could not connect to the rendezvous store at ", address, " within ",
+                 absl::FormatDuration(timeout), " (last error: ", last_error,
+                 "); is rank 0 running, and are MASTER_ADDR and MASTER_PORT right?"));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
@@ -409,12 +423,14 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& h
 
 TcpStore::~TcpStore() { ::close(fd_); }
 
-absl::StatusOr<std::string> TcpStore::RoundTrip(const std::string& request, absl::Duration timeout) {
+absl::StatusOr<std::string> TcpStore::RoundTrip(const std::string& request,
+                                                absl::Duration timeout) {
   std::lock_guard<std::mutex> lock(mu_);
   DDPKIT_RETURN_IF_ERROR(WriteFrame(fd_, request));
   absl::StatusOr<std::string> reply = ReadFrame(fd_, absl::Now() + timeout);
   if (!reply.ok()) {
-    return absl::Status(reply.status().code(), StrCat(reply.status().message(), " (store at ", address_, ")"));
+    return absl::Status(reply.status().code(),
+                        StrCat(reply.status().message(), " (store at ", address_, ")"));
   }
   return reply;
 }
@@ -423,9 +439,11 @@ namespace {
 // Server-side waits answer by their own deadline; give the reply this long on top to arrive.
 constexpr absl::Duration kReplyGrace = absl::Seconds(10);
 
-absl::StatusOr<StoreResponse> Call(const StoreRequest& request, absl::Duration timeout,
-                                   const std::function<absl::StatusOr<std::string>(const std::string&, absl::Duration)>& round_trip,
-                                   std::string_view what, const std::string& address) {
+absl::StatusOr<StoreResponse> Call(
+    const StoreRequest& request, absl::Duration timeout,
+    const std::function<absl::StatusOr<std::string>(const std::string&, absl::Duration)>&
+        round_trip,
+    std::string_view what, const std::string& address) {
   std::string payload;
   request.SerializeToString(&payload);
   absl::StatusOr<std::string> reply = round_trip(payload, timeout + kReplyGrace);
@@ -436,9 +454,10 @@ absl::StatusOr<StoreResponse> Call(const StoreRequest& request, absl::Duration t
   }
   if (response.result_case() == StoreResponse::kError) {
     const bool timed_out = absl::StartsWith(response.error(), "timed out");
-    return absl::Status(timed_out ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kInvalidArgument,
-                        StrCat("store ", what, " at ", address, ": ", response.error(),
-                               timed_out ? StrCat(" (after ", absl::FormatDuration(timeout), ")") : ""));
+    return absl::Status(
+        timed_out ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kInvalidArgument,
+        StrCat("store ", what, " at ", address, ": ", response.error(),
+               timed_out ? StrCat(" (after ", absl::FormatDuration(timeout), ")") : ""));
   }
   return response;
 }
@@ -484,7 +503,8 @@ absl::StatusOr<bool> TcpStore::Check(const std::vector<std::string>& keys) {
   StoreRequest request;
   for (const std::string& k : keys) request.mutable_check()->add_keys(k);
   auto rt = [this](const std::string& p, absl::Duration t) { return RoundTrip(p, t); };
-  absl::StatusOr<StoreResponse> response = Call(request, absl::ZeroDuration(), rt, "check", address_);
+  absl::StatusOr<StoreResponse> response =
+      Call(request, absl::ZeroDuration(), rt, "check", address_);
   if (!response.ok()) return response.status();
   return response->done();
 }

@@ -92,7 +92,8 @@ Tensor ThreadsWorld::AcquireStaging(DType dtype, int64_t numel) {
   // The smallest idle buffer that fits.
   auto best = pool_.end();
   for (auto it = pool_.begin(); it != pool_.end(); ++it) {
-    if ((*it)->nbytes() >= nbytes && (best == pool_.end() || (*it)->nbytes() < (*best)->nbytes())) best = it;
+    if ((*it)->nbytes() >= nbytes && (best == pool_.end() || (*it)->nbytes() < (*best)->nbytes()))
+      best = it;
   }
   if (best != pool_.end()) {
     storage = std::move(*best);
@@ -121,8 +122,8 @@ void ThreadsWorld::RecycleStaging(Slot& slot) {
 
 absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duration timeout) {
   // A world of one: in-place collectives leave the tensor as it is (nothing to stage or copy).
-  if (size_ == 1 && (c.op == OpType::kAllreduce || c.op == OpType::kBroadcast ||
-                     c.op == OpType::kBarrier)) {
+  if (size_ == 1 &&
+      (c.op == OpType::kAllreduce || c.op == OpType::kBroadcast || c.op == OpType::kBarrier)) {
     return absl::OkStatus();
   }
   const uint64_t seq = c.sequence_number;
@@ -150,8 +151,8 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
   ++slot.num_arrived;
   changed_.notify_all();
 
-  const std::string what = StrCat(OpTypeName(c.op), " (sequence number ", seq, ", world size ",
-                                   size_, ")");
+  const std::string what =
+      StrCat(OpTypeName(c.op), " (sequence number ", seq, ", world size ", size_, ")");
   changed_.wait_until(lock, deadline, [&] {
     return slot.num_arrived == size_ || !slot.failure.ok() || !Blocker(slot, what).ok();
   });
@@ -162,11 +163,11 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
       for (int r = 0; r < size_; ++r) {
         if (!slot.arrived[r]) missing.push_back(r);
       }
-      slot.failure = absl::DeadlineExceededError(StrCat(
-          what, " timed out after ", absl::FormatDuration(timeout), ": rank",
-          missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
-          " did not arrive; they may have failed, finished early or issued different "
-          "collectives"));
+      slot.failure = absl::DeadlineExceededError(
+          StrCat(what, " timed out after ", absl::FormatDuration(timeout), ": rank",
+                 missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
+                 " did not arrive; they may have failed, finished early or issued different "
+                 "collectives"));
     }
   }
   // A failed slot stays in the map, so a rank arriving late fails at once with the same error.
@@ -184,13 +185,16 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
   if (verdict.ok() && chunked) {
     // Every rank is in this slot already, so the two waits below are short and miss no one.
     const int64_t n = c.input.numel();
-    auto chunk = [&](int r) { return std::pair<int64_t, int64_t>{n * r / size_, n * (r + 1) / size_}; };
+    auto chunk = [&](int r) {
+      return std::pair<int64_t, int64_t>{n * r / size_, n * (r + 1) / size_};
+    };
     auto [begin, end] = chunk(rank);
     std::vector<const void*> inputs;
     for (const Tensor& t : slot.staged) inputs.push_back(At(t, begin));
     lock.unlock();
     ReduceRankOrder(inputs, At(c.output, begin), end - begin, c.input.dtype(), c.reduce_op);
-    if (c.reduce_op == ReduceOp::kAvg) DivideInPlace(At(c.output, begin), end - begin, c.input.dtype(), size_);
+    if (c.reduce_op == ReduceOp::kAvg)
+      DivideInPlace(At(c.output, begin), end - begin, c.input.dtype(), size_);
     lock.lock();
     ++slot.num_reduced;
     changed_.notify_all();
@@ -227,9 +231,7 @@ void ThreadsWorld::Compute(int rank, const Collective& c,
     case OpType::kAllreduce:
       ReduceSegments(staged, 0, c.output.numel(), c.reduce_op, c.output);
       return;
-    case OpType::kBroadcast:
-      c.output.CopyFrom(staged[c.root]);
-      return;
+    case OpType::kBroadcast: c.output.CopyFrom(staged[c.root]); return;
     case OpType::kAllgather:
     case OpType::kAllgatherV: {
       int64_t offset = 0;
@@ -248,13 +250,13 @@ void ThreadsWorld::Compute(int rank, const Collective& c,
       for (int peer = 0; peer < size; ++peer) {
         const int64_t n = c.recv_counts[peer];
         const int64_t in_offset = OffsetOf(prints[peer].counts, rank);
-        std::memcpy(At(c.output, out_offset), At(staged[peer], in_offset), n * ElementSize(c.output.dtype()));
+        std::memcpy(At(c.output, out_offset), At(staged[peer], in_offset),
+                    n * ElementSize(c.output.dtype()));
         out_offset += n;
       }
       return;
     }
-    case OpType::kBarrier:
-      return;
+    case OpType::kBarrier: return;
   }
 }
 
@@ -298,7 +300,8 @@ absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessG
   for (std::thread& t : threads) t.join();
   for (int rank = 0; rank < size; ++rank) {
     if (!results[rank].ok()) {
-      return absl::Status(results[rank].code(), StrCat("rank ", rank, ": ", results[rank].message()));
+      return absl::Status(results[rank].code(),
+                          StrCat("rank ", rank, ": ", results[rank].message()));
     }
   }
   return absl::OkStatus();

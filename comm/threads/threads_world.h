@@ -61,7 +61,8 @@ class ThreadsWorld {
   };
   // Why `slot` cannot complete now (departed or aborted ranks), or OK while it still may.
   absl::Status Blocker(const Slot& slot, const std::string& what) const;  // with mu_ held
-  static void Compute(int rank, const Collective& c, const std::vector<CollectiveFingerprint>& prints,
+  static void Compute(int rank, const Collective& c,
+                      const std::vector<CollectiveFingerprint>& prints,
                       const std::vector<Tensor>& staged);
   // Staging buffers are recycled once every rank has read a slot, so steady-state collectives
   // allocate nothing (fresh pages would cost more than the copy itself). With mu_ held.

@@ -1,6 +1,7 @@
 // Reentrant activation checkpointing, and the hook behaviour DDP has to cope with.
-#include "autograd/accumulate_grad.h"
 #include "autograd/checkpoint.h"
+
+#include "autograd/accumulate_grad.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/nn.h"

@@ -23,8 +23,8 @@ TEST(DTypeTest, SizesAndNames) {
 TEST(DTypeTest, Float16KnownBitPatterns) {
   EXPECT_EQ(ToFloat16(1.0f).bits, 0x3c00);
   EXPECT_EQ(ToFloat16(-2.0f).bits, 0xc000);
-  EXPECT_EQ(ToFloat16(65504.0f).bits, 0x7bff);   // largest finite
-  EXPECT_EQ(ToFloat16(65520.0f).bits, 0x7c00);   // rounds to infinity
+  EXPECT_EQ(ToFloat16(65504.0f).bits, 0x7bff);               // largest finite
+  EXPECT_EQ(ToFloat16(65520.0f).bits, 0x7c00);               // rounds to infinity
   EXPECT_EQ(ToFloat16(std::ldexp(1.0f, -24)).bits, 0x0001);  // smallest subnormal
   EXPECT_EQ(ToFloat16(0.1f).bits, 0x2e66);
   EXPECT_TRUE(std::isnan(ToFloat(ToFloat16(std::numeric_limits<float>::quiet_NaN()))));
@@ -36,7 +36,7 @@ TEST(DTypeTest, Float16KnownBitPatterns) {
 
 TEST(DTypeTest, BFloat16RoundsToNearestEven) {
   EXPECT_EQ(ToBFloat16(1.0f).bits, 0x3f80);
-  EXPECT_EQ(ToFloat(ToBFloat16(1.00390625f)), 1.0f);   // tie, rounds to even (down)
+  EXPECT_EQ(ToFloat(ToBFloat16(1.00390625f)), 1.0f);       // tie, rounds to even (down)
   EXPECT_EQ(ToFloat(ToBFloat16(1.01171875f)), 1.015625f);  // tie, rounds to even (up)
   EXPECT_EQ(ToFloat(BFloat16{0x4049}), 3.140625f);
 }

@@ -1,9 +1,10 @@
 // The backward engine: ordering, accumulation, hooks and end-of-backward callbacks.
+#include "autograd/engine.h"
+
 #include <thread>
 
 #include "autograd/accumulate_grad.h"
 #include "autograd/checkpoint.h"
-#include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/nn.h"
 #include "autograd/ops.h"
@@ -78,7 +79,8 @@ TEST(EngineTest, HooksRunInRegistrationOrderAfterAccumulationAndCanBeRemoved) {
   auto acc = x.grad_accumulator();
   EXPECT_EQ(acc, x.grad_accumulator());  // one persistent node
   std::vector<std::string> calls;
-  acc->AddPostHook([&](const Tensor& v) { calls.push_back("a:" + std::to_string(v.grad().item())); });
+  acc->AddPostHook(
+      [&](const Tensor& v) { calls.push_back("a:" + std::to_string(v.grad().item())); });
   auto middle = acc->AddPostHook([&](const Tensor&) { calls.push_back("b"); });
   acc->AddPostHook([&](const Tensor&) { calls.push_back("c"); });
   Tensor loss = Sum(MulScalar(x, 2.0));
@@ -97,11 +99,12 @@ TEST(EngineTest, AccumulatorHooksFireLastLayerFirst) {
   auto mlp = nn::MakeMlp({3, 4, 4, 2}, /*seed=*/1);
   std::vector<std::string> order;
   for (const auto& [name, p] : mlp->NamedParameters()) {
-    p.grad_accumulator()->AddPostHook([&order, name = name](const Tensor&) { order.push_back(name); });
+    p.grad_accumulator()->AddPostHook(
+        [&order, name = name](const Tensor&) { order.push_back(name); });
   }
   Sum(mlp->Forward(Tensor::Full({2, 3}, 0.5))).Backward();
-  EXPECT_EQ(order, (std::vector<std::string>{"4.weight", "4.bias", "2.weight", "2.bias",
-                                             "0.weight", "0.bias"}));
+  EXPECT_EQ(order, (std::vector<std::string>{"4.weight", "4.bias", "2.weight", "2.bias", "0.weight",
+                                             "0.bias"}));
 }
 
 TEST(EngineTest, CallbacksRunOnceAfterEveryHook) {
@@ -158,7 +161,8 @@ TEST(EngineTest, ErrorsForRootsWithoutGradOrNonScalarWithoutSeed) {
     MulScalar(x, 2.0).Backward();
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("only defined for one-element outputs"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("only defined for one-element outputs"),
+              std::string::npos);
   }
 }
 

@@ -97,34 +97,55 @@ std::vector<OpCase> Cases() {
       {"sum", {{3, 4}}, [](const TensorList& x) { return Sum(x[0]); }},
       {"mean", {{3, 4}}, [](const TensorList& x) { return Mean(x[0]); }},
       {"matmul", {{3, 4}, {4, 5}}, [](const TensorList& x) { return Matmul(x[0], x[1]); }},
-      {"linear", {{5, 4}, {3, 4}, {3}},
+      {"linear",
+       {{5, 4}, {3, 4}, {3}},
        [](const TensorList& x) { return Linear(x[0], x[1], x[2]); }},
-      {"linear_no_bias", {{5, 4}, {3, 4}},
+      {"linear_no_bias",
+       {{5, 4}, {3, 4}},
        [](const TensorList& x) { return Linear(x[0], x[1], Tensor()); }},
       {"log_softmax", {{4, 6}}, [](const TensorList& x) { return LogSoftmax(x[0]); }, -3.0, 3.0},
-      {"cross_entropy_mean", {{4, 5}},
-       [](const TensorList& x) { return CrossEntropy(x[0], Targets({0, 3, 4, 1})); }, -3.0, 3.0},
-      {"cross_entropy_sum_with_offset", {{3, 8}},
+      {"cross_entropy_mean",
+       {{4, 5}},
+       [](const TensorList& x) {
+         return CrossEntropy(x[0], Targets({0, 3, 4, 1}));
+       },
+       -3.0,
+       3.0},
+      {"cross_entropy_sum_with_offset",
+       {{3, 8}},
        [](const TensorList& x) {
          return CrossEntropy(x[0], Targets({0, 1, 2}),
                              {.target_offset = 5, .reduction = Reduction::kSum});
        }},
       {"mse", {{4, 3}, {4, 3}}, [](const TensorList& x) { return Mse(x[0], x[1]); }},
       {"l2_normalize_rows", {{4, 5}}, [](const TensorList& x) { return L2NormalizeRows(x[0]); }},
-      {"l2_normalize_rows_clamped", {{2, 3}},
+      {"l2_normalize_rows_clamped",
+       {{2, 3}},
        [](const TensorList& x) { return L2NormalizeRows(x[0], /*eps=*/10.0); }},
       {"transpose", {{3, 5}}, [](const TensorList& x) { return Transpose(x[0]); }},
-      {"concat", {{2, 3}, {4, 3}, {1, 3}},
-       [](const TensorList& x) { return Concat({x[0], x[1], x[2]}); }},
+      {"concat",
+       {{2, 3}, {4, 3}, {1, 3}},
+       [](const TensorList& x) {
+         return Concat({x[0], x[1], x[2]});
+       }},
       {"slice", {{6, 2}}, [](const TensorList& x) { return Slice(x[0], 1, 4); }},
-      {"reshape", {{2, 6}}, [](const TensorList& x) { return Reshape(x[0], {3, 4}); }},
-      {"embedding", {{5, 3}},
-       [](const TensorList& x) { return EmbeddingLookup(x[0], Targets({4, 0, 4, 2})); }},
-      {"composite_mlp", {{4, 3}, {5, 3}, {5}, {2, 5}},
+      {"reshape",
+       {{2, 6}},
+       [](const TensorList& x) {
+         return Reshape(x[0], {3, 4});
+       }},
+      {"embedding",
+       {{5, 3}},
+       [](const TensorList& x) {
+         return EmbeddingLookup(x[0], Targets({4, 0, 4, 2}));
+       }},
+      {"composite_mlp",
+       {{4, 3}, {5, 3}, {5}, {2, 5}},
        [](const TensorList& x) {
          return LogSoftmax(Linear(Tanh(Linear(x[0], x[1], x[2])), x[3], Tensor()));
        }},
-      {"contrastive_logits", {{3, 4}, {3, 4}, {}},
+      {"contrastive_logits",
+       {{3, 4}, {3, 4}, {}},
        [](const TensorList& x) {
          // scale * normalize(a) normalize(b)^T, the CLIP logits.
          return Mul(Matmul(L2NormalizeRows(x[0]), Transpose(L2NormalizeRows(x[1]))), Exp(x[2]));
@@ -133,7 +154,9 @@ std::vector<OpCase> Cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, GradCheckTest, testing::ValuesIn(Cases()),
-                         [](const testing::TestParamInfo<OpCase>& info) { return info.param.name; });
+                         [](const testing::TestParamInfo<OpCase>& info) {
+                           return info.param.name;
+                         });
 
 TEST(GradCheckTest, Float32GradientsAgreeWithFloat64) {
   Generator gen(3);
@@ -177,7 +200,8 @@ TEST(OpErrorsTest, CrossEntropyTargetOutOfRangeNamesTheRow) {
 TEST(OpValuesTest, CrossEntropyOfUniformLogitsIsLogClasses) {
   Tensor logits = Tensor::Zeros({3, 4}, DType::kFloat64);
   EXPECT_NEAR(CrossEntropy(logits, Targets({0, 1, 3})).item(), std::log(4.0), 1e-12);
-  EXPECT_TRUE(std::isnan(CrossEntropy(Tensor::Zeros({0, 4}), Tensor::Zeros({0}, DType::kInt64)).item()));
+  EXPECT_TRUE(
+      std::isnan(CrossEntropy(Tensor::Zeros({0, 4}), Tensor::Zeros({0}, DType::kInt64)).item()));
 }
 
 }  // namespace

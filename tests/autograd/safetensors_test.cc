@@ -25,14 +25,16 @@ std::string RawFile(const std::string& header, const std::string& data = std::st
 
 class TempDir {
  public:
-  TempDir() : path_(fs::temp_directory_path() / ("ddpkit_test_" + std::to_string(::getpid()) + "_" +
-                                                  std::to_string(counter_++))) {
+  TempDir()
+      : path_(fs::temp_directory_path() /
+              ("ddpkit_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++))) {
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
   std::string File(const std::string& name) const { return (path_ / name).string(); }
   size_t Entries() const {
-    return static_cast<size_t>(std::distance(fs::directory_iterator(path_), fs::directory_iterator()));
+    return static_cast<size_t>(
+        std::distance(fs::directory_iterator(path_), fs::directory_iterator()));
   }
 
  private:
@@ -52,7 +54,8 @@ TEST(SafetensorsTest, RoundTripsEveryDtypeAndMetadata) {
       {"scalar", Tensor::Scalar(2.0)},
   };
   std::string bytes = SerializeSafetensors(tensors, {{"format", "pt"}});
-  const uint64_t header_length = static_cast<unsigned char>(bytes[0]) | (static_cast<unsigned char>(bytes[1]) << 8);
+  const uint64_t header_length =
+      static_cast<unsigned char>(bytes[0]) | (static_cast<unsigned char>(bytes[1]) << 8);
   EXPECT_EQ(header_length % 8, 0u);  // the data section starts 8-byte aligned
   absl::StatusOr<SafetensorsFile> file = ParseSafetensors(bytes, "mem");
   ASSERT_TRUE(file.ok()) << file.status();
@@ -94,26 +97,29 @@ TEST_P(SafetensorsMalformedTest, IsRejectedWithAClearError) {
 }
 
 std::string Entry(const std::string& dtype, const std::string& shape, const std::string& offsets) {
-  return R"({"t":{"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":)" + offsets + "}}";
+  return R"({"t":{"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":)" + offsets +
+         "}}";
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, SafetensorsMalformedTest,
     testing::Values(
         MalformedCase{"too_short", "abc", "only 3 bytes"},
-        MalformedCase{"huge_header", RawFile("{}", "", uint64_t{1} << 40), "exceeds the 104857600-byte limit"},
-        MalformedCase{"header_past_end", RawFile("{}", "", 1000), "header length 1000 exceeds the 2 bytes"},
+        MalformedCase{"huge_header", RawFile("{}", "", uint64_t{1} << 40),
+                      "exceeds the 104857600-byte limit"},
+        MalformedCase{"header_past_end", RawFile("{}", "", 1000),
+                      "header length 1000 exceeds the 2 bytes"},
         MalformedCase{"bad_json", RawFile("{\"t\": [1,"), "header is not valid JSON"},
         MalformedCase{"not_object", RawFile("[1, 2]"), "header is not a JSON object"},
-        MalformedCase{"entry_not_object", RawFile(R"({"t": 3})"), "tensor 't' is not a JSON object"},
+        MalformedCase{"entry_not_object", RawFile(R"({"t": 3})"),
+                      "tensor 't' is not a JSON object"},
         MalformedCase{"missing_dtype", RawFile(R"({"t": {"shape": [1], "data_offsets": [0, 4]}})"),
                       "tensor 't' has no string \"dtype\""},
         MalformedCase{"unsupported_dtype", RawFile(Entry("F8_E4M3", "[1]", "[0,1]")),
                       "dtype \"F8_E4M3\", which ddpkit does not support"},
         MalformedCase{"negative_extent", RawFile(Entry("F32", "[-1]", "[0,4]")),
                       "shape entry -1 that is not a non-negative integer"},
-        MalformedCase{"float_extent", RawFile(Entry("F32", "[1.5]", "[0,4]")),
-                      "shape entry 1.5"},
+        MalformedCase{"float_extent", RawFile(Entry("F32", "[1.5]", "[0,4]")), "shape entry 1.5"},
         MalformedCase{"huge_shape", RawFile(Entry("F32", "[4294967296,4294967296]", "[0,4]")),
                       "impossibly large shape"},
         MalformedCase{"missing_offsets", RawFile(R"({"t": {"dtype": "F32", "shape": [1]}})"),
@@ -177,10 +183,12 @@ TEST(SafetensorsTest, StateDictMismatchesNameTheFileAndTensorAndChangeNothing) {
                                 "model's parameter has shape [4, 3]"))
       << status;
 
-  ASSERT_TRUE(WriteSafetensors(dir.File("missing.safetensors"),
-                               {{"0.weight", Tensor::Zeros({4, 3})}}).ok());
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("missing.safetensors"), {{"0.weight", Tensor::Zeros({4, 3})}})
+          .ok());
   status = LoadStateDict(*model, dir.File("missing.safetensors"));
-  EXPECT_TRUE(absl::StrContains(status.message(), "missing tensors for the model: 0.bias, 2.weight, 2.bias"))
+  EXPECT_TRUE(absl::StrContains(status.message(),
+                                "missing tensors for the model: 0.bias, 2.weight, 2.bias"))
       << status;
 
   NamedTensors extra = model->NamedParameters();

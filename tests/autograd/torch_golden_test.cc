@@ -34,8 +34,8 @@ TEST(TorchGoldenTest, OpDefinitionsMatchPyTorch) {
   EXPECT_TRUE(AllClose(Tanh(x), Get(golden, "tanh"), 1e-12, 1e-14));
   EXPECT_TRUE(AllClose(LogSoftmax(x), Get(golden, "log_softmax"), 1e-12, 1e-14));
   EXPECT_TRUE(AllClose(L2NormalizeRows(x), Get(golden, "normalize"), 1e-12, 1e-14));
-  EXPECT_TRUE(AllClose(L2NormalizeRows(Get(golden, "small")), Get(golden, "normalize_small"),
-                       1e-12, 1e-14));
+  EXPECT_TRUE(AllClose(L2NormalizeRows(Get(golden, "small")), Get(golden, "normalize_small"), 1e-12,
+                       1e-14));
   // Targets {1, 2, 3} + 1 in PyTorch, targets {1, 2, 3} with offset 1 here.
   Tensor targets = Tensor::FromVector<int64_t>({1, 2, 3}, {3});
   EXPECT_TRUE(AllClose(CrossEntropy(x, targets, {.target_offset = 1, .reduction = Reduction::kSum}),
@@ -49,20 +49,25 @@ TEST(TorchGoldenTest, OptimizersMatchPyTorchOverThreeSteps) {
     std::function<std::unique_ptr<Optimizer>(Tensor)> make;
   };
   std::vector<Config> configs = {
-      {"sgd_momentum", [](Tensor p) {
-         return std::make_unique<Sgd>(TensorList{p}, SgdOptions{.lr = 0.1, .momentum = 0.9,
-                                                                  .weight_decay = 0.01});
+      {"sgd_momentum",
+       [](Tensor p) {
+         return std::make_unique<Sgd>(TensorList{p},
+                                      SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
        }},
-      {"sgd_dampening", [](Tensor p) {
+      {"sgd_dampening",
+       [](Tensor p) {
          return std::make_unique<Sgd>(TensorList{p},
                                       SgdOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.5});
        }},
-      {"sgd_nesterov", [](Tensor p) {
+      {"sgd_nesterov",
+       [](Tensor p) {
          return std::make_unique<Sgd>(TensorList{p},
                                       SgdOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
        }},
-      {"adam", [](Tensor p) {
-         return std::make_unique<Adam>(TensorList{p}, AdamOptions{.lr = 0.01, .weight_decay = 0.01});
+      {"adam",
+       [](Tensor p) {
+         return std::make_unique<Adam>(TensorList{p},
+                                       AdamOptions{.lr = 0.01, .weight_decay = 0.01});
        }},
   };
   for (const Config& config : configs) {

@@ -17,8 +17,8 @@ namespace {
 constexpr int64_t kSize = 512;
 
 void SetFlops(benchmark::State& state, double flops_per_iteration) {
-  state.counters["GFLOP"] = benchmark::Counter(flops_per_iteration / 1e9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP"] =
+      benchmark::Counter(flops_per_iteration / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_RawSgemm(benchmark::State& state) {

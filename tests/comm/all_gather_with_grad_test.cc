@@ -26,7 +26,8 @@ Tensor Random(int64_t rows, int64_t cols, uint64_t seed) {
 double Objective(const std::vector<Tensor>& xs, int world) {
   Tensor all = Concat(xs);
   double total = 0;
-  for (int r = 0; r < world; ++r) total += Sum(Mul(Tanh(all), Random(all.size(0), all.size(1), 100 + r))).item();
+  for (int r = 0; r < world; ++r)
+    total += Sum(Mul(Tanh(all), Random(all.size(0), all.size(1), 100 + r))).item();
   return total;
 }
 
@@ -88,9 +89,9 @@ TEST(AllGatherWithGradTest, EveryBackwardModeAgainstFiniteDifferences) {
       }
       ASSERT_EQ(grads[s].size(), fd[s].size());
       for (size_t i = 0; i < fd[s].size(); ++i) {
-        double expected = fd[s][i];                                 // sum, allreduce_slice
-        if (mode == GatherBackward::kAvg) expected /= world;        // Horovod's average
-        if (mode == GatherBackward::kSlice) expected = own[s][i];   // own objective only
+        double expected = fd[s][i];                                // sum, allreduce_slice
+        if (mode == GatherBackward::kAvg) expected /= world;       // Horovod's average
+        if (mode == GatherBackward::kSlice) expected = own[s][i];  // own objective only
         EXPECT_NEAR(grads[s][i], expected, 1e-6) << "rank " << s << ", element " << i;
       }
     }
@@ -103,7 +104,8 @@ TEST(AllGatherWithGradTest, RanksWithDifferentFeatureSizesGetAClearError) {
     return absl::OkStatus();
   });
   ASSERT_FALSE(status.ok());
-  EXPECT_NE(std::string(status.message()).find("every rank must gather the same features"), std::string::npos)
+  EXPECT_NE(std::string(status.message()).find("every rank must gather the same features"),
+            std::string::npos)
       << status;
 }
 
@@ -119,26 +121,29 @@ TEST(ContrastiveLossTest, LabelOffsetsFollowUnequalRowCounts) {
   const Tensor scale = Tensor::Full({1}, 1.5, DType::kFloat64);
   double global_loss = 0;
   ASSERT_TRUE(RunThreadsWorld(1, [&](ProcessGroup& one) {
-    global_loss = ClipLoss(Concat(images), Concat(texts), scale, one, ContrastiveLayout::kGlobalGlobal)
-                      .loss.item();
-    return absl::OkStatus();
-  }).ok());
+                global_loss = ClipLoss(Concat(images), Concat(texts), scale, one,
+                                       ContrastiveLayout::kGlobalGlobal)
+                                  .loss.item();
+                return absl::OkStatus();
+              }).ok());
   std::mutex mu;
   double local_sum = 0;
   std::vector<int64_t> offsets(3);
   ASSERT_TRUE(RunThreadsWorld(3, [&](ProcessGroup& group) {
-    const int r = group.rank();
-    ClipLossResult local = ClipLoss(images[r], texts[r], scale, group, ContrastiveLayout::kLocalGlobal);
-    ClipLossResult global = ClipLoss(images[r], texts[r], scale, group, ContrastiveLayout::kGlobalGlobal);
-    EXPECT_NEAR(global.loss.item(), global_loss, 1e-12);
-    EXPECT_EQ(local.global_rows, 7);
-    EXPECT_EQ(local.logit_elements, 2 * rows[r] * 7);
-    EXPECT_EQ(global.logit_elements, 49);
-    std::lock_guard<std::mutex> lock(mu);
-    local_sum += local.loss.item();
-    offsets[r] = local.first_row;
-    return absl::OkStatus();
-  }).ok());
+                const int r = group.rank();
+                ClipLossResult local =
+                    ClipLoss(images[r], texts[r], scale, group, ContrastiveLayout::kLocalGlobal);
+                ClipLossResult global =
+                    ClipLoss(images[r], texts[r], scale, group, ContrastiveLayout::kGlobalGlobal);
+                EXPECT_NEAR(global.loss.item(), global_loss, 1e-12);
+                EXPECT_EQ(local.global_rows, 7);
+                EXPECT_EQ(local.logit_elements, 2 * rows[r] * 7);
+                EXPECT_EQ(global.logit_elements, 49);
+                std::lock_guard<std::mutex> lock(mu);
+                local_sum += local.loss.item();
+                offsets[r] = local.first_row;
+                return absl::OkStatus();
+              }).ok());
   EXPECT_EQ(offsets, (std::vector<int64_t>{0, 1, 5}));
   EXPECT_NEAR(local_sum / 3, global_loss, 1e-12);  // DDP's average of the ranks' shares
 }

@@ -16,14 +16,16 @@ Tensor RankInput(int rank, int64_t count, DType dtype, int64_t salt = 0) {
   return t;
 }
 
-absl::Status Compare(std::string_view what, const Tensor& got, const std::vector<double>& expected) {
+absl::Status Compare(std::string_view what, const Tensor& got,
+                     const std::vector<double>& expected) {
   if (got.numel() != static_cast<int64_t>(expected.size())) {
-    return absl::InternalError(StrCat(what, ": ", got.numel(), " elements, expected ", expected.size()));
+    return absl::InternalError(
+        StrCat(what, ": ", got.numel(), " elements, expected ", expected.size()));
   }
   for (int64_t i = 0; i < got.numel(); ++i) {
     if (got.at(i) != expected[i]) {
-      return absl::InternalError(StrCat(what, ": element ", i, " is ", got.at(i), ", expected ",
-                                        expected[i]));
+      return absl::InternalError(
+          StrCat(what, ": element ", i, " is ", got.at(i), ", expected ", expected[i]));
     }
   }
   return absl::OkStatus();
@@ -39,7 +41,8 @@ double InputValue(int rank, int64_t i) {
 
 absl::Status CheckAllCollectives(ProcessGroup& group, DType dtype, int64_t count) {
   const int size = group.size(), rank = group.rank();
-  const std::string tag = StrCat(" [", DTypeName(dtype), ", ", count, " elements, world ", size, "]");
+  const std::string tag =
+      StrCat(" [", DTypeName(dtype), ", ", count, " elements, world ", size, "]");
 
   // allreduce, every op
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax}) {
@@ -51,7 +54,9 @@ absl::Status CheckAllCollectives(ProcessGroup& group, DType dtype, int64_t count
       double acc = InputValue(0, i);
       for (int r = 1; r < size; ++r) {
         const double v = InputValue(r, i);
-        acc = op == ReduceOp::kMin ? std::min(acc, v) : op == ReduceOp::kMax ? std::max(acc, v) : acc + v;
+        acc = op == ReduceOp::kMin   ? std::min(acc, v)
+              : op == ReduceOp::kMax ? std::max(acc, v)
+                                     : acc + v;
       }
       expected[i] = op == ReduceOp::kAvg ? acc / size : acc;
     }
@@ -88,7 +93,8 @@ absl::Status CheckAllCollectives(ProcessGroup& group, DType dtype, int64_t count
   const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   {
     Tensor out = Tensor::Empty({total}, dtype);
-    DDPKIT_RETURN_IF_ERROR(WaitFor(group.AllgatherV(RankInput(rank, counts[rank], dtype), out, counts)));
+    DDPKIT_RETURN_IF_ERROR(
+        WaitFor(group.AllgatherV(RankInput(rank, counts[rank], dtype), out, counts)));
     std::vector<double> expected;
     for (int r = 0; r < size; ++r) {
       for (int64_t i = 0; i < counts[r]; ++i) expected.push_back(InputValue(r, i));
@@ -99,7 +105,8 @@ absl::Status CheckAllCollectives(ProcessGroup& group, DType dtype, int64_t count
   // reduce_scatter with unequal segments
   {
     Tensor out = Tensor::Empty({counts[rank]}, dtype);
-    DDPKIT_RETURN_IF_ERROR(WaitFor(group.ReduceScatter(RankInput(rank, total, dtype), out, counts)));
+    DDPKIT_RETURN_IF_ERROR(
+        WaitFor(group.ReduceScatter(RankInput(rank, total, dtype), out, counts)));
     int64_t offset = 0;
     for (int r = 0; r < rank; ++r) offset += counts[r];
     std::vector<double> expected(counts[rank], 0.0);

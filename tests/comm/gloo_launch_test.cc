@@ -21,14 +21,16 @@ Result RunShell(const std::string& command) {
   FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
   std::array<char, 4096> buffer;
   size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
   const int status = ::pclose(pipe);
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
 }
 
 std::string Launch(int nproc, const std::string& mode, const std::string& env = "") {
-  return env + " " + DDPKIT_BINARY_DIR "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node " +
+  return env + " " +
+         DDPKIT_BINARY_DIR "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node " +
          std::to_string(nproc) + " -- " DDPKIT_BINARY_DIR "/bin/gloo_worker " + mode;
 }
 
@@ -53,7 +55,8 @@ TEST_P(GlooLaunchTest, EveryCollectiveMatchesTheLocalReference) {
   Result r = RunShell(Launch(GetParam(), "check"));
   EXPECT_EQ(r.status, 0) << r.output;
   for (int rank = 0; rank < GetParam(); ++rank) {
-    EXPECT_TRUE(absl::StrContains(r.output, "[rank " + std::to_string(rank) + "] all collectives match"))
+    EXPECT_TRUE(
+        absl::StrContains(r.output, "[rank " + std::to_string(rank) + "] all collectives match"))
         << r.output;
   }
 }
@@ -66,23 +69,26 @@ TEST(GlooFaultTest, ARankThatDiesMakesTheOthersFailAndTheLauncherNamesIt) {
   EXPECT_TRUE(absl::StrContains(r.output, "ddpkit launch: job failed: rank 1")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "exited with code 3")) << r.output;
   // The survivors failed on their own, naming the collective, its sequence number and rank 1.
-  EXPECT_TRUE(absl::StrContains(r.output, "ALLREDUCE (sequence number 2, world size 3)")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "ALLREDUCE (sequence number 2, world size 3)"))
+      << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "rank 1 did not reach this collective")) << r.output;
 }
 
 TEST(GlooFaultTest, MismatchedCollectivesAreCaughtAtDetail) {
   Result r = RunShell(Launch(2, "mismatch", "DDPKIT_DEBUG=DETAIL"));
   EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "rank 0 called ALLREDUCE(SUM, float32, 4 elements) but rank 1 "
-                                          "called ALLREDUCE(SUM, float32, 5 elements)"))
+  EXPECT_TRUE(absl::StrContains(r.output,
+                                "rank 0 called ALLREDUCE(SUM, float32, 4 elements) but rank 1 "
+                                "called ALLREDUCE(SUM, float32, 5 elements)"))
       << r.output;
 }
 
 TEST(GlooFaultTest, OutsideTheLauncherTheEnvironmentErrorSaysWhatToDo) {
   Result r = RunShell("env -u RANK -u MASTER_ADDR " DDPKIT_BINARY_DIR "/bin/gloo_worker check");
   EXPECT_EQ(r.status, 2);
-  EXPECT_TRUE(absl::StrContains(r.output, "env:// rendezvous: environment variable MASTER_ADDR expected, "
-                                          "but not set; run under `ddpkit launch`"))
+  EXPECT_TRUE(absl::StrContains(r.output,
+                                "env:// rendezvous: environment variable MASTER_ADDR expected, "
+                                "but not set; run under `ddpkit launch`"))
       << r.output;
 }
 
@@ -90,14 +96,20 @@ TEST(GlooFaultTest, OutsideTheLauncherTheEnvironmentErrorSaysWhatToDo) {
 // averaged gradients, same final weights.
 TEST(GlooDdpTest, TrainThroughTheLauncherMatchesTheThreadsWorld) {
   const std::string dir = ::testing::TempDir();
-  const std::string gloo_weights = dir + "/ddp_gloo.safetensors", threads_weights = dir + "/ddp_threads.safetensors";
-  const std::string train = " train --steps 4 --batch-size 8 --bucket-cap-mb 0.01 --first-bucket-mb 0.004 ";
-  Result g = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 2 -- "
-                      DDPKIT_BINARY_DIR "/bin/ddpkit" + train + "--backend gloo --save-weights " + gloo_weights);
+  const std::string gloo_weights = dir + "/ddp_gloo.safetensors",
+                    threads_weights = dir + "/ddp_threads.safetensors";
+  const std::string train =
+      " train --steps 4 --batch-size 8 --bucket-cap-mb 0.01 --first-bucket-mb 0.004 ";
+  Result g = RunShell(
+      DDPKIT_BINARY_DIR
+      "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 2 -- " DDPKIT_BINARY_DIR
+      "/bin/ddpkit" +
+      train + "--backend gloo --save-weights " + gloo_weights);
   ASSERT_EQ(g.status, 0) << g.output;
   EXPECT_TRUE(absl::StrContains(g.output, "world: 2 ranks (gloo)")) << g.output;
   EXPECT_TRUE(absl::StrContains(g.output, "buckets rebuilt")) << g.output;
-  Result t = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit" + train + "--world-size 2 --save-weights " + threads_weights);
+  Result t = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit" + train + "--world-size 2 --save-weights " +
+                      threads_weights);
   ASSERT_EQ(t.status, 0) << t.output;
   ExpectSameWeights(gloo_weights, threads_weights);
 }
@@ -106,10 +118,15 @@ TEST(GlooDdpTest, TrainThroughTheLauncherMatchesTheThreadsWorld) {
 // with the threads world's model; without Join the job fails and names the rank that left.
 TEST(GlooJoinTest, UnevenInputsThroughTheLauncher) {
   const std::string dir = ::testing::TempDir();
-  const std::string gloo_weights = dir + "/join_gloo.safetensors", threads_weights = dir + "/join_threads.safetensors";
-  const std::string join = " join --inputs 2,4,3 --batch-size 4 --model mlp:6,8,3 --optimizer zero-sgd --momentum 0.9 ";
-  Result g = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 3 -- "
-                      DDPKIT_BINARY_DIR "/bin/ddpkit" + join + "--backend gloo --save-weights " + gloo_weights);
+  const std::string gloo_weights = dir + "/join_gloo.safetensors",
+                    threads_weights = dir + "/join_threads.safetensors";
+  const std::string join =
+      " join --inputs 2,4,3 --batch-size 4 --model mlp:6,8,3 --optimizer zero-sgd --momentum 0.9 ";
+  Result g = RunShell(
+      DDPKIT_BINARY_DIR
+      "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 3 -- " DDPKIT_BINARY_DIR
+      "/bin/ddpkit" +
+      join + "--backend gloo --save-weights " + gloo_weights);
   ASSERT_EQ(g.status, 0) << g.output;
   EXPECT_TRUE(absl::StrContains(g.output, "shadowing 0 2")) << g.output;
   EXPECT_TRUE(absl::StrContains(g.output, "final models identical on all ranks: yes")) << g.output;
@@ -117,9 +134,11 @@ TEST(GlooJoinTest, UnevenInputsThroughTheLauncher) {
   ASSERT_EQ(t.status, 0) << t.output;
   ExpectSameWeights(gloo_weights, threads_weights);
 
-  Result n = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 2 -- "
-                      DDPKIT_BINARY_DIR "/bin/ddpkit join --backend gloo --inputs 3,1 --batch-size 4 "
-                      "--model mlp:6,8,3 --no-join --timeout 20");
+  Result n = RunShell(
+      DDPKIT_BINARY_DIR
+      "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 2 -- " DDPKIT_BINARY_DIR
+      "/bin/ddpkit join --backend gloo --inputs 3,1 --batch-size 4 "
+      "--model mlp:6,8,3 --no-join --timeout 20");
   EXPECT_NE(n.status, 0) << n.output;
   EXPECT_TRUE(absl::StrContains(n.output, "rank 1 did not reach this collective")) << n.output;
   EXPECT_TRUE(absl::StrContains(n.output, "ran out of inputs and left without Join")) << n.output;
@@ -128,14 +147,18 @@ TEST(GlooJoinTest, UnevenInputsThroughTheLauncher) {
 // The contrastive reproduction across processes: the gather's backward runs Gloo's
 // reduce_scatter / allreduce, and the exact modes stay exact.
 TEST(GlooContrastiveTest, GradientCheckThroughTheLauncher) {
-  Result r = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 3 -- "
-                      DDPKIT_BINARY_DIR "/bin/ddpkit contrastive --backend gloo --steps 2 --batch-size 4");
+  Result r = RunShell(
+      DDPKIT_BINARY_DIR
+      "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 3 -- " DDPKIT_BINARY_DIR
+      "/bin/ddpkit contrastive --backend gloo --steps 2 --batch-size 4");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "3 ranks (gloo)")) << r.output;
-  for (const char* line : {"local   sum", "local   allreduce_slice", "global  sum", "global  allreduce_slice"}) {
+  for (const char* line :
+       {"local   sum", "local   allreduce_slice", "global  sum", "global  allreduce_slice"}) {
     const size_t at = r.output.find(line);
     ASSERT_NE(at, std::string::npos) << line << "\n" << r.output;
-    EXPECT_NE(r.output.substr(at, r.output.find('\n', at) - at).find("exact"), std::string::npos) << line;
+    EXPECT_NE(r.output.substr(at, r.output.find('\n', at) - at).find("exact"), std::string::npos)
+        << line;
   }
   EXPECT_TRUE(absl::StrContains(r.output, "a rescale by 0.3333 (1/3)")) << r.output;
 }

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   }
   ProcessGroupOptions options;
   options.timeout = absl::Seconds(mode == "check" ? 60 : 5);
-  absl::StatusOr<std::unique_ptr<DistributedWorld>> world = DistributedWorld::InitGloo(*env, options);
+  absl::StatusOr<std::unique_ptr<DistributedWorld>> world =
+      DistributedWorld::InitGloo(*env, options);
   if (!world.ok()) {
     std::cerr << world.status().message() << "\n";
     return 1;

@@ -20,7 +20,8 @@ class EnvRendezvousTest : public testing::Test {
     ::setenv("LOCAL_WORLD_SIZE", "2", 1);
   }
   void TearDown() override {
-    for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
+    for (const char* name :
+         {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
       ::unsetenv(name);
     }
   }
@@ -46,7 +47,8 @@ TEST_F(EnvRendezvousTest, ReadsTorchrunVariables) {
 
 TEST_F(EnvRendezvousTest, MissingAndMalformedVariablesAreNamed) {
   ::unsetenv("WORLD_SIZE");
-  EXPECT_TRUE(absl::StartsWith(Error(), "env:// rendezvous: environment variable WORLD_SIZE expected, but not set"));
+  EXPECT_TRUE(absl::StartsWith(
+      Error(), "env:// rendezvous: environment variable WORLD_SIZE expected, but not set"));
   ::setenv("WORLD_SIZE", "four", 1);
   EXPECT_EQ(Error(), "env:// rendezvous: WORLD_SIZE='four' is not an integer in [1, 1048576]");
   ::setenv("WORLD_SIZE", "4", 1);
@@ -65,7 +67,8 @@ TEST_F(EnvRendezvousTest, ABusyPortSaysWhatToDo) {
   ASSERT_TRUE(first.ok());
   auto second = TcpStoreServer::Start("127.0.0.1", (*first)->port());
   ASSERT_FALSE(second.ok());
-  EXPECT_TRUE(absl::StrContains(second.status().message(), "is another job using this port?")) << second.status();
+  EXPECT_TRUE(absl::StrContains(second.status().message(), "is another job using this port?"))
+      << second.status();
 }
 
 }  // namespace

@@ -73,7 +73,8 @@ TEST_F(TcpStoreTest, WaitTimesOutNamingTheMissingKeys) {
   a->Set("present", "1").IgnoreError();
   absl::Status status = a->Wait({"present", "rank3/ready"}, absl::Milliseconds(200));
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(absl::StrContains(status.message(), "timed out waiting for key rank3/ready")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "timed out waiting for key rank3/ready"))
+      << status;
   EXPECT_TRUE(a->Set("after", "still usable").ok());
 }
 

@@ -52,8 +52,8 @@ std::vector<Case> Cases() {
 
 INSTANTIATE_TEST_SUITE_P(AllDtypesWorldsSizes, CollectivesTest, testing::ValuesIn(Cases()),
                          [](const testing::TestParamInfo<Case>& info) {
-                           return StrCat(DTypeName(info.param.dtype), "_world", info.param.world_size,
-                                         "_count", info.param.count);
+                           return StrCat(DTypeName(info.param.dtype), "_world",
+                                         info.param.world_size, "_count", info.param.count);
                          });
 
 TEST(ThreadsWorldTest, ResultsAreBitwiseIdenticalOnEveryRank) {
@@ -61,33 +61,36 @@ TEST(ThreadsWorldTest, ResultsAreBitwiseIdenticalOnEveryRank) {
   constexpr int64_t kCount = 4099;
   std::vector<std::vector<double>> results(kWorld);
   ASSERT_TRUE(RunThreadsWorld(kWorld, [&](ProcessGroup& group) {
-    Tensor t = Tensor::Empty({kCount});
-    std::vector<float> values(kCount);  // values whose float sum depends on the order
-    for (int64_t i = 0; i < kCount; ++i) values[i] = 1.0f / static_cast<float>(group.rank() * kCount + i + 1) * 1e3f;
-    t.CopyFrom(Tensor::FromVector<float>(values, {kCount}));
-    absl::Status status = group.Allreduce(t)->Wait();
-    results[group.rank()] = t.ToDoubles();
-    return status;
-  }).ok());
+                Tensor t = Tensor::Empty({kCount});
+                std::vector<float> values(kCount);  // values whose float sum depends on the order
+                for (int64_t i = 0; i < kCount; ++i)
+                  values[i] = 1.0f / static_cast<float>(group.rank() * kCount + i + 1) * 1e3f;
+                t.CopyFrom(Tensor::FromVector<float>(values, {kCount}));
+                absl::Status status = group.Allreduce(t)->Wait();
+                results[group.rank()] = t.ToDoubles();
+                return status;
+              }).ok());
   for (int r = 1; r < kWorld; ++r) EXPECT_EQ(results[r], results[0]) << "rank " << r;
 }
 
 TEST(ThreadsWorldTest, CollectivesRunAsynchronouslyInSubmissionOrder) {
   ASSERT_TRUE(RunThreadsWorld(2, [](ProcessGroup& group) -> absl::Status {
-    if (group.rank() == 1) absl::SleepFor(absl::Milliseconds(50));  // rank 0 must not block
-    Tensor a = Tensor::Full({4}, group.rank() + 1.0);
-    Tensor b = Tensor::Full({4}, 10.0 * (group.rank() + 1));
-    const absl::Time start = absl::Now();
-    auto first = group.Allreduce(a);
-    auto second = group.Allreduce(b);
-    if (absl::Now() - start > absl::Milliseconds(20)) return absl::InternalError("submission blocked");
-    EXPECT_LT(first->sequence_number(), second->sequence_number());
-    DDPKIT_RETURN_IF_ERROR(second->Wait());
-    EXPECT_TRUE(first->IsCompleted());  // completed in order
-    EXPECT_EQ(a.at(0), 3.0);
-    EXPECT_EQ(b.at(0), 30.0);
-    return absl::OkStatus();
-  }).ok());
+                if (group.rank() == 1)
+                  absl::SleepFor(absl::Milliseconds(50));  // rank 0 must not block
+                Tensor a = Tensor::Full({4}, group.rank() + 1.0);
+                Tensor b = Tensor::Full({4}, 10.0 * (group.rank() + 1));
+                const absl::Time start = absl::Now();
+                auto first = group.Allreduce(a);
+                auto second = group.Allreduce(b);
+                if (absl::Now() - start > absl::Milliseconds(20))
+                  return absl::InternalError("submission blocked");
+                EXPECT_LT(first->sequence_number(), second->sequence_number());
+                DDPKIT_RETURN_IF_ERROR(second->Wait());
+                EXPECT_TRUE(first->IsCompleted());  // completed in order
+                EXPECT_EQ(a.at(0), 3.0);
+                EXPECT_EQ(b.at(0), 30.0);
+                return absl::OkStatus();
+              }).ok());
 }
 
 TEST(ThreadsWorldTest, AMissingRankTimesOutNamingTheOpSequenceAndRank) {
@@ -123,8 +126,9 @@ TEST(ThreadsWorldTest, AFailedRankAbortsTheOthersWithoutWaitingForTheTimeout) {
       },
       ShortTimeout(absl::Seconds(30)));
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
-  EXPECT_EQ(status.message(), "rank 0: ALLREDUCE (sequence number 1, world size 3) cannot complete: "
-                              "rank 1 failed: out of memory (simulated)");
+  EXPECT_EQ(status.message(),
+            "rank 0: ALLREDUCE (sequence number 1, world size 3) cannot complete: "
+            "rank 1 failed: out of memory (simulated)");
 }
 
 TEST(ThreadsWorldTest, MismatchedCollectivesFailOnEveryRankNamingBothCalls) {
@@ -145,7 +149,8 @@ TEST(ThreadsWorldTest, MismatchedCollectivesFailOnEveryRankNamingBothCalls) {
   }
   (void)RunThreadsWorld(2, [&](ProcessGroup& group) {
     Tensor t = Tensor::Full({4}, 1.0);
-    seen[group.rank()] = group.rank() == 0 ? group.Allreduce(t)->Wait() : group.Broadcast(t, 0)->Wait();
+    seen[group.rank()] =
+        group.rank() == 0 ? group.Allreduce(t)->Wait() : group.Broadcast(t, 0)->Wait();
     return seen[group.rank()];
   });
   EXPECT_TRUE(absl::StrContains(seen[1].message(), "different operations")) << seen[1];
@@ -174,34 +179,42 @@ TEST(ThreadsWorldTest, AGroupIsUnusableAfterAFailure) {
 
 TEST(ThreadsWorldTest, WorkReportsDurationCallbacksAndBoundedWaits) {
   ASSERT_TRUE(RunThreadsWorld(2, [](ProcessGroup& group) -> absl::Status {
-    if (group.rank() == 1) absl::SleepFor(absl::Milliseconds(100));
-    auto work = group.Barrier();
-    std::atomic<bool> called{false};
-    if (group.rank() == 0) {
-      EXPECT_EQ(work->Wait(absl::Milliseconds(1)).code(), absl::StatusCode::kDeadlineExceeded);
-      EXPECT_FALSE(work->IsCompleted());
-    }
-    work->OnCompletion([&](const absl::Status& s) { called = s.ok(); });
-    DDPKIT_RETURN_IF_ERROR(work->Wait());
-    EXPECT_TRUE(called);
-    EXPECT_GT(work->duration(), absl::ZeroDuration());
-    EXPECT_EQ(work->op(), OpType::kBarrier);
-    return absl::OkStatus();
-  }).ok());
+                if (group.rank() == 1) absl::SleepFor(absl::Milliseconds(100));
+                auto work = group.Barrier();
+                std::atomic<bool> called{false};
+                if (group.rank() == 0) {
+                  EXPECT_EQ(work->Wait(absl::Milliseconds(1)).code(),
+                            absl::StatusCode::kDeadlineExceeded);
+                  EXPECT_FALSE(work->IsCompleted());
+                }
+                work->OnCompletion([&](const absl::Status& s) { called = s.ok(); });
+                DDPKIT_RETURN_IF_ERROR(work->Wait());
+                EXPECT_TRUE(called);
+                EXPECT_GT(work->duration(), absl::ZeroDuration());
+                EXPECT_EQ(work->op(), OpType::kBarrier);
+                return absl::OkStatus();
+              }).ok());
 }
 
 TEST(ThreadsWorldTest, FlightRecorderKeepsTheLastCollectives) {
-  ASSERT_TRUE(RunThreadsWorld(2, [](ProcessGroup& group) -> absl::Status {
-    for (int i = 0; i < 5; ++i) DDPKIT_RETURN_IF_ERROR(group.Allreduce(Tensor::Full({3}, 1.0))->Wait());
-    DDPKIT_RETURN_IF_ERROR(group.Barrier()->Wait());
-    auto entries = group.flight_recorder().Entries();
-    EXPECT_EQ(entries.size(), 6u);
-    EXPECT_EQ(entries.back().op, OpType::kBarrier);
-    EXPECT_EQ(entries.back().sequence_number, 6u);
-    EXPECT_EQ(entries.front().state, FlightRecorder::State::kCompleted);
-    EXPECT_TRUE(absl::StrContains(group.flight_recorder().Dump(), "ALLREDUCE"));
-    return absl::OkStatus();
-  }, {.timeout = absl::Seconds(10), .debug_level = DebugLevel::kOff, .flight_recorder_size = 8}).ok());
+  ASSERT_TRUE(
+      RunThreadsWorld(2,
+                      [](ProcessGroup& group) -> absl::Status {
+                        for (int i = 0; i < 5; ++i)
+                          DDPKIT_RETURN_IF_ERROR(group.Allreduce(Tensor::Full({3}, 1.0))->Wait());
+                        DDPKIT_RETURN_IF_ERROR(group.Barrier()->Wait());
+                        auto entries = group.flight_recorder().Entries();
+                        EXPECT_EQ(entries.size(), 6u);
+                        EXPECT_EQ(entries.back().op, OpType::kBarrier);
+                        EXPECT_EQ(entries.back().sequence_number, 6u);
+                        EXPECT_EQ(entries.front().state, FlightRecorder::State::kCompleted);
+                        EXPECT_TRUE(absl::StrContains(group.flight_recorder().Dump(), "ALLREDUCE"));
+                        return absl::OkStatus();
+                      },
+                      {.timeout = absl::Seconds(10),
+                       .debug_level = DebugLevel::kOff,
+                       .flight_recorder_size = 8})
+          .ok());
   FlightRecorder small(3);
   for (uint64_t s = 1; s <= 5; ++s) small.Queued({.op = OpType::kBarrier, .sequence_number = s});
   auto entries = small.Entries();
@@ -228,8 +241,13 @@ TEST(DebugLevelTest, Parses) {
 }
 
 TEST(FingerprintTest, EncodesAndDecodes) {
-  CollectiveFingerprint f{.sequence_number = 9, .op = OpType::kAllToAllV, .dtype = DType::kBFloat16,
-                          .input_numel = 5, .output_numel = 7, .counts = {1, 4}, .recv_counts = {3, 4}};
+  CollectiveFingerprint f{.sequence_number = 9,
+                          .op = OpType::kAllToAllV,
+                          .dtype = DType::kBFloat16,
+                          .input_numel = 5,
+                          .output_numel = 7,
+                          .counts = {1, 4},
+                          .recv_counts = {3, 4}};
   std::vector<int64_t> words = f.Encode(2);
   CollectiveFingerprint g = CollectiveFingerprint::Decode(words.data(), 2);
   EXPECT_EQ(g.Describe(), f.Describe());

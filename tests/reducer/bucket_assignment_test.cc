@@ -17,7 +17,8 @@ using Limits = std::vector<size_t>;
 constexpr DType f32 = DType::kFloat32, f64 = DType::kFloat64;
 
 BucketAssignment Assign(const std::vector<BucketTensorSpec>& tensors, const Limits& limits,
-                        const std::vector<bool>& sparse = {}, const std::vector<size_t>& order = {}) {
+                        const std::vector<bool>& sparse = {},
+                        const std::vector<size_t>& order = {}) {
   absl::StatusOr<BucketAssignment> result =
       ComputeBucketAssignmentBySize(tensors, limits, sparse, order);
   EXPECT_TRUE(result.ok()) << result.status();
@@ -31,7 +32,8 @@ TEST(BucketAssignmentTest, SingleLimitSingleDtype) {  // vector A
 }
 
 TEST(BucketAssignmentTest, SingleLimitMultiDtype) {  // vector B
-  BucketAssignment a = Assign({{50, f32}, {25, f64}, {50, f32}, {25, f64}, {50, f32}, {25, f64}}, {400});
+  BucketAssignment a =
+      Assign({{50, f32}, {25, f64}, {50, f32}, {25, f64}, {50, f32}, {25, f64}}, {400});
   EXPECT_EQ(a.buckets, (Buckets{{0, 2}, {1, 3}, {4}, {5}}));
   EXPECT_EQ(a.limits, (Limits{400, 400, 400, 400}));
 }
@@ -50,7 +52,8 @@ TEST(BucketAssignmentTest, MultiLimitMultiDtype) {  // vector D
 }
 
 TEST(BucketAssignmentTest, ArrivalOrderIsKeptNotSorted) {  // vector G (the rebuild path)
-  BucketAssignment a = Assign({{10, f32}, {10, f32}, {10, f32}, {10, f32}}, {40, 80}, {}, {3, 2, 1, 0});
+  BucketAssignment a =
+      Assign({{10, f32}, {10, f32}, {10, f32}, {10, f32}}, {40, 80}, {}, {3, 2, 1, 0});
   EXPECT_EQ(a.buckets, (Buckets{{3}, {2, 1}, {0}}));
   EXPECT_EQ(a.limits, (Limits{40, 80, 80}));
 }
@@ -83,7 +86,8 @@ TEST(BucketAssignmentTest, RejectsMalformedArguments) {
   EXPECT_THAT(error({{1, f32}}, {}), HasSubstr("at least one size limit"));
   EXPECT_THAT(error({{1, f32}}, {0}), HasSubstr("must be positive"));
   EXPECT_THAT(error({{1, f32}, {1, f32}}, {10}, {true}), HasSubstr("one per parameter"));
-  EXPECT_THAT(error({{1, f32}, {1, f32}}, {10}, {}, {0}), HasSubstr("every parameter exactly once"));
+  EXPECT_THAT(error({{1, f32}, {1, f32}}, {10}, {}, {0}),
+              HasSubstr("every parameter exactly once"));
   EXPECT_THAT(error({{1, f32}, {1, f32}}, {10}, {}, {0, 0}), HasSubstr("parameter 0 twice"));
   EXPECT_THAT(error({{1, f32}, {1, f32}}, {10}, {}, {0, 5}), HasSubstr("names parameter 5"));
 }
@@ -91,7 +95,8 @@ TEST(BucketAssignmentTest, RejectsMalformedArguments) {
 // PyTorch's test_ddp_logging_data_cpu, LargeNet: a float64 and a float32 weight with
 // bucket_cap_mb=1.5 and find_unused off give one bucket per dtype, reversed: [fc2], [fc1].
 TEST(InitialBucketAssignmentTest, OneBucketPerDtypeReversedWithoutFindUnused) {
-  BucketAssignment a = InitialBucketAssignment({{2000000, f64}, {1000000, f32}}, {.bucket_cap_mb = 1.5});
+  BucketAssignment a =
+      InitialBucketAssignment({{2000000, f64}, {1000000, f32}}, {.bucket_cap_mb = 1.5});
   EXPECT_EQ(a.buckets, (Buckets{{1}, {0}}));
   EXPECT_EQ(MegabytesToBytes(1.5), 1572864u);
 }
@@ -107,8 +112,8 @@ TEST(InitialBucketAssignmentTest, FindUnusedUsesFirstBucketAndCapThenReverses) {
 
 TEST(RebuiltBucketAssignmentTest, SmallFirstBucketInArrivalOrder) {
   const int64_t n = 100 * 1024;
-  BucketAssignment a = RebuiltBucketAssignment({{n, f32}, {n, f32}, {n, f32}, {n, f32}},
-                                               {3, 2, 1, 0}, {});
+  BucketAssignment a =
+      RebuiltBucketAssignment({{n, f32}, {n, f32}, {n, f32}, {n, f32}}, {3, 2, 1, 0}, {});
   EXPECT_EQ(a.buckets, (Buckets{{3, 2, 1}, {0}}));
   EXPECT_THAT(a.limits, ElementsAre(kDefaultFirstBucketBytes, kDefaultBucketBytesCap));
 }

@@ -50,7 +50,8 @@ TEST(DdpRebuildTest, RebuildsOnceInGradientArrivalOrder) {
     EXPECT_TRUE(log.has_rebuilt_buckets());
     ASSERT_EQ(log.rebuilt_buckets_size(), 1);
     EXPECT_THAT(log.rebuilt_buckets(0).param_indices(), ElementsAre(2, 1, 0));
-    EXPECT_THAT(log.rebuilt_buckets(0).param_names(), ElementsAre("4.weight", "2.weight", "0.weight"));
+    EXPECT_THAT(log.rebuilt_buckets(0).param_names(),
+                ElementsAre("4.weight", "2.weight", "0.weight"));
     EXPECT_EQ(log.rebuilt_buckets(0).bytes(), 2880);
     EXPECT_EQ(log.rebuilt_buckets(0).limit_bytes(), static_cast<int64_t>(kDefaultFirstBucketBytes));
     EXPECT_EQ(log.iteration(), 3);
@@ -95,13 +96,14 @@ TEST_P(DdpUnusedParametersTest, LocallyUnusedGetTheAverageGloballyUnusedStayNone
   RunWorld(world, [&](comm::ProcessGroup& group) {
     auto model = std::make_shared<BranchyNet>(9);
     model->use_a = group.rank() == 0;
-    auto ddp = MakeDdp(model, group, {.find_unused_parameters = true,
-                                      .gradient_as_bucket_view = GetParam()});
+    auto ddp = MakeDdp(model, group,
+                       {.find_unused_parameters = true, .gradient_as_bucket_view = GetParam()});
     for (int step = 0; step < 2; ++step) {
       for (const Tensor& p : model->Parameters()) p.set_grad(Tensor());
       CrossEntropy(ddp->Forward(x(group.rank())), y(group.rank())).Backward();
       EXPECT_TRUE(GradsClose(GradsOf(*model), expected, 1e-12, 1e-14)) << "step " << step;
-      EXPECT_THAT(ddp->LoggingData().unused_parameter_names(), ElementsAre("never.weight", "never.bias"));
+      EXPECT_THAT(ddp->LoggingData().unused_parameter_names(),
+                  ElementsAre("never.weight", "never.bias"));
     }
   });
 }
@@ -130,7 +132,8 @@ TEST(DdpUnusedParametersTest, UseInsideNoSyncIsRecorded) {
     std::vector<double> half = local.at("a.weight");
     for (double& v : half) v /= world;
     EXPECT_EQ(grads.at("a.weight"), half);
-    EXPECT_THAT(ddp->LoggingData().unused_parameter_names(), ElementsAre("never.weight", "never.bias"));
+    EXPECT_THAT(ddp->LoggingData().unused_parameter_names(),
+                ElementsAre("never.weight", "never.bias"));
   });
 }
 
@@ -143,7 +146,8 @@ TEST(DdpStaticGraphTest, LayerCheckpointedTwiceMatchesSingleProcess) {
     ref_sgd.ZeroGrad();
     Tensor total;
     for (int r = 0; r < world; ++r) {
-      Tensor loss = CrossEntropy(reference.Forward(RandomRows(2, 4, 100 * step + r)), Labels(2, 3, r)) * 0.5;
+      Tensor loss =
+          CrossEntropy(reference.Forward(RandomRows(2, 4, 100 * step + r)), Labels(2, 3, r)) * 0.5;
       total = total.defined() ? total + loss : loss;
     }
     total.Backward();
@@ -156,7 +160,9 @@ TEST(DdpStaticGraphTest, LayerCheckpointedTwiceMatchesSingleProcess) {
     Sgd sgd(model->Parameters(), {.lr = 0.1});
     for (int step = 0; step < 3; ++step) {
       sgd.ZeroGrad();
-      CrossEntropy(ddp->Forward(RandomRows(2, 4, 100 * step + group.rank())), Labels(2, 3, group.rank())).Backward();
+      CrossEntropy(ddp->Forward(RandomRows(2, 4, 100 * step + group.rank())),
+                   Labels(2, 3, group.rank()))
+          .Backward();
       EXPECT_TRUE(GradsClose(GradsOf(*model), expected[step], 1e-12, 1e-14)) << "step " << step;
       sgd.Step();
     }
@@ -212,7 +218,9 @@ class CommHookModule : public nn::Module {
   explicit CommHookModule(int rank) : rank_(rank) {
     p_ = RegisterParameter("p", Tensor::Full({2, 2}, 1.0, DType::kFloat64));
   }
-  Tensor Forward(const Tensor& x) override { return p_ + x + Tensor::Scalar(rank_, DType::kFloat64); }
+  Tensor Forward(const Tensor& x) override {
+    return p_ + x + Tensor::Scalar(rank_, DType::kFloat64);
+  }
 
  private:
   std::string Describe() const override { return "CommHookModule"; }
@@ -270,8 +278,9 @@ TEST(DdpTraceTest, OneIterationInOrder) {
     ddp->reducer().SetTraceObserver(&observer);
     Tensor x = Tensor::Full({2, 3}, 1.0);
     CrossEntropy(ddp->Forward(x), Labels(2, 2, 0)).Backward();
-    EXPECT_THAT(observer.lines, ElementsAre("forward", "hook_fired p0", "hook_fired p1", "bucket_ready b0",
-                                            "allreduce_start b0", "allreduce_end b0", "finalize"));
+    EXPECT_THAT(observer.lines,
+                ElementsAre("forward", "hook_fired p0", "hook_fired p1", "bucket_ready b0",
+                            "allreduce_start b0", "allreduce_end b0", "finalize"));
     observer.lines.clear();
     CrossEntropy(ddp->Forward(x), Labels(2, 2, 0)).Backward();
     EXPECT_EQ(observer.lines[0], "forward");

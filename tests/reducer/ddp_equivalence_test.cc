@@ -46,13 +46,18 @@ struct Data {
     y = Tensor::Empty({rows}, DType::kInt64);
     Generator gen(1234);
     for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = gen.Normal();
-    for (int64_t i = 0; i < rows; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(gen.Uniform() * kWidths.back()) % kWidths.back();
+    for (int64_t i = 0; i < rows; ++i)
+      y.data<int64_t>()[i] = static_cast<int64_t>(gen.Uniform() * kWidths.back()) % kWidths.back();
   }
   // Global micro-batch g covers world * kRowsPerRank rows; rank r has its slice.
   Tensor X(int64_t g, int world, int rank) const { return Rows(x, g, world, rank); }
   Tensor Y(int64_t g, int world, int rank) const { return Rows(y, g, world, rank); }
-  Tensor GlobalX(int64_t g, int world) const { return x.Rows(g * world * kRowsPerRank, (g + 1) * world * kRowsPerRank); }
-  Tensor GlobalY(int64_t g, int world) const { return y.Rows(g * world * kRowsPerRank, (g + 1) * world * kRowsPerRank); }
+  Tensor GlobalX(int64_t g, int world) const {
+    return x.Rows(g * world * kRowsPerRank, (g + 1) * world * kRowsPerRank);
+  }
+  Tensor GlobalY(int64_t g, int world) const {
+    return y.Rows(g * world * kRowsPerRank, (g + 1) * world * kRowsPerRank);
+  }
   static Tensor Rows(const Tensor& t, int64_t g, int world, int rank) {
     const int64_t begin = (g * world + rank) * kRowsPerRank;
     return t.Rows(begin, begin + kRowsPerRank);
@@ -91,10 +96,11 @@ TEST_P(DdpEquivalenceTest, MatchesSingleProcessOnTheGlobalBatch) {
   RunWorld(c.world, [&](comm::ProcessGroup& group) {
     // A different seed per rank: DDP must broadcast rank 0's initial weights.
     auto model = nn::MakeMlp(kWidths, /*seed=*/7 + group.rank(), DType::kFloat64);
-    DdpOptions options{.find_unused_parameters = c.find_unused, .static_graph = c.static_graph,
+    DdpOptions options{.find_unused_parameters = c.find_unused,
+                       .static_graph = c.static_graph,
                        .gradient_as_bucket_view = c.grad_as_view};
     if (c.small_buckets) {
-      options.bucket_cap_mb = 1000.0 / (1024 * 1024);   // ~1000 B: several buckets
+      options.bucket_cap_mb = 1000.0 / (1024 * 1024);  // ~1000 B: several buckets
       options.first_bucket_mb = 300.0 / (1024 * 1024);
     }
     auto ddp = MakeDdp(model, group, options);
@@ -107,7 +113,8 @@ TEST_P(DdpEquivalenceTest, MatchesSingleProcessOnTheGlobalBatch) {
         const int64_t g = static_cast<int64_t>(step) * c.grad_accum + k;
         auto run = [&] {
           CrossEntropy(ddp->Forward(data.X(g, c.world, group.rank())),
-                       data.Y(g, c.world, group.rank())).Backward();
+                       data.Y(g, c.world, group.rank()))
+              .Backward();
         };
         if (k + 1 < c.grad_accum) {
           auto no_sync = ddp->NoSync();
@@ -138,8 +145,11 @@ std::vector<Case> AllCases() {
   std::vector<Case> cases;
   for (int world = 1; world <= 4; ++world) {
     for (int flags = 0; flags < 16; ++flags) {
-      Case c{.world = world, .find_unused = (flags & 1) != 0, .static_graph = (flags & 2) != 0,
-             .grad_as_view = (flags & 4) != 0, .hook = (flags & 8) ? "allreduce" : ""};
+      Case c{.world = world,
+             .find_unused = (flags & 1) != 0,
+             .static_graph = (flags & 2) != 0,
+             .grad_as_view = (flags & 4) != 0,
+             .hook = (flags & 8) ? "allreduce" : ""};
       cases.push_back(c);
       if (world == 3) {  // accumulation over every option set, at one world size
         c.grad_accum = 3;
@@ -150,17 +160,23 @@ std::vector<Case> AllCases() {
   for (const char* hook : {"fp16", "bf16"}) {
     for (int world : {2, 4}) {
       cases.push_back({.world = world, .hook = hook});
-      cases.push_back({.world = world, .find_unused = true, .grad_as_view = true, .hook = hook,
+      cases.push_back({.world = world,
+                       .find_unused = true,
+                       .grad_as_view = true,
+                       .hook = hook,
                        .grad_accum = 2});
     }
   }
   cases.push_back({.world = 4, .hook = "", .small_buckets = false});
-  cases.push_back({.world = 2, .find_unused = true, .hook = "", .grad_accum = 2, .small_buckets = false});
+  cases.push_back(
+      {.world = 2, .find_unused = true, .hook = "", .grad_accum = 2, .small_buckets = false});
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOptions, DdpEquivalenceTest, ::testing::ValuesIn(AllCases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.Name(); });
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.Name();
+                         });
 
 }  // namespace
 }  // namespace ddpkit::reducer::testing

@@ -80,8 +80,9 @@ TEST(DdpStaticGraphErrorTest, ParameterUnusedAtFirstThenUsedIsAChangedGraph) {
       CrossEntropy(ddp->Forward(RandomRows(2, 4, i)), Labels(2, 3, 0)).Backward();
     }
   });
-  EXPECT_THAT(Message(status), AllOf(HasSubstr("training graph changed under static_graph"),
-                                     HasSubstr("('b."), HasSubstr("unused in the first iteration")));
+  EXPECT_THAT(Message(status),
+              AllOf(HasSubstr("training graph changed under static_graph"), HasSubstr("('b."),
+                    HasSubstr("unused in the first iteration")));
 }
 
 TEST(DdpStaticGraphErrorTest, FewerHookFiringsThanRecordedIsReportedAtTheNextForward) {
@@ -104,14 +105,17 @@ TEST(DdpModelMismatchTest, DifferentShapesNameTheParameterAndRank) {
   });
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(Message(status), AllOf(HasSubstr("parameter 0 ('0.weight') is float32[5, 3] on rank 0"),
-                                     HasSubstr("differs on rank 2")));
+  EXPECT_THAT(Message(status),
+              AllOf(HasSubstr("parameter 0 ('0.weight') is float32[5, 3] on rank 0"),
+                    HasSubstr("differs on rank 2")));
 }
 
 TEST(DdpModelMismatchTest, DifferentParameterCountsNameTheRank) {
   absl::Status status = RunWorldStatus(2, [](comm::ProcessGroup& group) {
     MakeDdp(nn::MakeMlp(group.rank() == 1 ? std::vector<int64_t>{3, 4, 4, 2}
-                                          : std::vector<int64_t>{3, 4, 2}, 1), group);
+                                          : std::vector<int64_t>{3, 4, 2},
+                        1),
+            group);
   });
   EXPECT_THAT(Message(status), HasSubstr("rank 1 has 6 parameter tensors while rank 0 has 4"));
 }
@@ -122,9 +126,12 @@ TEST(DdpOptionsTest, InvalidOptionsAreRejected) {
     auto status_of = [&](std::shared_ptr<nn::Module> m, DdpOptions o) {
       return DistributedDataParallel::Create(std::move(m), group, o).status();
     };
-    EXPECT_THAT(Message(status_of(mlp, {.bucket_cap_mb = 0})), HasSubstr("bucket_cap_mb must be positive"));
-    EXPECT_THAT(Message(status_of(mlp, {.bucket_cap_mb = -1})), HasSubstr("bucket_cap_mb must be positive"));
-    EXPECT_THAT(Message(status_of(mlp, {.first_bucket_mb = 0})), HasSubstr("first_bucket_mb must be positive"));
+    EXPECT_THAT(Message(status_of(mlp, {.bucket_cap_mb = 0})),
+                HasSubstr("bucket_cap_mb must be positive"));
+    EXPECT_THAT(Message(status_of(mlp, {.bucket_cap_mb = -1})),
+                HasSubstr("bucket_cap_mb must be positive"));
+    EXPECT_THAT(Message(status_of(mlp, {.first_bucket_mb = 0})),
+                HasSubstr("first_bucket_mb must be positive"));
     EXPECT_THAT(Message(status_of(std::make_shared<nn::ReLU>(), {})),
                 HasSubstr("no parameter that requires a gradient"));
     EXPECT_THAT(Message(status_of(nullptr, {})), HasSubstr("no module"));
@@ -137,7 +144,8 @@ TEST(DdpOptionsTest, InvalidOptionsAreRejected) {
     } catch (const Error& e) {
       EXPECT_THAT(e.what(), HasSubstr("already registered ('allreduce')"));
     }
-    EXPECT_THAT(Message(ParseBuiltinCommHook("fp8").status()), HasSubstr("choose allreduce, fp16 or bf16"));
+    EXPECT_THAT(Message(ParseBuiltinCommHook("fp8").status()),
+                HasSubstr("choose allreduce, fp16 or bf16"));
   });
 }
 
@@ -150,8 +158,8 @@ TEST(DdpFailureTest, ARankThatLeavesIsNamedNotWaitedFor) {
     CrossEntropy(ddp->Forward(RandomRows(2, 3, 0).To(DType::kFloat32)), Labels(2, 2, 0)).Backward();
   });
   ASSERT_FALSE(status.ok());
-  EXPECT_THAT(Message(status), AllOf(HasSubstr("reducing gradient bucket 0"), HasSubstr("ALLREDUCE"),
-                                     HasSubstr("rank 1")));
+  EXPECT_THAT(Message(status), AllOf(HasSubstr("reducing gradient bucket 0"),
+                                     HasSubstr("ALLREDUCE"), HasSubstr("rank 1")));
 }
 
 }  // namespace

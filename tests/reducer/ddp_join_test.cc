@@ -22,7 +22,8 @@ class BiasFreeLinear : public nn::Module {
  public:
   BiasFreeLinear() {
     Generator gen(0);
-    linear_ = RegisterModule("linear", std::make_shared<nn::Linear>(5, 5, false, gen, DType::kFloat64));
+    linear_ =
+        RegisterModule("linear", std::make_shared<nn::Linear>(5, 5, false, gen, DType::kFloat64));
   }
   Tensor Forward(const Tensor& x) override { return linear_->Forward(x); }
 
@@ -35,23 +36,24 @@ class DdpJoinDivideTest : public ::testing::TestWithParam<std::tuple<int, bool>>
 
 TEST_P(DdpJoinDivideTest, GradientPerIterationFollowsTheDivideMode) {
   const auto [world, divide_by_initial] = GetParam();
-  RunWorld(world, [&, world = world, divide_by_initial = divide_by_initial](comm::ProcessGroup& group) {
-    auto model = std::make_shared<BiasFreeLinear>();
-    auto ddp = MakeDdp(model, group);
-    ddp->set_divide_by_initial_world_size(divide_by_initial);
-    const int iterations = group.rank() == 0 ? 3 : 5;
-    join::Join::Run({ddp.get()}, {}, [&] {
-      for (int i = 0; i < iterations; ++i) {
-        model->Parameters()[0].set_grad(Tensor());
-        Sum(ddp->Forward(Tensor::Full({1, 5}, 50.0, DType::kFloat64))).Backward();
-        const double expected = i < 3 || !divide_by_initial ? 50.0 : 50.0 * (world - 1) / world;
-        for (double g : model->Parameters()[0].grad().ToDoubles()) {
-          ASSERT_NEAR(g, expected, 1e-12) << "rank " << group.rank() << ", iteration " << i;
-        }
-      }
-    });
-    EXPECT_EQ(ddp->authoritative_rank(), world - 1);  // the highest of the last joiners
-  });
+  RunWorld(
+      world, [&, world = world, divide_by_initial = divide_by_initial](comm::ProcessGroup& group) {
+        auto model = std::make_shared<BiasFreeLinear>();
+        auto ddp = MakeDdp(model, group);
+        ddp->set_divide_by_initial_world_size(divide_by_initial);
+        const int iterations = group.rank() == 0 ? 3 : 5;
+        join::Join::Run({ddp.get()}, {}, [&] {
+          for (int i = 0; i < iterations; ++i) {
+            model->Parameters()[0].set_grad(Tensor());
+            Sum(ddp->Forward(Tensor::Full({1, 5}, 50.0, DType::kFloat64))).Backward();
+            const double expected = i < 3 || !divide_by_initial ? 50.0 : 50.0 * (world - 1) / world;
+            for (double g : model->Parameters()[0].grad().ToDoubles()) {
+              ASSERT_NEAR(g, expected, 1e-12) << "rank " << group.rank() << ", iteration " << i;
+            }
+          }
+        });
+        EXPECT_EQ(ddp->authoritative_rank(), world - 1);  // the highest of the last joiners
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldsAndModes, DdpJoinDivideTest,
@@ -67,7 +69,9 @@ struct JoinCase {
 };
 
 const std::vector<int64_t> kWidths = {4, 6, 3};
-Tensor Rows(int rank, int iteration, int micro) { return RandomRows(2, 4, 1000 * rank + 10 * iteration + micro); }
+Tensor Rows(int rank, int iteration, int micro) {
+  return RandomRows(2, 4, 1000 * rank + 10 * iteration + micro);
+}
 Tensor Targets(int rank, int iteration) { return Labels(2, 3, rank + iteration); }
 
 // One process applying the formula: at iteration t the active ranks A_t contribute their
@@ -118,7 +122,9 @@ void RunJoinCase(const JoinCase& c) {
       for (int t = 0; t < c.inputs[rank]; ++t) {
         sgd.ZeroGrad();
         for (int k = 0; k < c.micro_batches; ++k) {
-          auto step = [&] { CrossEntropy(ddp->Forward(Rows(rank, t, k)), Targets(rank, t)).Backward(); };
+          auto step = [&] {
+            CrossEntropy(ddp->Forward(Rows(rank, t, k)), Targets(rank, t)).Backward();
+          };
           if (k + 1 < c.micro_batches) {
             auto no_sync = ddp->NoSync();
             step();
@@ -126,7 +132,8 @@ void RunJoinCase(const JoinCase& c) {
             step();
           }
         }
-        EXPECT_TRUE(GradsClose(GradsOf(*model), expected[t], 1e-10, 1e-12)) << "rank " << rank << ", iteration " << t;
+        EXPECT_TRUE(GradsClose(GradsOf(*model), expected[t], 1e-10, 1e-12))
+            << "rank " << rank << ", iteration " << t;
         sgd.Step();
       }
     });
@@ -139,7 +146,8 @@ void RunJoinCase(const JoinCase& c) {
     finals[rank] = std::move(weights);
   });
   for (int r = 0; r < c.world; ++r) {
-    EXPECT_EQ(finals[r], finals[highest_last_joiner]) << "rank " << r << " ended with another model";
+    EXPECT_EQ(finals[r], finals[highest_last_joiner])
+        << "rank " << r << " ended with another model";
     ASSERT_EQ(finals[r].size(), expected_weights.size());
     for (size_t i = 0; i < expected_weights.size(); ++i) {
       ASSERT_NEAR(finals[r][i], expected_weights[i], 1e-10) << "rank " << r;
@@ -152,12 +160,18 @@ TEST(DdpJoinTest, RandomUnevenPatternsAcrossOptions) {
   const DdpOptions small{.bucket_cap_mb = 100.0 / (1 << 20), .first_bucket_mb = 60.0 / (1 << 20)};
   std::vector<std::pair<std::string, JoinCase>> variants = {
       {"default", {.options = small}},
-      {"find_unused", {.options = {.bucket_cap_mb = small.bucket_cap_mb, .first_bucket_mb = small.first_bucket_mb,
-                                   .find_unused_parameters = true}}},
-      {"static_graph", {.options = {.bucket_cap_mb = small.bucket_cap_mb, .first_bucket_mb = small.first_bucket_mb,
-                                    .static_graph = true}}},
-      {"bucket_view", {.options = {.bucket_cap_mb = small.bucket_cap_mb, .first_bucket_mb = small.first_bucket_mb,
-                                   .gradient_as_bucket_view = true}}},
+      {"find_unused",
+       {.options = {.bucket_cap_mb = small.bucket_cap_mb,
+                    .first_bucket_mb = small.first_bucket_mb,
+                    .find_unused_parameters = true}}},
+      {"static_graph",
+       {.options = {.bucket_cap_mb = small.bucket_cap_mb,
+                    .first_bucket_mb = small.first_bucket_mb,
+                    .static_graph = true}}},
+      {"bucket_view",
+       {.options = {.bucket_cap_mb = small.bucket_cap_mb,
+                    .first_bucket_mb = small.first_bucket_mb,
+                    .gradient_as_bucket_view = true}}},
       {"hook", {.options = small, .hook = "allreduce"}},
       {"divide_by_active", {.options = small, .divide_by_initial = false}},
       {"accumulation", {.options = small, .micro_batches = 2}},
@@ -167,15 +181,18 @@ TEST(DdpJoinTest, RandomUnevenPatternsAcrossOptions) {
       JoinCase c = variant;
       c.world = world;
       c.inputs = RandomUnevenInputs(rng, world);
-      SCOPED_TRACE(name + ", world " + std::to_string(world) + ", inputs " + InputsString(c.inputs));
+      SCOPED_TRACE(name + ", world " + std::to_string(world) + ", inputs " +
+                   InputsString(c.inputs));
       RunJoinCase(c);
     }
   }
 }
 
 TEST(DdpJoinTest, RebuildStillPendingWhenARankJoins) {
-  RunJoinCase({.world = 3, .inputs = {1, 4, 0}, .options = {.bucket_cap_mb = 100.0 / (1 << 20),
-                                                            .first_bucket_mb = 60.0 / (1 << 20)}});
+  RunJoinCase(
+      {.world = 3,
+       .inputs = {1, 4, 0},
+       .options = {.bucket_cap_mb = 100.0 / (1 << 20), .first_bucket_mb = 60.0 / (1 << 20)}});
   RunJoinCase({.world = 3, .inputs = {0, 1, 3}, .options = {.static_graph = true}});
 }
 
@@ -224,17 +241,21 @@ class SyncedStatsNet : public nn::Module {
  public:
   explicit SyncedStatsNet(comm::ProcessGroup& group) : group_(group) {
     Generator gen(4);
-    linear_ = RegisterModule("linear", std::make_shared<nn::Linear>(4, 3, true, gen, DType::kFloat64));
+    linear_ =
+        RegisterModule("linear", std::make_shared<nn::Linear>(4, 3, true, gen, DType::kFloat64));
   }
   Tensor Forward(const Tensor& x) override {
     Tensor h = linear_->Forward(x);
     Tensor mean = Tensor::Zeros({3}, DType::kFloat64);
     for (int64_t r = 0; r < h.size(0); ++r) {
-      for (int64_t c = 0; c < 3; ++c) mean.data<double>()[c] += h.data<double>()[r * 3 + c] / h.size(0);
+      for (int64_t c = 0; c < 3; ++c)
+        mean.data<double>()[c] += h.data<double>()[r * 3 + c] / h.size(0);
     }
-    if (absl::Status s = group_.Allreduce(mean, comm::ReduceOp::kAvg)->Wait(); !s.ok()) ThrowStatus(s);
+    if (absl::Status s = group_.Allreduce(mean, comm::ReduceOp::kAvg)->Wait(); !s.ok())
+      ThrowStatus(s);
     Tensor centre = Tensor::Empty(h.shape(), DType::kFloat64);  // the mean repeated per row
-    for (int64_t i = 0; i < centre.numel(); ++i) centre.data<double>()[i] = mean.data<double>()[i % 3];
+    for (int64_t i = 0; i < centre.numel(); ++i)
+      centre.data<double>()[i] = mean.data<double>()[i % 3];
     return Sub(h, centre);  // the global mean is a constant here, as running stats are
   }
 
@@ -245,15 +266,19 @@ class SyncedStatsNet : public nn::Module {
 };
 
 TEST(DdpJoinTest, AModelWithItsOwnCollectiveFailsUnderPlainJoinWithADiagnosis) {
-  absl::Status status = RunWorldStatus(3, [](comm::ProcessGroup& group) {
-    auto model = std::make_shared<SyncedStatsNet>(group);
-    auto ddp = MakeDdp(model, group);
-    join::Join::Run({ddp.get()}, {}, [&] {
-      for (int t = 0; t < (group.rank() == 2 ? 1 : 3); ++t) {
-        CrossEntropy(ddp->Forward(Rows(group.rank(), t, 0)), Targets(group.rank(), t)).Backward();
-      }
-    });
-  }, absl::Seconds(10));
+  absl::Status status = RunWorldStatus(
+      3,
+      [](comm::ProcessGroup& group) {
+        auto model = std::make_shared<SyncedStatsNet>(group);
+        auto ddp = MakeDdp(model, group);
+        join::Join::Run({ddp.get()}, {}, [&] {
+          for (int t = 0; t < (group.rank() == 2 ? 1 : 3); ++t) {
+            CrossEntropy(ddp->Forward(Rows(group.rank(), t, 0)), Targets(group.rank(), t))
+                .Backward();
+          }
+        });
+      },
+      absl::Seconds(10));
   ASSERT_FALSE(status.ok()) << "the joined rank cannot shadow the model's own allreduce";
   EXPECT_THAT(std::string(status.message()), HasSubstr("sequence number"));
   EXPECT_THAT(std::string(status.message()), HasSubstr("ALLREDUCE"));

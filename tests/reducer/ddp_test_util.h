@@ -28,20 +28,24 @@ inline Grads GradsOf(const nn::Module& module) {
 
 // Runs body(group) on `world` rank threads; fails the test with the world's error.
 inline void RunWorld(int world, const std::function<void(comm::ProcessGroup&)>& body) {
-  absl::Status status = comm::RunThreadsWorld(world, [&](comm::ProcessGroup& group) {
-    body(group);
-    return absl::OkStatus();
-  }, {.timeout = absl::Seconds(60)});
+  absl::Status status = comm::RunThreadsWorld(world,
+                                              [&](comm::ProcessGroup& group) {
+                                                body(group);
+                                                return absl::OkStatus();
+                                              },
+                                              {.timeout = absl::Seconds(60)});
   ASSERT_TRUE(status.ok()) << status;
 }
 
 // The error a world ended with (OK when every rank succeeded).
 inline absl::Status RunWorldStatus(int world, const std::function<void(comm::ProcessGroup&)>& body,
                                    absl::Duration timeout = absl::Seconds(60)) {
-  return comm::RunThreadsWorld(world, [&](comm::ProcessGroup& group) {
-    body(group);
-    return absl::OkStatus();
-  }, {.timeout = timeout});
+  return comm::RunThreadsWorld(world,
+                               [&](comm::ProcessGroup& group) {
+                                 body(group);
+                                 return absl::OkStatus();
+                               },
+                               {.timeout = timeout});
 }
 
 inline std::shared_ptr<DistributedDataParallel> MakeDdp(std::shared_ptr<nn::Module> module,
@@ -65,7 +69,8 @@ inline ::testing::AssertionResult GradsClose(const Grads& actual, const Grads& e
   for (const auto& [name, values] : expected) {
     auto it = actual.find(name);
     if (it == actual.end()) return ::testing::AssertionFailure() << "no gradient for " << name;
-    if (it->second.size() != values.size()) return ::testing::AssertionFailure() << name << ": sizes differ";
+    if (it->second.size() != values.size())
+      return ::testing::AssertionFailure() << name << ": sizes differ";
     for (size_t i = 0; i < values.size(); ++i) {
       if (!(std::fabs(it->second[i] - values[i]) <= atol + rtol * std::fabs(values[i]))) {
         return ::testing::AssertionFailure()

@@ -33,10 +33,12 @@ TEST(HookAllocationTest, HooksThatLaunchNothingAllocateNothing) {
     const TensorList params = model->Parameters();
     std::vector<int64_t> before(params.size()), inside(params.size());
     for (size_t i = 0; i < params.size(); ++i) {  // before DDP's hook
-      params[i].grad_accumulator()->AddPostHook([&, i](const Tensor&) { before[i] = allocations_on_this_thread; });
+      params[i].grad_accumulator()->AddPostHook(
+          [&, i](const Tensor&) { before[i] = allocations_on_this_thread; });
     }
     // Small caps: several buckets after the rebuild, so most hooks only copy and count down.
-    auto ddp = MakeDdp(model, group, {.bucket_cap_mb = 2000.0 / (1 << 20), .first_bucket_mb = 600.0 / (1 << 20)});
+    auto ddp = MakeDdp(model, group,
+                       {.bucket_cap_mb = 2000.0 / (1 << 20), .first_bucket_mb = 600.0 / (1 << 20)});
     for (size_t i = 0; i < params.size(); ++i) {  // after DDP's hook
       params[i].grad_accumulator()->AddPostHook(
           [&, i](const Tensor&) { inside[i] = allocations_on_this_thread - before[i]; });
@@ -57,7 +59,8 @@ TEST(HookAllocationTest, HooksThatLaunchNothingAllocateNothing) {
       if (launches[i]) {
         EXPECT_LE(inside[i], 12) << "parameter " << i << " launched a bucket";
       } else {
-        EXPECT_EQ(inside[i], 0) << "parameter " << i << " (" << reducer.parameters()[i].first << ")";
+        EXPECT_EQ(inside[i], 0) << "parameter " << i << " (" << reducer.parameters()[i].first
+                                << ")";
         ++quiet_hooks;
       }
     }

@@ -22,7 +22,8 @@ inline Tensor RandomRows(int64_t rows, int64_t cols, uint64_t seed) {
 
 inline Tensor Labels(int64_t rows, int64_t classes, uint64_t seed) {
   Tensor y = Tensor::Empty({rows}, DType::kInt64);
-  for (int64_t i = 0; i < rows; ++i) y.data<int64_t>()[i] = static_cast<int64_t>((i * 7 + seed) % classes);
+  for (int64_t i = 0; i < rows; ++i)
+    y.data<int64_t>()[i] = static_cast<int64_t>((i * 7 + seed) % classes);
   return y;
 }
 
@@ -49,10 +50,12 @@ class BranchyNet : public nn::Module {
  public:
   explicit BranchyNet(uint64_t seed) {
     Generator gen(seed);
-    trunk_ = RegisterModule("trunk", std::make_shared<nn::Linear>(4, 5, true, gen, DType::kFloat64));
+    trunk_ =
+        RegisterModule("trunk", std::make_shared<nn::Linear>(4, 5, true, gen, DType::kFloat64));
     a_ = RegisterModule("a", std::make_shared<nn::Linear>(5, 3, true, gen, DType::kFloat64));
     b_ = RegisterModule("b", std::make_shared<nn::Linear>(5, 3, true, gen, DType::kFloat64));
-    never_ = RegisterModule("never", std::make_shared<nn::Linear>(5, 3, true, gen, DType::kFloat64));
+    never_ =
+        RegisterModule("never", std::make_shared<nn::Linear>(5, 3, true, gen, DType::kFloat64));
   }
   bool use_a = true;
   Tensor Forward(const Tensor& x) override {
@@ -71,7 +74,8 @@ class TwiceCheckpointedNet : public nn::Module {
  public:
   explicit TwiceCheckpointedNet(uint64_t seed, int applications = 2) : applications(applications) {
     Generator gen(seed);
-    shared_ = RegisterModule("shared", std::make_shared<nn::Linear>(4, 4, true, gen, DType::kFloat64));
+    shared_ =
+        RegisterModule("shared", std::make_shared<nn::Linear>(4, 4, true, gen, DType::kFloat64));
     head_ = RegisterModule("head", std::make_shared<nn::Linear>(4, 3, true, gen, DType::kFloat64));
   }
   int applications;  // how many checkpointed applications of the shared layer

@@ -54,7 +54,8 @@ TEST(ZeroOptimizerTest, MatchesPlainSgdOnEveryRank) {
         const SgdOptions sgd{.lr = 0.05, .momentum = 0.9};
         std::unique_ptr<Optimizer> optimizer;
         if (use_zero) {
-          auto zero = ZeroRedundancyOptimizer::Create(model->NamedParameters(), group, MakeSgdFactory(sgd));
+          auto zero =
+              ZeroRedundancyOptimizer::Create(model->NamedParameters(), group, MakeSgdFactory(sgd));
           ASSERT_TRUE(zero.ok()) << zero.status();
           std::lock_guard<std::mutex> lock(mu);
           shard_sizes[group.rank()] = (*zero)->shard_elements();
@@ -64,7 +65,8 @@ TEST(ZeroOptimizerTest, MatchesPlainSgdOnEveryRank) {
         }
         for (int step = 0; step < 4; ++step) {
           optimizer->ZeroGrad();
-          CrossEntropy(ddp->Forward(Rows(group.rank(), step)), Targets(group.rank(), step)).Backward();
+          CrossEntropy(ddp->Forward(Rows(group.rank(), step)), Targets(group.rank(), step))
+              .Backward();
           optimizer->Step();
         }
         std::lock_guard<std::mutex> lock(mu);
@@ -84,9 +86,11 @@ TEST(ZeroOptimizerTest, RanksWithDifferentModelsGetTheSameClearError) {
   std::mutex mu;
   std::vector<std::string> errors(2);
   RunWorld(2, [&](comm::ProcessGroup& group) {
-    auto model = nn::MakeMlp(group.rank() == 0 ? std::vector<int64_t>{4, 6, 3} : std::vector<int64_t>{4, 7, 3},
-                             1, DType::kFloat64);
-    auto zero = ZeroRedundancyOptimizer::Create(model->NamedParameters(), group, MakeSgdFactory({}));
+    auto model = nn::MakeMlp(
+        group.rank() == 0 ? std::vector<int64_t>{4, 6, 3} : std::vector<int64_t>{4, 7, 3}, 1,
+        DType::kFloat64);
+    auto zero =
+        ZeroRedundancyOptimizer::Create(model->NamedParameters(), group, MakeSgdFactory({}));
     ASSERT_FALSE(zero.ok());
     EXPECT_EQ(zero.status().code(), absl::StatusCode::kFailedPrecondition);
     std::lock_guard<std::mutex> lock(mu);
@@ -126,7 +130,8 @@ void RunUneven(const UnevenCase& c) {
       std::unique_ptr<Optimizer> optimizer;
       std::vector<join::Joinable*> joinables = {ddp.get()};
       if (use_zero) {
-        auto zero = ZeroRedundancyOptimizer::Create(model->NamedParameters(), group, MakeSgdFactory(sgd));
+        auto zero =
+            ZeroRedundancyOptimizer::Create(model->NamedParameters(), group, MakeSgdFactory(sgd));
         ASSERT_TRUE(zero.ok()) << zero.status();
         joinables.push_back(zero->get());
         optimizer = *std::move(zero);
@@ -149,7 +154,8 @@ void RunUneven(const UnevenCase& c) {
     for (size_t i = 0; i < sgd_finals[0].size(); ++i) {
       ASSERT_NEAR(zero_finals[r][i], sgd_finals[0][i], 1e-12) << "rank " << r << ", element " << i;
     }
-    EXPECT_EQ(sgd_finals[r], sgd_finals[0]) << "plain SGD: rank " << r << " after Join's final sync";
+    EXPECT_EQ(sgd_finals[r], sgd_finals[0])
+        << "plain SGD: rank " << r << " after Join's final sync";
   }
 }
 

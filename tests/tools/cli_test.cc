@@ -32,11 +32,13 @@ Result RunDdpkit(const std::string& args) {
   FILE* pipe = ::popen(command.c_str(), "r");
   std::array<char, 4096> buffer;
   size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.out.append(buffer.data(), n);
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.out.append(buffer.data(), n);
   const int status = ::pclose(pipe);
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (FILE* err = std::fopen(err_path.c_str(), "r")) {
-    while ((n = std::fread(buffer.data(), 1, buffer.size(), err)) > 0) result.err.append(buffer.data(), n);
+    while ((n = std::fread(buffer.data(), 1, buffer.size(), err)) > 0)
+      result.err.append(buffer.data(), n);
     std::fclose(err);
   }
   std::remove(err_path.c_str());
@@ -55,16 +57,33 @@ TEST(CliTest, HelpListsSubcommands) {
 }
 
 TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
-  for (const char* args : {"", "no-such-subcommand", "train --no-such-flag", "train --steps=abc",
-                           "train --steps", "train extra-positional", "train --model mlp:3",
-                           "train --bucket-cap-mb 0", "train --comm-hook fp8", "train --grad-accum 0",
-                           "train --world-size 0", "buckets --sizes 1,x", "buckets --sizes 4,4 --order 1",
-                           "buckets --sizes 4 --dtypes f32,f64", "buckets --sizes 4 --limits 0",
-                           "join", "join --inputs 3,x", "join --inputs 3,-1", "join --inputs 2,2 --world-size 3",
-                           "join --inputs 2,2 --data-per-rank p", "join --inputs 2,2 --optimizer adam",
+  for (const char* args : {"",
+                           "no-such-subcommand",
+                           "train --no-such-flag",
+                           "train --steps=abc",
+                           "train --steps",
+                           "train extra-positional",
+                           "train --model mlp:3",
+                           "train --bucket-cap-mb 0",
+                           "train --comm-hook fp8",
+                           "train --grad-accum 0",
+                           "train --world-size 0",
+                           "buckets --sizes 1,x",
+                           "buckets --sizes 4,4 --order 1",
+                           "buckets --sizes 4 --dtypes f32,f64",
+                           "buckets --sizes 4 --limits 0",
+                           "join",
+                           "join --inputs 3,x",
+                           "join --inputs 3,-1",
+                           "join --inputs 2,2 --world-size 3",
+                           "join --inputs 2,2 --data-per-rank p",
+                           "join --inputs 2,2 --optimizer adam",
                            "join --inputs 2,2 --no-join --throw-on-early-termination",
-                           "train --optimizer zero", "contrastive --gather mean", "contrastive --layout diag",
-                           "contrastive --optimizer zero-sgd", "contrastive --steps -1"}) {
+                           "train --optimizer zero",
+                           "contrastive --gather mean",
+                           "contrastive --layout diag",
+                           "contrastive --optimizer zero-sgd",
+                           "contrastive --steps -1"}) {
     Result r = RunDdpkit(args);
     EXPECT_EQ(r.status, 2) << args;
     if (*args == '\0') continue;  // bare `ddpkit` prints the overview on stderr
@@ -102,11 +121,13 @@ TEST(CliTest, JsonModeCarriesTheDdpLoggingData) {
 
 // PyTorch's test vector D through the command line, and the exact JSON shape.
 TEST(CliTest, BucketsPrintsTheAssignment) {
-  Result r = RunDdpkit("buckets --sizes 50,25,50,25,50,25 --dtypes f32,f64,f32,f64,f32,f64 "
-                       "--limits 200,400 --json");
+  Result r = RunDdpkit(
+      "buckets --sizes 50,25,50,25,50,25 --dtypes f32,f64,f32,f64,f32,f64 "
+      "--limits 200,400 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out),
-            nlohmann::json::parse(R"({"buckets": [[0], [1], [2, 4], [3, 5]], "limits": [200, 200, 400, 400]})"));
+            nlohmann::json::parse(
+                R"({"buckets": [[0], [1], [2, 4], [3, 5]], "limits": [200, 200, 400, 400]})"));
   r = RunDdpkit("buckets --sizes 100,100,100 --sparse 1 --limits 400 --json");
   EXPECT_EQ(nlohmann::json::parse(r.out),
             nlohmann::json::parse(R"({"buckets": [[0], [1], [2]], "limits": [400, 0, 400]})"));
@@ -130,7 +151,8 @@ TEST(CliTest, MissingFilesFailWithExit1AndNameTheFile) {
 TEST(CliTest, JoinReportsEveryIterationAndTheFinalSync) {
   for (const char* divide : {"true", "false"}) {
     Result r = RunDdpkit(std::string("join --json --inputs 2,4,3 --batch-size 4 --model mlp:6,8,3 "
-                                     "--divide-by-initial-world-size ") + divide);
+                                     "--divide-by-initial-world-size ") +
+                         divide);
     ASSERT_EQ(r.status, 0) << r.err;
     nlohmann::json report = nlohmann::json::parse(r.out);
     ASSERT_EQ(report["iterations"].size(), 4u);
@@ -142,7 +164,8 @@ TEST(CliTest, JoinReportsEveryIterationAndTheFinalSync) {
     EXPECT_EQ(report["iterations"][2]["divide_factor"], by_world ? 3.0 : 2.0);
     EXPECT_EQ(report["iterations"][3]["divide_factor"], by_world ? 3.0 : 1.0);
     // The joined rank issued exactly what the active one did.
-    EXPECT_EQ(report["iterations"][3]["active_collectives"], report["iterations"][3]["shadowing_collectives"]);
+    EXPECT_EQ(report["iterations"][3]["active_collectives"],
+              report["iterations"][3]["shadowing_collectives"]);
     EXPECT_GE(report["iterations"][3]["active_collectives"].size(), 3u);
     EXPECT_EQ(report["authoritative_rank"], 1);
     EXPECT_EQ(report["models_identical"], true);
@@ -151,8 +174,9 @@ TEST(CliTest, JoinReportsEveryIterationAndTheFinalSync) {
 }
 
 TEST(CliTest, JoinWithZeroShardsTheOptimizerAndStillAgrees) {
-  Result r = RunDdpkit("join --json --inputs 3,1,2,0 --batch-size 4 --model mlp:6,8,3 --optimizer zero-sgd "
-                       "--momentum 0.9");
+  Result r = RunDdpkit(
+      "join --json --inputs 3,1,2,0 --batch-size 4 --model mlp:6,8,3 --optimizer zero-sgd "
+      "--momentum 0.9");
   ASSERT_EQ(r.status, 0) << r.err;
   nlohmann::json report = nlohmann::json::parse(r.out);
   EXPECT_EQ(report["models_identical"], true);
@@ -165,7 +189,8 @@ TEST(CliTest, JoinWithZeroShardsTheOptimizerAndStillAgrees) {
 }
 
 TEST(CliTest, JoinThrowModeStopsEveryRankInOneIteration) {
-  Result r = RunDdpkit("join --json --inputs 3,1,2 --batch-size 4 --model mlp:6,8,3 --throw-on-early-termination");
+  Result r = RunDdpkit(
+      "join --json --inputs 3,1,2 --batch-size 4 --model mlp:6,8,3 --throw-on-early-termination");
   ASSERT_EQ(r.status, 0) << r.err;
   nlohmann::json report = nlohmann::json::parse(r.out);
   EXPECT_EQ(report["stopped_at_iteration"], 1);
@@ -191,14 +216,18 @@ TEST(CliTest, JoinReadsPerRankFilesAndSavesTheFinalWeights) {
   for (int r = 0; r < 3; ++r) {
     ddpkit::Tensor x = ddpkit::Tensor::Empty({rows[r], 6});
     ddpkit::Tensor y = ddpkit::Tensor::Empty({rows[r]}, ddpkit::DType::kInt64);
-    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 37 + r) % 11) / 11.0f;
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.data<float>()[i] = static_cast<float>((i * 37 + r) % 11) / 11.0f;
     for (int64_t i = 0; i < rows[r]; ++i) y.data<int64_t>()[i] = (i + r) % 3;
     ASSERT_TRUE(ddpkit::WriteSafetensors(prefix + ".rank" + std::to_string(r) + ".safetensors",
-                                         {{"x", x}, {"y", y}}).ok());
+                                         {{"x", x}, {"y", y}})
+                    .ok());
   }
   const std::string weights = prefix + ".weights.safetensors";
-  Result r = RunDdpkit("join --json --data-per-rank " + prefix + " --world-size 3 --batch-size 4 "
-                       "--model mlp:6,8,3 --save-weights " + weights);
+  Result r = RunDdpkit("join --json --data-per-rank " + prefix +
+                       " --world-size 3 --batch-size 4 "
+                       "--model mlp:6,8,3 --save-weights " +
+                       weights);
   ASSERT_EQ(r.status, 0) << r.err;
   nlohmann::json report = nlohmann::json::parse(r.out);
   EXPECT_EQ(report["inputs"], nlohmann::json::parse("[2, 1, 3]"));
@@ -206,15 +235,18 @@ TEST(CliTest, JoinReadsPerRankFilesAndSavesTheFinalWeights) {
   absl::StatusOr<ddpkit::SafetensorsFile> saved = ddpkit::ReadSafetensors(weights);
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_NE(saved->Find("0.weight"), nullptr);
-  r = RunDdpkit("join --data-per-rank " + prefix + " --world-size 4 --batch-size 4 --model mlp:6,8,3");
+  r = RunDdpkit("join --data-per-rank " + prefix +
+                " --world-size 4 --batch-size 4 --model mlp:6,8,3");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(absl::StrContains(r.err, prefix + ".rank3.safetensors")) << r.err;
 }
 
 TEST(CliTest, ContrastiveReportsTheCheckTheCurvesAndTheMemory) {
   const std::string dir = testing::TempDir() + "/contrastive_" + std::to_string(::getpid());
-  Result r = RunDdpkit("contrastive --json --world-size 2 --batch-size 4 --steps 3 --layout local "
-                       "--gather sum --out " + dir);
+  Result r = RunDdpkit(
+      "contrastive --json --world-size 2 --batch-size 4 --steps 3 --layout local "
+      "--gather sum --out " +
+      dir);
   ASSERT_EQ(r.status, 0) << r.err;
   nlohmann::json report = nlohmann::json::parse(r.out);
   EXPECT_EQ(report["world_size"], 2);
@@ -224,7 +256,8 @@ TEST(CliTest, ContrastiveReportsTheCheckTheCurvesAndTheMemory) {
   ASSERT_EQ(report["training"].size(), 2u);  // the single-process reference, then local + sum
   EXPECT_EQ(report["training"][0]["gather"], "single-process");
   EXPECT_EQ(report["training"][1]["losses"].size(), 3u);
-  EXPECT_EQ(report["logit_memory"][0]["elements_per_rank"], "64");  // 2·b·B = 2·4·8 (int64: a string)
+  EXPECT_EQ(report["logit_memory"][0]["elements_per_rank"],
+            "64");  // 2·b·B = 2·4·8 (int64: a string)
   for (const char* file : {"/curves.csv", "/curves.svg"}) {
     FILE* f = std::fopen((dir + file).c_str(), "r");
     ASSERT_NE(f, nullptr) << file;

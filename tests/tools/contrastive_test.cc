@@ -14,8 +14,8 @@
 namespace ddpkit::tools {
 namespace {
 
-
-const GradientCheckRow& Row(const ContrastiveReport& report, std::string_view layout, std::string_view gather) {
+const GradientCheckRow& Row(const ContrastiveReport& report, std::string_view layout,
+                            std::string_view gather) {
   for (const GradientCheckRow& row : report.gradient_check()) {
     if (row.layout() == layout && row.gather() == gather) return row;
   }
@@ -41,7 +41,8 @@ TEST(ContrastiveGradientTest, EachModeGivesTheDerivedFactor) {
       ASSERT_EQ(report->gradient_check_size(), 10);
       for (const char* layout : {"local", "global"}) {
         for (const char* exact : {"sum", "allreduce_slice"}) {
-          EXPECT_LT(Row(*report, layout, exact).encoder_rel_error(), 1e-12) << layout << " + " << exact;
+          EXPECT_LT(Row(*report, layout, exact).encoder_rel_error(), 1e-12)
+              << layout << " + " << exact;
         }
       }
       // global + slice: exactly 1/n, no bias; the logit scale is untouched by the gather.

@@ -69,8 +69,10 @@ TEST(TrainerTest, ZeroShardedSgdTrainsExactlyAsSgd) {
 }
 
 TEST(TrainerTest, DataParallelRunEqualsOneProcessOnTheGlobalBatch) {
-  const std::string single_grads = TempPath("g1.safetensors"), ddp_grads = TempPath("g4.safetensors");
-  const std::string single_weights = TempPath("w1.safetensors"), ddp_weights = TempPath("w4.safetensors");
+  const std::string single_grads = TempPath("g1.safetensors"),
+                    ddp_grads = TempPath("g4.safetensors");
+  const std::string single_weights = TempPath("w1.safetensors"),
+                    ddp_weights = TempPath("w4.safetensors");
   for (int grad_accum : {1, 3}) {
     TrainConfig single;
     single.steps = 4;
@@ -81,7 +83,9 @@ TEST(TrainerTest, DataParallelRunEqualsOneProcessOnTheGlobalBatch) {
     TrainConfig ddp = single;
     ddp.world_size = 4;
     ddp.batch_size = 8;
-    ddp.ddp = {.bucket_cap_mb = 0.01, .first_bucket_mb = 0.004, .find_unused_parameters = grad_accum == 3,
+    ddp.ddp = {.bucket_cap_mb = 0.01,
+               .first_bucket_mb = 0.004,
+               .find_unused_parameters = grad_accum == 3,
                .gradient_as_bucket_view = true};
     ddp.save_grads_path = ddp_grads;
     ddp.save_weights_path = ddp_weights;
@@ -90,7 +94,8 @@ TEST(TrainerTest, DataParallelRunEqualsOneProcessOnTheGlobalBatch) {
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_EQ(b->world_size(), 4);
     for (int step = 0; step < 4; ++step) EXPECT_NEAR(a->losses(step), b->losses(step), 1e-5);
-    for (const auto& [one, four] : {std::pair{single_grads, ddp_grads}, std::pair{single_weights, ddp_weights}}) {
+    for (const auto& [one, four] :
+         {std::pair{single_grads, ddp_grads}, std::pair{single_weights, ddp_weights}}) {
       absl::StatusOr<SafetensorsFile> x = ReadSafetensors(one), y = ReadSafetensors(four);
       ASSERT_TRUE(x.ok() && y.ok());
       ASSERT_EQ(x->tensors.size(), 6u);
@@ -98,12 +103,14 @@ TEST(TrainerTest, DataParallelRunEqualsOneProcessOnTheGlobalBatch) {
         const Tensor* other = y->Find(name);
         ASSERT_NE(other, nullptr) << name;
         for (int64_t i = 0; i < t.numel(); ++i) {
-          ASSERT_NEAR(t.at(i), other->at(i), 1e-5 + 1e-4 * std::fabs(t.at(i))) << name << "[" << i << "] in " << one;
+          ASSERT_NEAR(t.at(i), other->at(i), 1e-5 + 1e-4 * std::fabs(t.at(i)))
+              << name << "[" << i << "] in " << one;
         }
       }
     }
   }
-  for (const auto& p : {single_grads, ddp_grads, single_weights, ddp_weights}) std::filesystem::remove(p);
+  for (const auto& p : {single_grads, ddp_grads, single_weights, ddp_weights})
+    std::filesystem::remove(p);
 }
 
 // PyTorch's own DistributedDataParallel (1.13, gloo, 2 processes) as the oracle: same initial
@@ -124,8 +131,10 @@ TEST(TrainerTest, MatchesPyTorchDdpGoldenRun) {
   config.save_grads_path = grads_path;
   config.save_weights_path = weights_path;
   ASSERT_TRUE(Train(config).ok());
-  absl::StatusOr<SafetensorsFile> expected = ReadSafetensors(testdata + "/torch_ddp_expected.safetensors");
-  absl::StatusOr<SafetensorsFile> grads = ReadSafetensors(grads_path), weights = ReadSafetensors(weights_path);
+  absl::StatusOr<SafetensorsFile> expected =
+      ReadSafetensors(testdata + "/torch_ddp_expected.safetensors");
+  absl::StatusOr<SafetensorsFile> grads = ReadSafetensors(grads_path),
+                                  weights = ReadSafetensors(weights_path);
   ASSERT_TRUE(expected.ok() && grads.ok() && weights.ok());
   int compared = 0;
   for (const auto& [name, want] : expected->tensors) {
@@ -134,7 +143,8 @@ TEST(TrainerTest, MatchesPyTorchDdpGoldenRun) {
     const Tensor* got = (is_grad ? *grads : *weights).Find(param);
     ASSERT_NE(got, nullptr) << name;
     for (int64_t i = 0; i < want.numel(); ++i) {
-      EXPECT_NEAR(got->at(i), want.at(i), 1e-6 + 1e-5 * std::fabs(want.at(i))) << name << "[" << i << "]";
+      EXPECT_NEAR(got->at(i), want.at(i), 1e-6 + 1e-5 * std::fabs(want.at(i)))
+          << name << "[" << i << "]";
     }
     ++compared;
   }
@@ -185,7 +195,8 @@ TEST(TrainerTest, BadDataFilesNameTheFileAndTensor) {
   expect_error({{"x", Tensor::Zeros({2, 4})}}, "needs tensors 'x'");
   expect_error({{"x", Tensor::Zeros({2, 5})}, {"y", y}},
                "tensor 'x' has 5 columns but the model's input width is 4");
-  expect_error({{"x", Tensor::Zeros({2, 4})}, {"y", Tensor::Zeros({2})}}, "tensor 'y' must be int64 [2]");
+  expect_error({{"x", Tensor::Zeros({2, 4})}, {"y", Tensor::Zeros({2})}},
+               "tensor 'y' must be int64 [2]");
   expect_error({{"x", Tensor::Zeros({2, 4})}, {"y", Tensor::FromVector<int64_t>({0, 3}, {2})}},
                "tensor 'y' row 1 has label 3, outside the model's 3 output classes");
   std::filesystem::remove(path);

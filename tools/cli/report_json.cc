@@ -1,5 +1,5 @@
-#include "google/protobuf/util/json_util.h"
 #include "autograd/error.h"
+#include "google/protobuf/util/json_util.h"
 #include "tools/cli/commands.h"
 
 namespace ddpkit::cli {

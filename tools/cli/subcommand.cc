@@ -59,7 +59,8 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
     std::string name = Underscored(body.substr(0, body.find('=')));
     const bool has_value = body.find('=') != absl::string_view::npos;
     std::string value = has_value ? std::string(body.substr(body.find('=') + 1)) : "";
-    absl::CommandLineFlag* flag = Accepts(subcommand, name) ? absl::FindCommandLineFlag(name) : nullptr;
+    absl::CommandLineFlag* flag =
+        Accepts(subcommand, name) ? absl::FindCommandLineFlag(name) : nullptr;
     if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
       absl::CommandLineFlag* negated =
           Accepts(subcommand, name.substr(2)) ? absl::FindCommandLineFlag(name.substr(2)) : nullptr;
@@ -72,7 +73,8 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
     if (!has_value && value.empty()) {
       if (flag->IsOfType<bool>()) {
         // "--flag", or "--flag true|false" as a separate word
-        const bool next_is_bool = i + 1 < args.size() && (args[i + 1] == "true" || args[i + 1] == "false");
+        const bool next_is_bool =
+            i + 1 < args.size() && (args[i + 1] == "true" || args[i + 1] == "false");
         value = next_is_bool ? args[++i] : "true";
       } else if (i + 1 < args.size()) {
         value = args[++i];
@@ -91,7 +93,8 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
 }
 
 bool FlagDiffersFromDefault(std::string_view name) {
-  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(absl::string_view(name.data(), name.size()));
+  const absl::CommandLineFlag* flag =
+      absl::FindCommandLineFlag(absl::string_view(name.data(), name.size()));
   return flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
 }
 
@@ -100,9 +103,9 @@ std::string SubcommandHelp(const Subcommand& subcommand) {
   for (const std::string& name : subcommand.flag_names) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr) continue;
-    absl::StrAppend(&out, "  --", Dashed(name), " (default: ",
-                    flag->DefaultValue().empty() ? "\"\"" : flag->DefaultValue(), ")\n      ",
-                    flag->Help(), "\n");
+    absl::StrAppend(&out, "  --", Dashed(name),
+                    " (default: ", flag->DefaultValue().empty() ? "\"\"" : flag->DefaultValue(),
+                    ")\n      ", flag->Help(), "\n");
   }
   return out;
 }
@@ -112,7 +115,8 @@ int Main(int argc, char** argv, const std::vector<Subcommand>& subcommands) {
     std::string out =
         "ddpkit: a readable PyTorch-DDP-style reducer runtime.\n\nusage: ddpkit <subcommand> "
         "[flags]\n\nsubcommands:\n";
-    for (const Subcommand& s : subcommands) absl::StrAppend(&out, "  ", s.name, "\t", s.summary, "\n");
+    for (const Subcommand& s : subcommands)
+      absl::StrAppend(&out, "  ", s.name, "\t", s.summary, "\n");
     absl::StrAppend(&out, "\n'ddpkit <subcommand> --help' lists a subcommand's flags.\n");
     return out;
   };
