@@ -3,5 +3,5 @@
 # Extra arguments are passed to `ddpkit train`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bash "$root/tools/build.sh" "$root/build"
+bash "$root/tools/scripts/build.sh" "$root/build"
 exec "$root/build/bin/ddpkit" train "$@"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Builds ddpkit and runs the whole test suite; exits non-zero on any failure.
+#   0. the format check: every C++ file as clang-format writes it (tools/scripts/check_format.sh);
 #   1. the normal build, all tests;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, all tests;
 #   3. a ThreadSanitizer build, the threaded tests (labels comm and reducer; not gloo, because
@@ -9,13 +10,17 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 jobs="$(nproc)"
 
+echo "== ddpkit: format check"
+bash "$root/tools/scripts/setup_deps.sh"
+bash "$root/tools/scripts/check_format.sh"
+
 echo "== ddpkit: build and test (build/)"
-bash "$root/tools/build.sh" "$root/build"
+bash "$root/tools/scripts/build.sh" "$root/build"
 ctest --test-dir "$root/build" --output-on-failure --parallel "$jobs"
 
 if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== ddpkit: build and test under ASan+UBSan (build-asan/)"
-  bash "$root/tools/build.sh" "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug \
+  bash "$root/tools/scripts/build.sh" "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug \
     "-DDDPKIT_SANITIZE=address;undefined" -DDDPKIT_BUILD_BENCHMARKS=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$root/build-asan" --output-on-failure --parallel "$jobs"
@@ -23,7 +28,7 @@ fi
 
 if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== ddpkit: build and test under TSan (build-tsan/, threaded tests)"
-  bash "$root/tools/build.sh" "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug \
+  bash "$root/tools/scripts/build.sh" "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug \
     -DDDPKIT_SANITIZE=thread -DDDPKIT_BUILD_BENCHMARKS=OFF
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --test-dir "$root/build-tsan" -L 'comm|reducer' --output-on-failure --parallel "$jobs"

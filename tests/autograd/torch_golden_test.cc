@@ -1,4 +1,4 @@
-// ddpkit against PyTorch 1.13: golden files written by tools/golden/make_torch_golden.py.
+// ddpkit against PyTorch 1.13: golden files written by tools/scripts/golden/make_torch_golden.py.
 #include "autograd/nn.h"
 #include "autograd/ops.h"
 #include "autograd/optim.h"

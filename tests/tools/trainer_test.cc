@@ -115,7 +115,7 @@ TEST(TrainerTest, DataParallelRunEqualsOneProcessOnTheGlobalBatch) {
 
 // PyTorch's own DistributedDataParallel (1.13, gloo, 2 processes) as the oracle: same initial
 // weights, same rows per rank, three SGD steps; the last step's averaged gradients and the final
-// weights must match (tools/golden/make_torch_golden.py wrote the files).
+// weights must match (tools/scripts/golden/make_torch_golden.py wrote the files).
 TEST(TrainerTest, MatchesPyTorchDdpGoldenRun) {
   const std::string testdata = DDPKIT_TESTDATA_DIR;
   const std::string grads_path = TempPath("torch_ddp_grads.safetensors");

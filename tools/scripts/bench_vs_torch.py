@@ -8,7 +8,7 @@ mean cross-entropy, backward (DDP allreduces), SGD step. One compute thread per 
 sides, so neither oversubscribes the cores.
 
 Needs Debian's python3-torch (apt-get install python3-torch); it is an oracle for developers,
-not a requirement of ddpkit's build or CI. Usage: tools/bench_vs_torch.py [--steps N]
+not a requirement of ddpkit's build or CI. Usage: tools/scripts/bench_vs_torch.py [--steps N]
 """
 import argparse
 import json
@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDPKIT = os.path.join(ROOT, "build", "bin", "ddpkit")
 
 CONFIGS = [  # (model widths, batch per rank, world size, target ratio from the reducer issue)
@@ -37,7 +37,8 @@ def ddpkit_step_ms(widths, batch, world, steps):
          "--steps", str(steps), "--json"],
         env=env, check=True, capture_output=True, text=True).stdout
     # The launcher prefixes each line with "[rank r] "; rank 0 prints the report.
-    body = "\n".join(line.split("] ", 1)[1] for line in out.splitlines() if line.startswith("[rank 0] "))
+    body = "\n".join(line.split("] ", 1)[1] for line in out.splitlines()
+                     if line.startswith("[rank 0] "))
     return json.loads(body)["median_step_ms"]
 
 
@@ -88,13 +89,15 @@ def main():
     except ImportError:
         sys.exit("bench_vs_torch: PyTorch is not installed (apt-get install python3-torch)")
     if not os.path.exists(DDPKIT):
-        sys.exit(f"bench_vs_torch: {DDPKIT} not found; build first (tools/build.sh)")
-    print(f"{'model':32} {'batch':>5} {'world':>5} {'ddpkit ms':>10} {'torch ms':>10} {'ratio':>7} {'target':>7}")
+        sys.exit(f"bench_vs_torch: {DDPKIT} not found; build first (tools/scripts/build.sh)")
+    print(f"{'model':32} {'batch':>5} {'world':>5} {'ddpkit ms':>10} {'torch ms':>10} "
+          f"{'ratio':>7} {'target':>7}")
     for widths, batch, world, target in CONFIGS:
         mine = ddpkit_step_ms(widths, batch, world, args.steps)
         theirs = torch_step_ms(widths, batch, world, args.steps)
         spec = "-".join(map(str, widths))
-        print(f"{spec:32} {batch:5d} {world:5d} {mine:10.3f} {theirs:10.3f} {mine / theirs:7.2f} {'<= ' + str(target):>7}")
+        print(f"{spec:32} {batch:5d} {world:5d} {mine:10.3f} {theirs:10.3f} "
+              f"{mine / theirs:7.2f} {'<= ' + str(target):>7}")
 
 
 if __name__ == "__main__":

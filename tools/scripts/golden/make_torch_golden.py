@@ -5,7 +5,7 @@ PyTorch is the oracle; ddpkit's tests read these files and never need torch. Reg
 Debian's python3-torch (1.13):
 
     apt-get install python3-torch
-    /usr/bin/python3 tools/golden/make_torch_golden.py
+    /usr/bin/python3 tools/scripts/golden/make_torch_golden.py
 
 torch 1.13 has no safetensors writer, so `write_safetensors` serialises torch's tensors with the
 format's few rules (8-byte little-endian header length, JSON header, raw little-endian data).
@@ -17,7 +17,8 @@ import sys
 
 import torch
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "testdata")
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests",
+                   "testdata")
 
 CODES = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16",
          torch.bfloat16: "BF16", torch.int32: "I32", torch.int64: "I64"}
@@ -133,7 +134,8 @@ def ddp_worker(rank, world, steps, batch, lr, port, result_path):
     for step in range(steps):
         begin = (step * world + rank) * batch  # global micro-batch `step`, this rank's slice
         opt.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(ddp(x[begin:begin + batch]), y[begin:begin + batch]).backward()
+        logits = ddp(x[begin:begin + batch])
+        torch.nn.functional.cross_entropy(logits, y[begin:begin + batch]).backward()
         grads = {f"grad.{k}": p.grad.clone() for k, p in model.named_parameters()}
         opt.step()
     if rank == 0:

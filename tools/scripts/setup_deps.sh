@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages ddpkit builds against, skipping those already present.
-# Sourced by tools/demo.sh and tools/test.sh; safe to run on its own.
+# Run by tools/scripts/build.sh (so by tools/demo.sh and tools/test.sh); safe to run on its own.
 set -euo pipefail
 
 DDPKIT_DEBIAN_PACKAGES=(
@@ -12,6 +12,7 @@ DDPKIT_DEBIAN_PACKAGES=(
   libgloo-dev                          # the gloo backend
   libgtest-dev libgmock-dev            # tests
   libbenchmark-dev                     # benchmarks
+  clang-format                         # the format check (tools/scripts/check_format.sh)
 )
 
 missing=()
@@ -25,7 +26,10 @@ if ((${#missing[@]})); then
   echo "ddpkit: installing missing Debian packages: ${missing[*]}" >&2
   sudo=""
   if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null || { echo "ddpkit: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    if ! command -v sudo >/dev/null; then
+      echo "ddpkit: need root or sudo to install: ${missing[*]}" >&2
+      exit 1
+    fi
     sudo="sudo"
   fi
   export DEBIAN_FRONTEND=noninteractive
