@@ -39,9 +39,11 @@ void Join::Run(const std::vector<Joinable*>& joinables, const JoinOptions& optio
                const std::function<void()>& loop) {
   DDPKIT_CHECK(!joinables.empty(), "[join] Join needs at least one joinable");
   comm::ProcessGroup& group = joinables.front()->join_process_group();
-  for (size_t i = 0; i < joinables.size(); ++i) {
-    DDPKIT_CHECK(&joinables[i]->join_process_group() == &group,
+  for (const Joinable* j : joinables) {
+    DDPKIT_CHECK(&j->join_process_group() == &group,
                  "[join] all joinables must use one process group");
+  }
+  for (size_t i = 0; i < joinables.size(); ++i) {
     joinables[i]->join_config_ = {.enable = options.enable,
                                   .throw_on_early_termination = options.throw_on_early_termination,
                                   .is_first_joinable = i == 0};

@@ -3,7 +3,7 @@
 #   0. the format check: every C++ file as clang-format writes it (tools/scripts/check_format.sh);
 #   1. the normal build, all tests;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, all tests;
-#   3. a ThreadSanitizer build, the threaded tests (labels comm and reducer; not gloo, because
+#   3. a ThreadSanitizer build, the threaded tests (labels comm, join, reducer; not gloo, because
 #      Debian's libgloo is not TSan-instrumented and its own threads would be misreported).
 # Skip 2 and 3 with DDPKIT_SKIP_SANITIZERS=1 for a quick local run.
 set -euo pipefail
@@ -31,5 +31,5 @@ if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
   bash "$root/tools/scripts/build.sh" "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug \
     -DDDPKIT_SANITIZE=thread -DDDPKIT_BUILD_BENCHMARKS=OFF
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir "$root/build-tsan" -L 'comm|reducer' --output-on-failure --parallel "$jobs"
+    ctest --test-dir "$root/build-tsan" -L 'comm|join|reducer' --output-on-failure --parallel "$jobs"
 fi

@@ -1,9 +1,6 @@
 // The in-process `threads` backend: every collective, and every way it can fail.
 #include "comm/threads/threads_world.h"
 
-#include <atomic>
-#include <thread>
-
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/comm/collective_checks.h"
@@ -177,51 +174,6 @@ TEST(ThreadsWorldTest, AGroupIsUnusableAfterAFailure) {
       ShortTimeout(absl::Seconds(20)));
 }
 
-TEST(ThreadsWorldTest, WorkReportsDurationCallbacksAndBoundedWaits) {
-  ASSERT_TRUE(RunThreadsWorld(2, [](ProcessGroup& group) -> absl::Status {
-                if (group.rank() == 1) absl::SleepFor(absl::Milliseconds(100));
-                auto work = group.Barrier();
-                std::atomic<bool> called{false};
-                if (group.rank() == 0) {
-                  EXPECT_EQ(work->Wait(absl::Milliseconds(1)).code(),
-                            absl::StatusCode::kDeadlineExceeded);
-                  EXPECT_FALSE(work->IsCompleted());
-                }
-                work->OnCompletion([&](const absl::Status& s) { called = s.ok(); });
-                DDPKIT_RETURN_IF_ERROR(work->Wait());
-                EXPECT_TRUE(called);
-                EXPECT_GT(work->duration(), absl::ZeroDuration());
-                EXPECT_EQ(work->op(), OpType::kBarrier);
-                return absl::OkStatus();
-              }).ok());
-}
-
-TEST(ThreadsWorldTest, FlightRecorderKeepsTheLastCollectives) {
-  ASSERT_TRUE(
-      RunThreadsWorld(2,
-                      [](ProcessGroup& group) -> absl::Status {
-                        for (int i = 0; i < 5; ++i)
-                          DDPKIT_RETURN_IF_ERROR(group.Allreduce(Tensor::Full({3}, 1.0))->Wait());
-                        DDPKIT_RETURN_IF_ERROR(group.Barrier()->Wait());
-                        auto entries = group.flight_recorder().Entries();
-                        EXPECT_EQ(entries.size(), 6u);
-                        EXPECT_EQ(entries.back().op, OpType::kBarrier);
-                        EXPECT_EQ(entries.back().sequence_number, 6u);
-                        EXPECT_EQ(entries.front().state, FlightRecorder::State::kCompleted);
-                        EXPECT_TRUE(absl::StrContains(group.flight_recorder().Dump(), "ALLREDUCE"));
-                        return absl::OkStatus();
-                      },
-                      {.timeout = absl::Seconds(10),
-                       .debug_level = DebugLevel::kOff,
-                       .flight_recorder_size = 8})
-          .ok());
-  FlightRecorder small(3);
-  for (uint64_t s = 1; s <= 5; ++s) small.Queued({.op = OpType::kBarrier, .sequence_number = s});
-  auto entries = small.Entries();
-  ASSERT_EQ(entries.size(), 3u);
-  EXPECT_EQ(entries.front().sequence_number, 3u);  // oldest kept first
-}
-
 TEST(ThreadsWorldTest, ArgumentErrorsAreCaughtAtTheCall) {
   (void)RunThreadsWorld(2, [](ProcessGroup& group) {
     EXPECT_THROW(group.Broadcast(Tensor::Zeros({2}), 5), Error);
@@ -231,28 +183,6 @@ TEST(ThreadsWorldTest, ArgumentErrorsAreCaughtAtTheCall) {
     EXPECT_THROW(group.ReduceScatter(Tensor::Zeros({3}), Tensor::Zeros({1}), {1, 1}), Error);
     return absl::OkStatus();
   });
-}
-
-TEST(DebugLevelTest, Parses) {
-  EXPECT_EQ(*ParseDebugLevel("DETAIL"), DebugLevel::kDetail);
-  EXPECT_EQ(*ParseDebugLevel("OFF"), DebugLevel::kOff);
-  EXPECT_EQ(ParseDebugLevel("LOUD").status().message(),
-            "debug level 'LOUD' is not one of OFF, INFO, DETAIL");
-}
-
-TEST(FingerprintTest, EncodesAndDecodes) {
-  CollectiveFingerprint f{.sequence_number = 9,
-                          .op = OpType::kAllToAllV,
-                          .dtype = DType::kBFloat16,
-                          .input_numel = 5,
-                          .output_numel = 7,
-                          .counts = {1, 4},
-                          .recv_counts = {3, 4}};
-  std::vector<int64_t> words = f.Encode(2);
-  CollectiveFingerprint g = CollectiveFingerprint::Decode(words.data(), 2);
-  EXPECT_EQ(g.Describe(), f.Describe());
-  EXPECT_EQ(g.recv_counts, f.recv_counts);
-  EXPECT_EQ(g.sequence_number, 9u);
 }
 
 }  // namespace
