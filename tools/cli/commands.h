@@ -1,9 +1,6 @@
-// The subcommands `ddpkit` offers; each is defined in tools/<name>_command.cc.
+// The subcommands `ddpkit` offers; each is defined in tools/cli/<name>_command.cc.
 #pragma once
 
-#include <string>
-
-#include "google/protobuf/message.h"
 #include "tools/cli/subcommand.h"
 
 namespace ddpkit::cli {
@@ -14,8 +11,5 @@ Subcommand JoinSubcommand();
 Subcommand ContrastiveSubcommand();
 Subcommand LaunchSubcommand();
 Subcommand BenchSubcommand();
-
-// A report message as pretty JSON with the field names of its .proto, ending in a newline.
-std::string ReportToJson(const google::protobuf::Message& report);
 
 }  // namespace ddpkit::cli

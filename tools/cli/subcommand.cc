@@ -98,6 +98,11 @@ bool FlagDiffersFromDefault(std::string_view name) {
   return flag != nullptr && flag->CurrentValue() != flag->DefaultValue();
 }
 
+int Fail(std::string_view subcommand, const absl::Status& status) {
+  std::cerr << "ddpkit " << subcommand << ": " << status.message() << "\n";
+  return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+}
+
 std::string SubcommandHelp(const Subcommand& subcommand) {
   std::string out = StrCat("usage: ", subcommand.usage, "\n\n", subcommand.summary, "\n\nflags:\n");
   for (const std::string& name : subcommand.flag_names) {

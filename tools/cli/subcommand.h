@@ -40,6 +40,10 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
 // own default for a shared flag uses this; a flag set to its default value reads as unset).
 bool FlagDiffersFromDefault(std::string_view name);
 
+// Prints "ddpkit <subcommand>: <message>" on stderr and returns the exit status for it:
+// kExitUsage for InvalidArgument (the command line was wrong), kExitFailure otherwise.
+int Fail(std::string_view subcommand, const absl::Status& status);
+
 // "usage line, then each flag with its default and help text".
 std::string SubcommandHelp(const Subcommand& subcommand);
 

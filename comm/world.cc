@@ -1,0 +1,43 @@
+#include "comm/world.h"
+
+#include "comm/rendezvous.h"
+#include "comm/threads/threads_world.h"
+
+namespace ddpkit::comm {
+
+absl::Status ValidateWorldSpec(const WorldSpec& world) {
+  if (world.backend != "threads" && world.backend != "gloo") {
+    return absl::InvalidArgumentError(
+        StrCat("--backend must be threads or gloo, got '", world.backend, "'"));
+  }
+  if (world.backend == "threads" && world.world_size < 1) {
+    return absl::InvalidArgumentError(StrCat("--world-size must be >= 1, got ", world.world_size));
+  }
+  if (!(world.options.timeout > absl::ZeroDuration())) {
+    return absl::InvalidArgumentError(StrCat("--timeout must be > 0 seconds, got ",
+                                             absl::ToDoubleSeconds(world.options.timeout)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> WorldSize(const WorldSpec& world) {
+  if (world.backend == "threads") return world.world_size;
+  DDPKIT_ASSIGN_OR_RETURN(EnvRendezvous env, ReadEnvRendezvous());
+  return env.world_size;
+}
+
+absl::Status RunOnWorld(const WorldSpec& world,
+                        const std::function<absl::Status(ProcessGroup&)>& body) {
+  DDPKIT_RETURN_IF_ERROR(ValidateWorldSpec(world));
+  if (world.backend == "threads") return RunThreadsWorld(world.world_size, body, world.options);
+  DDPKIT_ASSIGN_OR_RETURN(EnvRendezvous env, ReadEnvRendezvous());
+  DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> gloo,
+                          DistributedWorld::InitGloo(env, world.options));
+  return body(gloo->group());
+}
+
+bool ReportsForProcess(const WorldSpec& world, const ProcessGroup& group) {
+  return world.backend != "threads" || group.rank() == 0;
+}
+
+}  // namespace ddpkit::comm

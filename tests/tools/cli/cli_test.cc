@@ -1,0 +1,269 @@
+// The ddpkit binary, run as a user would: exit statuses, one-line errors, pure JSON on stdout.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "autograd/safetensors.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out;  // stdout only
+  std::string err;  // stderr only
+};
+
+// Runs `ddpkit ARGS` from the build tree, capturing stdout and stderr separately.
+Result RunDdpkit(const std::string& args) {
+  // Unique per process and call: CTest runs tests of this binary in parallel processes.
+  static int calls = 0;
+  const std::string err_path = testing::TempDir() + "/ddpkit_cli_stderr." +
+                               std::to_string(::getpid()) + "." + std::to_string(calls++);
+  const std::string command =
+      std::string(DDPKIT_BINARY_DIR) + "/bin/ddpkit " + args + " 2>" + err_path;
+  Result result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (FILE* err = std::fopen(err_path.c_str(), "r")) {
+    while ((n = std::fread(buffer.data(), 1, buffer.size(), err)) > 0)
+      result.err.append(buffer.data(), n);
+    std::fclose(err);
+  }
+  std::remove(err_path.c_str());
+  return result;
+}
+
+int Lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+TEST(CliTest, HelpListsSubcommands) {
+  Result r = RunDdpkit("--help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "train")) << r.out;
+  r = RunDdpkit("train --help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "--batch-size")) << r.out;
+}
+
+TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
+  for (const char* args : {"",
+                           "no-such-subcommand",
+                           "train --no-such-flag",
+                           "train --steps=abc",
+                           "train --steps",
+                           "train extra-positional",
+                           "train --model mlp:3",
+                           "train --bucket-cap-mb 0",
+                           "train --comm-hook fp8",
+                           "train --grad-accum 0",
+                           "train --world-size 0",
+                           "buckets --sizes 1,x",
+                           "buckets --sizes 4,4 --order 1",
+                           "buckets --sizes 4 --dtypes f32,f64",
+                           "buckets --sizes 4 --limits 0",
+                           "join",
+                           "join --inputs 3,x",
+                           "join --inputs 3,-1",
+                           "join --inputs 2,2 --world-size 3",
+                           "join --inputs 2,2 --data-per-rank p",
+                           "join --inputs 2,2 --optimizer adam",
+                           "join --inputs 2,2 --no-join --throw-on-early-termination",
+                           "train --optimizer zero",
+                           "contrastive --gather mean",
+                           "contrastive --layout diag",
+                           "contrastive --optimizer zero-sgd",
+                           "contrastive --steps -1"}) {
+    Result r = RunDdpkit(args);
+    EXPECT_EQ(r.status, 2) << args;
+    if (*args == '\0') continue;  // bare `ddpkit` prints the overview on stderr
+    EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
+    EXPECT_TRUE(absl::StartsWith(r.err, "ddpkit")) << r.err;
+  }
+}
+
+TEST(CliTest, FlagSpellings) {
+  EXPECT_EQ(RunDdpkit("train --steps 1 --batch-size=4 --nojson").status, 0);
+  EXPECT_EQ(RunDdpkit("train --steps=1 --batch_size 4").status, 0);
+}
+
+TEST(CliTest, JsonModePrintsOnlyJsonWithOneLossPerStep) {
+  Result r = RunDdpkit("train --json --steps 7 --batch-size 8");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);  // throws if anything else is on stdout
+  ASSERT_TRUE(report["losses"].is_array());
+  EXPECT_EQ(report["losses"].size(), 7u);
+  EXPECT_EQ(report["batch_size"], 8);
+  EXPECT_EQ(report["parameter_names"][0], "0.weight");
+}
+
+TEST(CliTest, JsonModeCarriesTheDdpLoggingData) {
+  Result r = RunDdpkit("train --json --steps 3 --batch-size 4 --world-size 2 --grad-accum 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["world_size"], 2);
+  EXPECT_EQ(report["grad_accum"], 2);
+  EXPECT_TRUE(report["median_step_ms"].is_number());
+  EXPECT_EQ(report["ddp"]["has_rebuilt_buckets"], true);
+  EXPECT_EQ(report["ddp"]["initial_buckets"].size(), 1u);
+  EXPECT_EQ(report["ddp"]["prev_iteration_grad_ready_order_indices"].size(), 6u);
+}
+
+// PyTorch's test vector D through the command line, and the exact JSON shape.
+TEST(CliTest, BucketsPrintsTheAssignment) {
+  Result r = RunDdpkit(
+      "buckets --sizes 50,25,50,25,50,25 --dtypes f32,f64,f32,f64,f32,f64 "
+      "--limits 200,400 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out),
+            nlohmann::json::parse(
+                R"({"buckets": [[0], [1], [2, 4], [3, 5]], "limits": [200, 200, 400, 400]})"));
+  r = RunDdpkit("buckets --sizes 100,100,100 --sparse 1 --limits 400 --json");
+  EXPECT_EQ(nlohmann::json::parse(r.out),
+            nlohmann::json::parse(R"({"buckets": [[0], [1], [2]], "limits": [400, 0, 400]})"));
+  r = RunDdpkit("buckets --sizes 10,10,10,10 --limits 40,80 --order 3,2,1,0");
+  EXPECT_TRUE(absl::StrContains(r.out, "2, 1")) << r.out;
+  r = RunDdpkit("buckets --model mlp:4,8,3 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json plans = nlohmann::json::parse(r.out);
+  EXPECT_EQ(plans["initial"]["buckets"], nlohmann::json::parse("[[0, 1, 2, 3]]"));
+  EXPECT_EQ(plans["rebuilt"]["buckets"].size(), 1u);
+}
+
+TEST(CliTest, MissingFilesFailWithExit1AndNameTheFile) {
+  Result r = RunDdpkit("train --weights /nonexistent/w.safetensors");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(absl::StrContains(r.err, "/nonexistent/w.safetensors")) << r.err;
+}
+
+// PyTorch's divide-mode rule through the command line: with 3 ranks holding 2, 4, 3 batches,
+// iteration 2 has ranks 1 and 2 active and iteration 3 only rank 1.
+TEST(CliTest, JoinReportsEveryIterationAndTheFinalSync) {
+  for (const char* divide : {"true", "false"}) {
+    Result r = RunDdpkit(std::string("join --json --inputs 2,4,3 --batch-size 4 --model mlp:6,8,3 "
+                                     "--divide-by-initial-world-size ") +
+                         divide);
+    ASSERT_EQ(r.status, 0) << r.err;
+    nlohmann::json report = nlohmann::json::parse(r.out);
+    ASSERT_EQ(report["iterations"].size(), 4u);
+    EXPECT_EQ(report["iterations"][2]["active_ranks"], nlohmann::json::parse("[1, 2]"));
+    EXPECT_EQ(report["iterations"][2]["shadowing_ranks"], nlohmann::json::parse("[0]"));
+    EXPECT_EQ(report["iterations"][3]["active_ranks"], nlohmann::json::parse("[1]"));
+    const bool by_world = std::string(divide) == "true";
+    EXPECT_EQ(report["iterations"][0]["divide_factor"], 3.0);
+    EXPECT_EQ(report["iterations"][2]["divide_factor"], by_world ? 3.0 : 2.0);
+    EXPECT_EQ(report["iterations"][3]["divide_factor"], by_world ? 3.0 : 1.0);
+    // The joined rank issued exactly what the active one did.
+    EXPECT_EQ(report["iterations"][3]["active_collectives"],
+              report["iterations"][3]["shadowing_collectives"]);
+    EXPECT_GE(report["iterations"][3]["active_collectives"].size(), 3u);
+    EXPECT_EQ(report["authoritative_rank"], 1);
+    EXPECT_EQ(report["models_identical"], true);
+    EXPECT_EQ(report["stopped_at_iteration"], -1);
+  }
+}
+
+TEST(CliTest, JoinWithZeroShardsTheOptimizerAndStillAgrees) {
+  Result r = RunDdpkit(
+      "join --json --inputs 3,1,2,0 --batch-size 4 --model mlp:6,8,3 --optimizer zero-sgd "
+      "--momentum 0.9");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["models_identical"], true);
+  // 6*8 + 8 + 8*3 + 3 = 83 elements: 48 -> r0, 24 -> r1, 8 -> r2, 3 -> r3.
+  // (Element counts are int64, which proto3 JSON writes as strings.)
+  EXPECT_EQ(report["elements_stepped"], nlohmann::json::parse(R"(["48", "24", "8", "3"])"));
+  const auto& last = report["iterations"][2]["active_collectives"];
+  EXPECT_TRUE(std::any_of(last.begin(), last.end(), [](const nlohmann::json& c) {
+    return absl::StrContains(c.get<std::string>(), "BROADCAST float32[3] from 3");
+  })) << last;  // rank 3 had no input at all, and still broadcast its shard
+}
+
+TEST(CliTest, JoinThrowModeStopsEveryRankInOneIteration) {
+  Result r = RunDdpkit(
+      "join --json --inputs 3,1,2 --batch-size 4 --model mlp:6,8,3 --throw-on-early-termination");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["stopped_at_iteration"], 1);
+  EXPECT_EQ(report["iterations"].size(), 2u);
+  EXPECT_EQ(report["iterations"][1]["completed"], false);
+  EXPECT_EQ(report["authoritative_rank"], -1);  // post hooks never ran
+  EXPECT_EQ(report["models_identical"], true);
+}
+
+TEST(CliTest, JoinWithoutJoinFailsWithTheDiagnosis) {
+  Result r = RunDdpkit("join --inputs 3,1 --batch-size 4 --model mlp:6,8,3 --no-join --timeout 20");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(absl::StrContains(r.err, "rank 1 has finished without issuing it")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "Drop --no-join")) << r.err;
+  r = RunDdpkit("join --inputs 2,2 --batch-size 4 --model mlp:6,8,3 --no-join --json");
+  ASSERT_EQ(r.status, 0) << r.err;  // even inputs need no Join
+  EXPECT_EQ(nlohmann::json::parse(r.out)["models_identical"], true);
+}
+
+TEST(CliTest, JoinReadsPerRankFilesAndSavesTheFinalWeights) {
+  const std::string prefix = testing::TempDir() + "/join_data_" + std::to_string(::getpid());
+  const int rows[] = {9, 4, 13};  // batch 4: 2, 1, 3 iterations
+  for (int r = 0; r < 3; ++r) {
+    ddpkit::Tensor x = ddpkit::Tensor::Empty({rows[r], 6});
+    ddpkit::Tensor y = ddpkit::Tensor::Empty({rows[r]}, ddpkit::DType::kInt64);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.data<float>()[i] = static_cast<float>((i * 37 + r) % 11) / 11.0f;
+    for (int64_t i = 0; i < rows[r]; ++i) y.data<int64_t>()[i] = (i + r) % 3;
+    ASSERT_TRUE(ddpkit::WriteSafetensors(prefix + ".rank" + std::to_string(r) + ".safetensors",
+                                         {{"x", x}, {"y", y}})
+                    .ok());
+  }
+  const std::string weights = prefix + ".weights.safetensors";
+  Result r = RunDdpkit("join --json --data-per-rank " + prefix +
+                       " --world-size 3 --batch-size 4 "
+                       "--model mlp:6,8,3 --save-weights " +
+                       weights);
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["inputs"], nlohmann::json::parse("[2, 1, 3]"));
+  EXPECT_EQ(report["authoritative_rank"], 2);
+  absl::StatusOr<ddpkit::SafetensorsFile> saved = ddpkit::ReadSafetensors(weights);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_NE(saved->Find("0.weight"), nullptr);
+  r = RunDdpkit("join --data-per-rank " + prefix +
+                " --world-size 4 --batch-size 4 --model mlp:6,8,3");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(absl::StrContains(r.err, prefix + ".rank3.safetensors")) << r.err;
+}
+
+TEST(CliTest, ContrastiveReportsTheCheckTheCurvesAndTheMemory) {
+  const std::string dir = testing::TempDir() + "/contrastive_" + std::to_string(::getpid());
+  Result r = RunDdpkit(
+      "contrastive --json --world-size 2 --batch-size 4 --steps 3 --layout local "
+      "--gather sum --out " +
+      dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["world_size"], 2);
+  ASSERT_EQ(report["gradient_check"].size(), 1u);
+  EXPECT_EQ(report["gradient_check"][0]["gather"], "sum");
+  EXPECT_LT(report["gradient_check"][0]["encoder_rel_error"].get<double>(), 1e-12);
+  ASSERT_EQ(report["training"].size(), 2u);  // the single-process reference, then local + sum
+  EXPECT_EQ(report["training"][0]["gather"], "single-process");
+  EXPECT_EQ(report["training"][1]["losses"].size(), 3u);
+  EXPECT_EQ(report["logit_memory"][0]["elements_per_rank"],
+            "64");  // 2·b·B = 2·4·8 (int64: a string)
+  for (const char* file : {"/curves.csv", "/curves.svg"}) {
+    FILE* f = std::fopen((dir + file).c_str(), "r");
+    ASSERT_NE(f, nullptr) << file;
+    std::fclose(f);
+  }
+}
+
+}  // namespace

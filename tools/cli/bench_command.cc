@@ -1,0 +1,147 @@
+// `ddpkit bench ddp|allreduce`: measurements beside references taken in the same run
+// (tools/jobs/bench/), printed as tables — allreduce in nccl-tests' columns — or as JSON.
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "tools/cli/comm_flags.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/job_flags.h"
+#include "tools/cli/print_json.h"
+#include "tools/jobs/bench/bench.h"
+
+ABSL_FLAG(int64_t, min_bytes, 1024, "allreduce: smallest message size in bytes");
+ABSL_FLAG(int64_t, max_bytes, 16 << 20, "allreduce: largest message size in bytes (sizes double)");
+ABSL_FLAG(int32_t, iters, 20, "timed iterations per measurement");
+ABSL_FLAG(int32_t, warmup_iters, 5, "untimed iterations per measurement");
+ABSL_FLAG(std::string, bucket_caps, "0.5,1,5,10,25,50", "ddp: bucket_cap_mb values for the sweep");
+
+namespace ddpkit::cli {
+namespace {
+
+absl::StatusOr<std::vector<double>> ParseCaps(const std::string& text) {
+  std::vector<double> caps;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    double cap;
+    if (!absl::SimpleAtod(part, &cap) || !(cap > 0)) {
+      return absl::InvalidArgumentError(
+          StrCat("--bucket-caps: '", std::string(part), "' is not a positive number"));
+    }
+    caps.push_back(cap);
+  }
+  return caps;
+}
+
+void PrintDdp(const jobs::BenchDdpReport& r) {
+  std::cout << absl::StrFormat(
+      "# ddpkit bench ddp: %s, %d parameter tensors (%d bytes), batch %d per rank, backend %s, "
+      "world size %d\n# median of %d steps (forward + backward, grads zeroed to none) after %d "
+      "warm-up steps; the slowest rank's median\n#\n",
+      r.model(), r.parameter_tensors(), r.parameter_bytes(), r.batch_size(), r.backend(),
+      r.world_size(), r.iters(), r.warmup_iters());
+  std::cout << absl::StrFormat("%-34s %10.3f ms\n", "local step (no DDP, reference)",
+                               r.local_step_ms())
+            << absl::StrFormat("%-34s %10.3f ms   ratio %.3f  (%d bucket(s) after the rebuild)\n",
+                               "DDP step (default options)", r.ddp_step_ms(),
+                               r.ddp_step_ms() / r.local_step_ms(), r.buckets())
+            << absl::StrFormat("%-34s %10.3f ms   ratio %.3f  vs local zeroing in place, %.3f ms\n",
+                               "DDP step (bucket views, in place)", r.view_ddp_step_ms(),
+                               r.view_ddp_step_ms() / r.view_local_step_ms(),
+                               r.view_local_step_ms())
+            << absl::StrFormat("%-34s %10.3f ms\n", "exposed comm (DDP - local)",
+                               r.ddp_step_ms() - r.local_step_ms())
+            << absl::StrFormat("%-34s %10.3f ms   (first launch -> last bucket reduced, avg)\n",
+                               "total allreduce time", r.comm_ms())
+            << absl::StrFormat("%-34s %10.3f ms   (avg)\n", "  of which overlapped backward",
+                               r.overlap_ms());
+  if (r.world_size() == 1) {
+    std::cout << "# world size 1: the ratio is the reducer's own overhead (target <= 1.03)\n";
+  }
+  std::cout << absl::StrFormat("#\n# bucket-cap sweep\n%14s  %8s  %12s  %18s\n", "bucket_cap_mb",
+                               "buckets", "step(ms)", "vs local (same run)");
+  for (const jobs::BucketCapPoint& p : r.sweep()) {
+    std::cout << absl::StrFormat("%14g  %8d  %12.3f  %18.3f\n", p.bucket_cap_mb(), p.buckets(),
+                                 p.step_ms(), p.step_ms() / p.local_step_ms());
+  }
+}
+
+void PrintAllreduce(const jobs::BenchAllreduceReport& r) {
+  std::cout << absl::StrFormat(
+      "# ddpkit bench allreduce: backend %s, world size %d, float32 sum, %d iterations (%d "
+      "warm-up)\n# memcpy reference: %d bytes in %.1f us = %.2f GB/s\n#\n",
+      r.backend(), r.world_size(), r.iters(), r.warmup_iters(), r.memcpy_bytes(), r.memcpy_us(),
+      r.memcpy_bytes() / r.memcpy_us() / 1e3);
+  std::cout << absl::StrFormat("# %10s  %12s  %6s  %5s  %10s  %11s  %11s  %6s", "size", "count",
+                               "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  if (r.raw_gloo_reference()) std::cout << absl::StrFormat("  %12s  %9s", "raw_gloo(us)", "ratio");
+  std::cout << "\n";
+  for (const jobs::AllreducePoint& p : r.points()) {
+    std::cout << absl::StrFormat("  %10d  %12d  %6s  %5s  %10.1f  %11.3f  %11.3f  %6d", p.bytes(),
+                                 p.count(), "float", "sum", p.time_us(), p.algbw_gbps(),
+                                 p.busbw_gbps(), p.wrong());
+    if (r.raw_gloo_reference()) {
+      std::cout << absl::StrFormat("  %12.1f  %9.2f", p.raw_gloo_us(),
+                                   p.time_us() / p.raw_gloo_us());
+    }
+    std::cout << "\n";
+  }
+  std::cout << absl::StrFormat("# Avg bus bandwidth    : %.3f GB/s\n", r.avg_busbw_gbps());
+  if (r.raw_gloo_reference()) {
+    std::cout << "# ratio = ddpkit time / raw Gloo time at the same size (target <= 1.10)\n";
+  }
+}
+
+int RunBenchDdp() {
+  jobs::BenchDdpConfig config;
+  if (absl::Status s = WorldFromFlags(config); !s.ok()) return Fail("bench", s);
+  absl::StatusOr<std::vector<double>> caps = ParseCaps(absl::GetFlag(FLAGS_bucket_caps));
+  if (!caps.ok()) return Fail("bench", caps.status());
+  config.model = absl::GetFlag(FLAGS_model);
+  config.batch_size = absl::GetFlag(FLAGS_batch_size);
+  config.iters = absl::GetFlag(FLAGS_iters);
+  config.warmup_iters = absl::GetFlag(FLAGS_warmup_iters);
+  config.bucket_caps = *caps;
+  absl::StatusOr<jobs::BenchDdpReport> report = jobs::BenchDdp(config);
+  if (!report.ok()) return Fail("bench", report.status());
+  return EmitReport<jobs::BenchDdpReport>(*report, absl::GetFlag(FLAGS_json), PrintDdp);
+}
+
+int RunBenchAllreduce() {
+  jobs::BenchAllreduceConfig config;
+  if (absl::Status s = WorldFromFlags(config); !s.ok()) return Fail("bench", s);
+  config.min_bytes = absl::GetFlag(FLAGS_min_bytes);
+  config.max_bytes = absl::GetFlag(FLAGS_max_bytes);
+  config.iters = absl::GetFlag(FLAGS_iters);
+  config.warmup_iters = absl::GetFlag(FLAGS_warmup_iters);
+  absl::StatusOr<jobs::BenchAllreduceReport> report = jobs::BenchAllreduce(config);
+  if (!report.ok()) return Fail("bench", report.status());
+  return EmitReport<jobs::BenchAllreduceReport>(*report, absl::GetFlag(FLAGS_json), PrintAllreduce);
+}
+
+int RunBench(const std::vector<std::string>& positionals) {
+  if (positionals.size() == 1 && positionals[0] == "ddp") return RunBenchDdp();
+  if (positionals.size() == 1 && positionals[0] == "allreduce") return RunBenchAllreduce();
+  std::cerr << "ddpkit bench: name what to measure: 'ddpkit bench allreduce [flags]' or "
+               "'ddpkit bench ddp [flags]'\n";
+  return kExitUsage;
+}
+
+}  // namespace
+
+Subcommand BenchSubcommand() {
+  return {.name = "bench",
+          .summary = "measure allreduce bandwidth, or DDP's step cost, against references",
+          .usage =
+              "ddpkit bench allreduce [--backend threads|gloo] [--world-size N] "
+              "[--min-bytes B] [--max-bytes B] [--json]\n       ddpkit bench ddp "
+              "[--model mlp:...] [--batch-size B] [--world-size N] [--bucket-caps 0.5,1,...] "
+              "[--json]",
+          .flag_names = {"backend", "world_size", "timeout", "min_bytes", "max_bytes", "iters",
+                         "warmup_iters", "model", "batch_size", "bucket_caps", "json"},
+          .takes_positionals = true,
+          .run = RunBench};
+}
+
+}  // namespace ddpkit::cli

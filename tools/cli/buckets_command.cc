@@ -1,0 +1,193 @@
+// `ddpkit buckets`: the bucket assignment for given tensor sizes (PyTorch's
+// compute_bucket_assignment_by_size), or the plans DDP uses for a model — before and after
+// the rebuild, the latter measured by running two real iterations.
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/ddp_flags.h"
+#include "tools/cli/job_flags.h"
+#include "tools/cli/print_json.h"
+#include "tools/jobs/buckets/buckets.h"
+
+ABSL_FLAG(std::string, sizes, "", "element counts, one per parameter: N1,N2,...");
+ABSL_FLAG(std::string, dtypes, "f32",
+          "dtype per parameter (f32,f64,f16,bf16,...), or one dtype for all");
+ABSL_FLAG(std::string, limits, "1048576,26214400", "bucket byte limits; the last one repeats");
+ABSL_FLAG(std::string, order, "",
+          "gradient arrival order (a permutation of parameter indices): the rebuild's walk, "
+          "result not sorted");
+ABSL_FLAG(std::string, sparse, "", "indices of parameters with sparse gradients");
+
+namespace ddpkit::cli {
+namespace {
+
+using reducer::BucketInfo;
+using reducer::BucketTensorSpec;
+using Infos = google::protobuf::RepeatedPtrField<BucketInfo>;
+
+template <typename T>
+absl::StatusOr<std::vector<T>> ParseList(std::string_view flag, const std::string& text) {
+  std::vector<T> values;
+  if (text.empty()) return values;
+  for (absl::string_view part : absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
+    T value;
+    if (!absl::SimpleAtoi(part, &value) || value < 0) {
+      return absl::InvalidArgumentError(
+          StrCat("--", flag, ": '", std::string(part), "' is not a non-negative integer"));
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
+// One row per bucket: dtype, bytes, limit, and its parameters (index and, when known, name).
+std::string TableOf(const Infos& buckets) {
+  std::string out = absl::StrFormat("%6s  %-9s  %10s  %10s  %s\n", "bucket", "dtype", "bytes",
+                                    "limit", "parameters");
+  for (int b = 0; b < buckets.size(); ++b) {
+    const BucketInfo& info = buckets[b];
+    std::vector<std::string> params;
+    for (int i = 0; i < info.param_indices_size(); ++i) {
+      params.push_back(info.param_names().empty()
+                           ? StrCat(info.param_indices(i))
+                           : StrCat(info.param_indices(i), " ", info.param_names(i)));
+    }
+    const auto limit = static_cast<size_t>(info.limit_bytes());
+    const std::string limit_text = limit == reducer::kNoBucketSizeLimit ? "none"
+                                   : limit == 0                         ? "0 (sparse)"
+                                                                        : StrCat(limit);
+    out += absl::StrFormat("%6d  %-9s  %10d  %10s  %s\n", b, info.dtype(), info.bytes(), limit_text,
+                           absl::StrJoin(params, ", "));
+  }
+  return out;
+}
+
+int ParameterCount(const Infos& buckets) {
+  int n = 0;
+  for (const BucketInfo& info : buckets) n += info.param_indices_size();
+  return n;
+}
+
+void PrintModelPlans(const jobs::ModelBuckets& plans) {
+  std::cout << "DDP's buckets for " << plans.model() << " ("
+            << ParameterCount(plans.initial_buckets()) << " parameters, "
+            << plans.total_parameter_bytes() << " bytes), in reduction order.\n\n"
+            << "Initial plan — "
+            << (plans.size_limited_initial_plan()
+                    ? "limits [first bucket, cap], reversed"
+                    : "one bucket per dtype (no size limit until the rebuild)")
+            << ":\n"
+            << TableOf(plans.initial_buckets()) << "\n";
+  if (plans.rebuilt_buckets().empty()) {
+    std::cout << "No rebuild: find_unused_parameters without static_graph keeps the initial "
+                 "plan.\n";
+    return;
+  }
+  std::cout << "Rebuilt after the first synced iteration, in gradient-arrival order ("
+            << absl::StrJoin(plans.grad_ready_order(), ", ") << "), limits ["
+            << plans.first_bucket_bytes() << ", " << plans.bucket_cap_bytes() << "]:\n"
+            << TableOf(plans.rebuilt_buckets());
+}
+
+// The model's plans (train's default model when --model is not given).
+int RunModel(bool json) {
+  absl::StatusOr<reducer::DdpOptions> options = DdpOptionsFromFlags();
+  if (!options.ok()) return Fail("buckets", options.status());
+  absl::StatusOr<jobs::ModelBuckets> plans =
+      jobs::ModelBucketPlans(absl::GetFlag(FLAGS_model), *options);
+  if (!plans.ok()) return Fail("buckets", plans.status());
+  if (json) {
+    PrintJson(*plans);
+  } else {
+    PrintModelPlans(*plans);
+  }
+  return kExitOk;
+}
+
+// --sizes and --dtypes as the assignment's tensor descriptions.
+absl::StatusOr<std::vector<BucketTensorSpec>> SpecsFromFlags() {
+  DDPKIT_ASSIGN_OR_RETURN(const std::vector<int64_t> sizes,
+                          ParseList<int64_t>("sizes", absl::GetFlag(FLAGS_sizes)));
+  std::vector<std::string> dtype_names = absl::StrSplit(absl::GetFlag(FLAGS_dtypes), ',');
+  if (dtype_names.size() != 1 && dtype_names.size() != sizes.size()) {
+    return absl::InvalidArgumentError(StrCat("--dtypes has ", dtype_names.size(), " entries for ",
+                                             sizes.size(),
+                                             " sizes; give one per size or one for all"));
+  }
+  std::vector<BucketTensorSpec> specs;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    absl::StatusOr<DType> dtype = ParseDType(dtype_names[dtype_names.size() == 1 ? 0 : i]);
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(StrCat("--dtypes: ", dtype.status().message()));
+    }
+    specs.push_back({sizes[i], *dtype});
+  }
+  return specs;
+}
+
+// --sparse as one flag per parameter (empty when not given).
+absl::StatusOr<std::vector<bool>> SparseFromFlags(size_t num_params) {
+  DDPKIT_ASSIGN_OR_RETURN(const std::vector<size_t> indices,
+                          ParseList<size_t>("sparse", absl::GetFlag(FLAGS_sparse)));
+  std::vector<bool> sparse;
+  if (indices.empty()) return sparse;
+  sparse.assign(num_params, false);
+  for (size_t index : indices) {
+    if (index >= num_params) {
+      return absl::InvalidArgumentError(
+          StrCat("--sparse names parameter ", index, ", but there are ", num_params));
+    }
+    sparse[index] = true;
+  }
+  return sparse;
+}
+
+absl::StatusOr<reducer::BucketAssignment> AssignmentFromFlags(
+    const std::vector<BucketTensorSpec>& specs) {
+  DDPKIT_ASSIGN_OR_RETURN(const std::vector<size_t> limits,
+                          ParseList<size_t>("limits", absl::GetFlag(FLAGS_limits)));
+  DDPKIT_ASSIGN_OR_RETURN(const std::vector<size_t> order,
+                          ParseList<size_t>("order", absl::GetFlag(FLAGS_order)));
+  DDPKIT_ASSIGN_OR_RETURN(const std::vector<bool> sparse, SparseFromFlags(specs.size()));
+  absl::StatusOr<reducer::BucketAssignment> assignment =
+      reducer::ComputeBucketAssignmentBySize(specs, limits, sparse, order);
+  if (!assignment.ok()) return absl::InvalidArgumentError(assignment.status().message());
+  return assignment;
+}
+
+int RunBuckets(const std::vector<std::string>&) {
+  const bool json = absl::GetFlag(FLAGS_json);
+  if (absl::GetFlag(FLAGS_sizes).empty()) return RunModel(json);
+  absl::StatusOr<std::vector<BucketTensorSpec>> specs = SpecsFromFlags();
+  if (!specs.ok()) return Fail("buckets", specs.status());
+  absl::StatusOr<reducer::BucketAssignment> assignment = AssignmentFromFlags(*specs);
+  if (!assignment.ok()) return Fail("buckets", assignment.status());
+  if (json) {
+    PrintJson(jobs::PlanOf(*assignment));
+  } else {
+    std::cout << TableOf(jobs::DescribeBuckets(*assignment, *specs));
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Subcommand BucketsSubcommand() {
+  std::vector<std::string> flags = {"sizes",  "dtypes", "limits", "order",
+                                    "sparse", "model",  "json"};
+  flags.insert(flags.end(), kDdpFlagNames.begin(), kDdpFlagNames.end());
+  return {.name = "buckets",
+          .summary = "show how DDP assigns parameters to gradient buckets",
+          .usage =
+              "ddpkit buckets --sizes N1,N2,... [--dtypes ...] [--limits ...] [--order ...] "
+              "[--sparse ...] [--json]\n       ddpkit buckets --model mlp:IN,...,OUT [DDP flags]",
+          .flag_names = flags,
+          .run = RunBuckets};
+}
+
+}  // namespace ddpkit::cli

@@ -1,0 +1,24 @@
+#include "tools/cli/comm_flags.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, backend, "threads",
+          "threads (ranks as threads of this process) or gloo (one process per rank, under "
+          "`ddpkit launch`)");
+ABSL_FLAG(int32_t, world_size, 4, "ranks in the threads backend's world");
+ABSL_FLAG(double, timeout, 300, "seconds any collective may take before it fails");
+
+namespace ddpkit::cli {
+
+absl::Status WorldFromFlags(jobs::WorldConfig& config) {
+  const double timeout = absl::GetFlag(FLAGS_timeout);
+  if (!(timeout > 0)) {
+    return absl::InvalidArgumentError(StrCat("--timeout must be > 0 seconds, got ", timeout));
+  }
+  config.backend = absl::GetFlag(FLAGS_backend);
+  config.world_size = absl::GetFlag(FLAGS_world_size);
+  config.comm_options.timeout = absl::Seconds(timeout);
+  return comm::ValidateWorldSpec(config.world());
+}
+
+}  // namespace ddpkit::cli

@@ -1,0 +1,23 @@
+// The flags every communicating subcommand shares: --backend, --world-size, --timeout.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/status/status.h"
+#include "tools/jobs/job.h"
+
+ABSL_DECLARE_FLAG(std::string, backend);
+ABSL_DECLARE_FLAG(int32_t, world_size);
+ABSL_DECLARE_FLAG(double, timeout);
+
+namespace ddpkit::cli {
+
+// Flag names (Abseil spelling) a subcommand lists to accept them.
+inline const std::vector<std::string> kCommFlagNames = {"backend", "world_size", "timeout"};
+
+// Sets the config's backend, world size and timeout; InvalidArgument naming the flag.
+absl::Status WorldFromFlags(jobs::WorldConfig& config);
+
+}  // namespace ddpkit::cli

@@ -1,0 +1,49 @@
+#include "tools/cli/job_flags.h"
+
+#include "absl/flags/flag.h"
+#include "tools/cli/comm_flags.h"
+#include "tools/cli/ddp_flags.h"
+
+ABSL_FLAG(std::string, model, "mlp:32,64,64,10",
+          "model spec mlp:IN,H1,...,OUT (Linear/ReLU alternating; parameters named 0.weight, "
+          "0.bias, 2.weight, ... as PyTorch's nn.Sequential)");
+ABSL_FLAG(std::string, weights, "", "initial weights: a safetensors state dict");
+ABSL_FLAG(int32_t, batch_size, 32, "rows per rank per micro-batch");
+ABSL_FLAG(int32_t, steps, 60, "optimizer steps");
+ABSL_FLAG(double, lr, 0.1, "SGD learning rate");
+ABSL_FLAG(double, momentum, 0.0, "SGD momentum");
+ABSL_FLAG(std::string, optimizer, "sgd",
+          "train and join: sgd (every rank steps every parameter) or zero-sgd (ZeRO stage 1: "
+          "each rank steps and keeps momentum for its shard, then broadcasts it); "
+          "contrastive: sgd or adam");
+ABSL_FLAG(uint64_t, seed, 0, "seed for the model's initialisation and the synthetic data");
+ABSL_FLAG(std::string, save_weights, "",
+          "write rank 0's final weights here (safetensors, atomically)");
+ABSL_FLAG(bool, json, false, "print only a JSON report on stdout");
+
+namespace ddpkit::cli {
+
+const std::vector<std::string> kDdpTrainingFlagNames = [] {
+  std::vector<std::string> names = {"model",     "weights", "batch_size",   "lr",  "momentum",
+                                    "optimizer", "seed",    "save_weights", "json"};
+  names.insert(names.end(), kCommFlagNames.begin(), kCommFlagNames.end());
+  names.insert(names.end(), kDdpFlagNames.begin(), kDdpFlagNames.end());
+  return names;
+}();
+
+absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config) {
+  DDPKIT_RETURN_IF_ERROR(WorldFromFlags(config));
+  DDPKIT_ASSIGN_OR_RETURN(config.ddp, DdpOptionsFromFlags());
+  DDPKIT_ASSIGN_OR_RETURN(config.comm_hook, CommHookFromFlags());
+  config.model = absl::GetFlag(FLAGS_model);
+  config.weights_path = absl::GetFlag(FLAGS_weights);
+  config.save_weights_path = absl::GetFlag(FLAGS_save_weights);
+  config.batch_size = absl::GetFlag(FLAGS_batch_size);
+  config.lr = absl::GetFlag(FLAGS_lr);
+  config.momentum = absl::GetFlag(FLAGS_momentum);
+  config.optimizer = absl::GetFlag(FLAGS_optimizer);
+  config.seed = absl::GetFlag(FLAGS_seed);
+  return absl::OkStatus();
+}
+
+}  // namespace ddpkit::cli

@@ -1,0 +1,32 @@
+// The job flags several subcommands share (--model, --batch-size, --steps, --lr, --json, ...),
+// defined once here; a subcommand's own flags live in its *_command.cc.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/status/status.h"
+#include "tools/jobs/training.h"
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, weights);
+ABSL_DECLARE_FLAG(int32_t, batch_size);
+ABSL_DECLARE_FLAG(int32_t, steps);
+ABSL_DECLARE_FLAG(double, lr);
+ABSL_DECLARE_FLAG(double, momentum);
+ABSL_DECLARE_FLAG(std::string, optimizer);
+ABSL_DECLARE_FLAG(uint64_t, seed);
+ABSL_DECLARE_FLAG(std::string, save_weights);
+ABSL_DECLARE_FLAG(bool, json);
+
+namespace ddpkit::cli {
+
+// What `ddpkit train` and `ddpkit join` share: the job flags above and the comm and DDP flags.
+extern const std::vector<std::string> kDdpTrainingFlagNames;
+
+// The config's model, weights, batch size, optimizer, seed, saved weights, world, DDP options
+// and comm hook from the flags; InvalidArgument naming the flag.
+absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config);
+
+}  // namespace ddpkit::cli

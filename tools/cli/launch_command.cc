@@ -1,0 +1,55 @@
+// `ddpkit launch`: start a multi-process job, as torchrun.
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "tools/cli/commands.h"
+#include "tools/jobs/launch/launcher.h"
+
+ABSL_FLAG(int32_t, nproc_per_node, 1, "processes (ranks) to start on this node");
+ABSL_FLAG(int32_t, nnodes, 1, "nodes in the job");
+ABSL_FLAG(int32_t, node_rank, 0, "this node's index, 0 .. nnodes-1");
+ABSL_FLAG(std::string, master_addr, "127.0.0.1", "host of rank 0, where the rendezvous store runs");
+ABSL_FLAG(int32_t, master_port, 29500, "port of the rendezvous store");
+ABSL_FLAG(bool, standalone, false,
+          "single node on a free local port (ignores --master-addr/--master-port)");
+ABSL_FLAG(double, teardown_grace, 3.0,
+          "seconds the other ranks get to report their own errors after one fails, before they "
+          "are stopped");
+
+namespace ddpkit::cli {
+namespace {
+
+int RunLaunch(const std::vector<std::string>& positionals) {
+  jobs::LaunchOptions options;
+  options.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
+  options.nnodes = absl::GetFlag(FLAGS_nnodes);
+  options.node_rank = absl::GetFlag(FLAGS_node_rank);
+  options.master_addr = absl::GetFlag(FLAGS_master_addr);
+  options.master_port = absl::GetFlag(FLAGS_master_port);
+  options.standalone = absl::GetFlag(FLAGS_standalone);
+  options.teardown_grace = absl::Seconds(absl::GetFlag(FLAGS_teardown_grace));
+  options.command = positionals;
+  absl::StatusOr<jobs::LaunchResult> result = jobs::Launch(options);
+  if (!result.ok()) return Fail("launch", result.status());
+  if (!result->ok) {
+    std::cerr << "ddpkit launch: job failed: " << result->failure << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Subcommand LaunchSubcommand() {
+  return {.name = "launch",
+          .summary = "start one process per rank with torchrun's environment (env:// rendezvous)",
+          .usage =
+              "ddpkit launch --nproc-per-node N [--nnodes M --node-rank K --master-addr A "
+              "--master-port P | --standalone] -- PROGRAM ARGS...",
+          .flag_names = {"nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port",
+                         "standalone", "teardown_grace"},
+          .takes_positionals = true,
+          .run = RunLaunch};
+}
+
+}  // namespace ddpkit::cli

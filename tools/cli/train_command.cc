@@ -1,0 +1,163 @@
+// `ddpkit train`: data-parallel training of an MLP with DistributedDataParallel, told as a
+// story: the bucket plan, its rebuild after the first iteration, the loss per step and how much
+// communication the backward pass hid.
+#include <unistd.h>
+
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/job_flags.h"
+#include "tools/cli/print_json.h"
+#include "tools/jobs/train/trainer.h"
+
+ABSL_FLAG(std::string, data, "",
+          "training rows: a safetensors file with x (float32 [N, IN]) and y (int64 [N]); "
+          "default: a seeded synthetic task");
+ABSL_FLAG(int32_t, grad_accum, 1,
+          "micro-batches per optimizer step; all but the last run under no_sync");
+ABSL_FLAG(std::string, save_grads, "",
+          "write rank 0's gradients after the last backward, before its update (safetensors)");
+
+namespace ddpkit::cli {
+namespace {
+
+std::string PlanLines(const google::protobuf::RepeatedPtrField<reducer::BucketInfo>& buckets) {
+  std::string out;
+  for (int b = 0; b < buckets.size(); ++b) {
+    const reducer::BucketInfo& info = buckets[b];
+    out += absl::StrFormat("    bucket %d: %9d bytes  %s\n", b, info.bytes(),
+                           absl::StrJoin(info.param_names(), ", "));
+  }
+  return out;
+}
+
+const char* OnOff(bool b) { return b ? "on" : "off"; }
+
+double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+absl::StatusOr<jobs::TrainConfig> ConfigFromFlags() {
+  jobs::TrainConfig config;
+  DDPKIT_RETURN_IF_ERROR(DdpTrainingFromFlags(config));
+  config.data_path = absl::GetFlag(FLAGS_data);
+  config.save_grads_path = absl::GetFlag(FLAGS_save_grads);
+  config.steps = absl::GetFlag(FLAGS_steps);
+  config.grad_accum = absl::GetFlag(FLAGS_grad_accum);
+  return config;
+}
+
+// Before the first step: the job, the world, DDP's options and its initial buckets.
+void PrintSetup(const jobs::TrainReport& setup) {
+  const reducer::DdpLoggingData& log = setup.ddp();
+  std::cout << absl::StrFormat("ddpkit train: %s, %d parameter tensors (%d elements)\n",
+                               setup.model(), setup.parameter_names_size(), setup.num_parameters())
+            << absl::StrFormat(
+                   "world: %d ranks (%s); per rank %d rows x %d micro-batch(es) per step\n",
+                   setup.world_size(), setup.backend(), setup.batch_size(), setup.grad_accum())
+            << absl::StrFormat("data: %s; %s lr %g, momentum %g, %d steps\n", setup.data(),
+                               setup.optimizer() == "zero-sgd" ? "ZeRO-1 SGD" : "SGD", setup.lr(),
+                               setup.momentum(), setup.steps())
+            << absl::StrFormat(
+                   "DDP: find_unused_parameters=%s static_graph=%s "
+                   "gradient_as_bucket_view=%s comm_hook=%s\n\n",
+                   OnOff(log.find_unused_parameters()), OnOff(log.static_graph()),
+                   OnOff(log.gradient_as_bucket_view()),
+                   log.comm_hook().empty() ? "none" : log.comm_hook())
+            << "initial buckets (reduction order; "
+            << (log.find_unused_parameters() && !log.static_graph()
+                    ? "limits [first bucket, cap], reversed"
+                    : "one per dtype until the rebuild")
+            << "):\n"
+            << PlanLines(log.initial_buckets()) << "\n"
+            << absl::StrFormat("%6s  %10s  %9s\n", "step", "loss(r0)", "ms");
+}
+
+// A step's line, and the rebuilt plan after the step that rebuilt it.
+void PrintStep(const jobs::StepProgress& p, bool& rebuilt_shown) {
+  std::cout << absl::StrFormat("%6d  %10.6f  %9.3f\n", p.step, p.loss, p.step_ms);
+  if (rebuilt_shown || !p.ddp->has_rebuilt_buckets()) return;
+  rebuilt_shown = true;
+  std::cout << "  buckets rebuilt at this step's forward, in step 1's gradient-arrival order ("
+            << absl::StrJoin(p.ddp->prev_iteration_grad_ready_order_indices(), " ")
+            << "), rank 0's plan broadcast to all:\n"
+            << PlanLines(p.ddp->rebuilt_buckets());
+}
+
+// After the last step: the loss, the accuracy, where the time went, what was saved.
+void PrintSummary(const jobs::TrainReport& report, const jobs::TrainConfig& config) {
+  const auto& losses = report.losses();
+  const reducer::DdpLoggingData& log = report.ddp();
+  std::cout << absl::StrFormat(
+      "\ndone: loss %.4f -> %.4f (mean over ranks), accuracy %.1f%% on all rows, median step "
+      "%.3f ms\n",
+      losses.empty() ? 0.0 : losses[0], losses.empty() ? 0.0 : losses[losses.size() - 1],
+      100 * report.final_accuracy(), report.median_step_ms());
+  if (log.num_timed_iterations() > 0) {
+    const double comm_ms = Ms(log.avg_backward_comm_time());
+    const double overlap_ms = Ms(log.avg_backward_compute_comm_overlap_time());
+    std::cout << absl::StrFormat(
+        "per synced iteration on rank 0 (averages): forward %.3f ms, backward compute %.3f ms,\n"
+        "  allreduce %.3f ms of which %.3f ms overlapped backward (%.0f%%), %.3f ms exposed "
+        "waiting at the end of backward\n",
+        Ms(log.avg_forward_compute_time()), Ms(log.avg_backward_compute_time()), comm_ms,
+        overlap_ms, comm_ms > 0 ? 100 * overlap_ms / comm_ms : 0.0,
+        Ms(log.avg_backward_exposed_comm_time()));
+  }
+  if (!log.unused_parameter_names().empty()) {
+    std::cout << "unused parameters (no rank gave them a gradient): "
+              << absl::StrJoin(log.unused_parameter_names(), ", ") << "\n";
+  }
+  if (!config.save_weights_path.empty()) {
+    std::cout << "saved weights to " << config.save_weights_path << "\n";
+  }
+  if (!config.save_grads_path.empty()) {
+    std::cout << "saved gradients to " << config.save_grads_path << "\n";
+  }
+}
+
+// With --json, stdout carries only the report; a person at a terminal sees progress on stderr.
+jobs::TrainObserver ObserverFor(bool json, bool& rebuilt_shown) {
+  jobs::TrainObserver observer;
+  const bool terminal = ::isatty(STDERR_FILENO);
+  if (!json) {
+    observer.on_start = PrintSetup;
+    observer.on_step = [&rebuilt_shown](const jobs::StepProgress& p) {
+      PrintStep(p, rebuilt_shown);
+    };
+  } else if (terminal) {
+    observer.on_step = [](const jobs::StepProgress& p) {
+      std::cerr << absl::StrFormat("\rstep %d/%d  loss %.6f", p.step, p.steps, p.loss)
+                << (p.step == p.steps ? "\n" : "") << std::flush;
+    };
+  }
+  return observer;
+}
+
+int RunTrain(const std::vector<std::string>&) {
+  absl::StatusOr<jobs::TrainConfig> config = ConfigFromFlags();
+  if (!config.ok()) return Fail("train", config.status());
+  const bool json = absl::GetFlag(FLAGS_json);
+  bool rebuilt_shown = false;
+  absl::StatusOr<jobs::TrainReport> report = jobs::Train(*config, ObserverFor(json, rebuilt_shown));
+  if (!report.ok()) return Fail("train", report.status());
+  return EmitReport<jobs::TrainReport>(
+      *report, json, [&](const jobs::TrainReport& r) { PrintSummary(r, *config); });
+}
+
+}  // namespace
+
+Subcommand TrainSubcommand() {
+  std::vector<std::string> flags = {"data", "steps", "grad_accum", "save_grads"};
+  flags.insert(flags.end(), kDdpTrainingFlagNames.begin(), kDdpTrainingFlagNames.end());
+  return {.name = "train",
+          .summary = "data-parallel training of an MLP with DDP (synthetic data by default)",
+          .usage =
+              "ddpkit train [--world-size N | --backend gloo under ddpkit launch] "
+              "[--model mlp:IN,...,OUT] [--data FILE] [DDP flags] [flags]",
+          .flag_names = flags,
+          .run = RunTrain};
+}
+
+}  // namespace ddpkit::cli

@@ -1,0 +1,112 @@
+// `ddpkit bench allreduce`: allreduce bandwidth in nccl-tests' columns, beside references
+// measured in the same run (memcpy on this machine; raw Gloo for the gloo backend).
+#include <cstring>
+#include <vector>
+
+#include "comm/gloo/process_group_gloo.h"
+#include "tools/jobs/bench/bench.h"
+
+namespace ddpkit::jobs {
+namespace {
+
+// Seconds for one memcpy of `bytes` (the best of several), the machine's copy bandwidth.
+double MemcpySeconds(int64_t bytes) {
+  std::vector<char> src(bytes, 1), dst(bytes);
+  double best = 1e30;
+  for (int i = 0; i < 10; ++i) {
+    const absl::Time start = absl::Now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    best = std::min(best, absl::ToDoubleSeconds(absl::Now() - start));
+    if (dst[bytes / 2] != 1) return 0;  // keeps the copy observable
+  }
+  return best;
+}
+
+// The largest value of `value` over all ranks.
+absl::StatusOr<double> Slowest(comm::ProcessGroup& group, double value) {
+  Tensor t = Tensor::Scalar(value, DType::kFloat64);
+  DDPKIT_RETURN_IF_ERROR(group.Allreduce(t, comm::ReduceOp::kMax)->Wait());
+  return t.item();
+}
+
+// Every rank contributes rank + 1, so every element must be n(n+1)/2; the wrong ones over all
+// ranks.
+absl::StatusOr<int64_t> CountWrong(comm::ProcessGroup& group, Tensor& t) {
+  const int n = group.size();
+  t.Fill(group.rank() + 1);
+  DDPKIT_RETURN_IF_ERROR(group.Allreduce(t)->Wait());
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) wrong += t.data<float>()[i] != n * (n + 1) / 2.0f;
+  Tensor total = Tensor::Scalar(static_cast<double>(wrong), DType::kFloat64);
+  DDPKIT_RETURN_IF_ERROR(group.Allreduce(total)->Wait());
+  return static_cast<int64_t>(total.item());
+}
+
+// One size: correctness, then the mean time of `iters` allreduces after `warmup` (and raw
+// Gloo's at the same size on the gloo backend).
+absl::StatusOr<AllreducePoint> Measure(const BenchAllreduceConfig& config,
+                                       comm::ProcessGroup& group, int64_t bytes, bool raw_gloo) {
+  AllreducePoint point;
+  point.set_bytes(bytes);
+  point.set_count(bytes / 4);
+  Tensor t = Tensor::Empty({point.count()});
+  DDPKIT_ASSIGN_OR_RETURN(const int64_t wrong, CountWrong(group, t));
+  point.set_wrong(wrong);
+  for (int i = 0; i < config.warmup_iters; ++i) DDPKIT_RETURN_IF_ERROR(group.Allreduce(t)->Wait());
+  DDPKIT_RETURN_IF_ERROR(group.Barrier()->Wait());
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < config.iters; ++i) DDPKIT_RETURN_IF_ERROR(group.Allreduce(t)->Wait());
+  DDPKIT_ASSIGN_OR_RETURN(
+      const double seconds,
+      Slowest(group, absl::ToDoubleSeconds(absl::Now() - start) / config.iters));
+  const double algbw = bytes / seconds / 1e9;
+  point.set_time_us(seconds * 1e6);
+  point.set_algbw_gbps(algbw);
+  point.set_busbw_gbps(algbw * 2.0 * (group.size() - 1) / group.size());
+  if (raw_gloo) {
+    DDPKIT_RETURN_IF_ERROR(group.Barrier()->Wait());
+    DDPKIT_ASSIGN_OR_RETURN(absl::Duration d,
+                            comm::TimeRawGlooAllreduce(group, point.count(), config.iters));
+    DDPKIT_ASSIGN_OR_RETURN(const double raw, Slowest(group, absl::ToDoubleSeconds(d)));
+    point.set_raw_gloo_us(raw * 1e6);
+  }
+  return point;
+}
+
+absl::StatusOr<BenchAllreduceReport> SweepOnRank(const BenchAllreduceConfig& config,
+                                                 comm::ProcessGroup& group) {
+  BenchAllreduceReport report;
+  report.set_backend(std::string(group.backend_name()));
+  report.set_world_size(group.size());
+  report.set_rank(group.rank());
+  report.set_raw_gloo_reference(config.backend == "gloo");
+  const int64_t min_bytes = std::max<int64_t>(4, config.min_bytes);
+  double busbw_sum = 0;
+  for (int64_t bytes = min_bytes; bytes <= config.max_bytes; bytes *= 2) {
+    DDPKIT_ASSIGN_OR_RETURN(AllreducePoint point,
+                            Measure(config, group, bytes, report.raw_gloo_reference()));
+    busbw_sum += point.busbw_gbps();
+    *report.add_points() = point;
+  }
+  report.set_avg_busbw_gbps(busbw_sum / std::max(1, report.points_size()));
+  return report;
+}
+
+}  // namespace
+
+absl::StatusOr<BenchAllreduceReport> BenchAllreduce(const BenchAllreduceConfig& config) {
+  if (config.max_bytes < std::max<int64_t>(4, config.min_bytes) || config.iters < 1) {
+    return absl::InvalidArgumentError("need --max-bytes >= --min-bytes and --iters >= 1");
+  }
+  DDPKIT_ASSIGN_OR_RETURN(
+      BenchAllreduceReport report,
+      RunOnEveryRank<BenchAllreduceReport>(
+          config.world(), [&](comm::ProcessGroup& group) { return SweepOnRank(config, group); }));
+  report.set_iters(config.iters);
+  report.set_warmup_iters(config.warmup_iters);
+  report.set_memcpy_bytes(config.max_bytes);
+  report.set_memcpy_us(MemcpySeconds(config.max_bytes) * 1e6);
+  return report;
+}
+
+}  // namespace ddpkit::jobs

@@ -1,0 +1,30 @@
+// The job behind `ddpkit buckets`: DDP's bucket plans — for given tensor sizes (PyTorch's
+// compute_bucket_assignment_by_size), or for a model, before and after the rebuild, the latter
+// measured by running real iterations.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "reducer/bucket_assignment.h"
+#include "reducer/distributed_data_parallel.h"
+#include "tools/jobs/buckets/buckets_report.pb.h"
+
+namespace ddpkit::jobs {
+
+// The assignment in PyTorch's shape.
+BucketPlan PlanOf(const reducer::BucketAssignment& assignment);
+
+// Per bucket: indices, names (when given, one per spec), bytes, limit and dtype.
+google::protobuf::RepeatedPtrField<reducer::BucketInfo> DescribeBuckets(
+    const reducer::BucketAssignment& assignment,
+    const std::vector<reducer::BucketTensorSpec>& specs,
+    const std::vector<std::string>& names = {});
+
+// DDP's plans for an MLP: the initial one from DDP's rules, the rebuilt one from real iterations
+// on a world of one (the gradient arrival order is a property of the backward pass).
+absl::StatusOr<ModelBuckets> ModelBucketPlans(const std::string& model,
+                                              const reducer::DdpOptions& options);
+
+}  // namespace ddpkit::jobs

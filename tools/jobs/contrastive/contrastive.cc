@@ -1,0 +1,258 @@
+#include "tools/jobs/contrastive/contrastive.h"
+
+#include <cmath>
+
+#include "autograd/ops.h"
+#include "autograd/optim.h"
+#include "comm/threads/threads_world.h"
+#include "reducer/distributed_data_parallel.h"
+
+namespace ddpkit::jobs {
+namespace {
+
+using Grads = std::vector<std::pair<std::string, std::vector<double>>>;
+
+void CheckOk(const absl::Status& s, std::string_view what) {
+  if (!s.ok()) throw Error(StrCat("[contrastive] ", what, " failed: ", s.message()), s.code());
+}
+
+// The data every run shares: training pairs (enough for every step, and for the gradient
+// check's rows) and held-out pairs for the accuracy.
+struct Setup {
+  const ContrastiveConfig& config;
+  int world;                        // ranks in the data-parallel runs
+  std::vector<int64_t> check_rows;  // per rank, for the gradient check
+  PairedData train = {}, held_out = {};
+};
+
+Setup MakeSetup(const ContrastiveConfig& config, int world) {
+  Setup s{.config = config, .world = world, .check_rows = config.check_rows};
+  if (s.check_rows.empty()) s.check_rows.assign(world, config.batch_size);
+  int64_t check_total = 0;
+  for (int64_t n : s.check_rows) check_total += n;
+  const int64_t global = static_cast<int64_t>(config.batch_size) * world;
+  const int64_t train_rows = std::max<int64_t>(check_total, global * std::max(1, config.steps));
+  PairedData all = MakePairedData(train_rows + config.held_out, config.input_dim, config.latent_dim,
+                                  config.seed + 7);
+  s.train = all.Rows(0, train_rows);
+  s.held_out = all.Rows(train_rows, train_rows + config.held_out);
+  return s;
+}
+
+std::shared_ptr<TwoTowerModel> MakeModel(const ContrastiveConfig& c) {
+  return std::make_shared<TwoTowerModel>(c.input_dim, c.hidden_dim, c.feature_dim, c.seed);
+}
+
+// static_graph: the graph is the same every step, and with gather `none` in the global layout
+// the encoders get no gradient at all (everything they produce reaches the loss only through
+// constants); static graph records that once instead of failing the next forward.
+std::shared_ptr<reducer::DistributedDataParallel> WrapInDdp(std::shared_ptr<TwoTowerModel> model,
+                                                            comm::ProcessGroup& group) {
+  absl::StatusOr<std::shared_ptr<reducer::DistributedDataParallel>> ddp =
+      reducer::DistributedDataParallel::Create(std::move(model), group, {.static_graph = true});
+  CheckOk(ddp.status(), "wrapping the model in DDP");
+  return *ddp;
+}
+
+// One synced backward on `group`: this rank's `rows` rows starting at row `first`; returns the
+// averaged gradients (identical on every rank).
+Grads GradientsOn(const Setup& s, comm::ProcessGroup& group, int64_t first, int64_t rows,
+                  ContrastiveLayout layout, GatherBackward gather) {
+  auto model = MakeModel(s.config);
+  auto ddp = WrapInDdp(model, group);
+  Tensor features = ddp->Forward(s.train.Views(first, rows));
+  ClipLoss(Slice(features, 0, rows), Slice(features, rows, 2 * rows), model->logit_scale(), group,
+           layout, gather)
+      .loss.Backward();
+  Grads grads;
+  for (const auto& [name, p] : model->NamedParameters()) {
+    grads.emplace_back(
+        name, p.grad().defined() ? p.grad().ToDoubles() : std::vector<double>(p.numel(), 0.0));
+  }
+  return grads;
+}
+
+// g against the reference: relative error, the best-fit scale s (g ≈ s·ref) and what a rescale
+// cannot explain, over the encoders; the logit scale's gradient on its own.
+GradientCheckRow Compare(const Grads& g, const Grads& ref) {
+  double dot = 0, ref_sq = 0, diff_sq = 0, g_sq = 0, scale_g = 0, scale_ref = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    for (size_t k = 0; k < ref[i].second.size(); ++k) {
+      const double a = g[i].second[k], r = ref[i].second[k];
+      if (ref[i].first == "logit_scale") {
+        scale_g = a, scale_ref = r;
+        continue;
+      }
+      dot += a * r, ref_sq += r * r, diff_sq += (a - r) * (a - r), g_sq += a * a;
+    }
+  }
+  const double s = ref_sq > 0 ? dot / ref_sq : 0;
+  double residual_sq = 0;  // ||g - s·ref||²
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (ref[i].first == "logit_scale") continue;
+    for (size_t k = 0; k < ref[i].second.size(); ++k) {
+      const double e = g[i].second[k] - s * ref[i].second[k];
+      residual_sq += e * e;
+    }
+  }
+  GradientCheckRow row;
+  row.set_encoder_rel_error(std::sqrt(diff_sq / ref_sq));
+  row.set_encoder_scale(s);
+  row.set_encoder_residual(g_sq == 0 ? 0.0
+                                     : std::sqrt(residual_sq) / (std::abs(s) * std::sqrt(ref_sq)));
+  row.set_logit_scale_rel_error(std::abs(scale_g - scale_ref) / std::abs(scale_ref));
+  return row;
+}
+
+std::unique_ptr<Optimizer> MakeOptimizer(const ContrastiveConfig& c, const nn::Module& model) {
+  if (c.optimizer == "adam") {
+    return std::make_unique<Adam>(model.Parameters(), AdamOptions{.lr = c.lr});
+  }
+  return std::make_unique<Sgd>(model.Parameters(), SgdOptions{.lr = c.lr});
+}
+
+// A training run on `group` (every rank `b` rows per step; global batch world·b). On a world of
+// one the single process takes the whole global batch: the reference curve.
+TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayout layout,
+                      GatherBackward gather) {
+  const ContrastiveConfig& c = s.config;
+  const int64_t b = c.batch_size * (group.size() == 1 ? s.world : 1);
+  const int64_t global = static_cast<int64_t>(c.batch_size) * s.world;
+  auto model = MakeModel(c);
+  auto ddp = WrapInDdp(model, group);
+  std::unique_ptr<Optimizer> optimizer = MakeOptimizer(c, *model);
+  const bool reference = group.size() == 1;
+  TrainingCurve curve;
+  curve.set_layout(std::string(reference ? "" : ContrastiveLayoutName(layout)));
+  curve.set_gather(std::string(reference ? "single-process" : comm::GatherBackwardName(gather)));
+  Tensor losses = Tensor::Zeros({c.steps}, DType::kFloat64);
+  for (int step = 0; step < c.steps; ++step) {
+    optimizer->ZeroGrad();
+    Tensor features = ddp->Forward(s.train.Views(step * global + group.rank() * b, b));
+    Tensor loss = ClipLoss(Slice(features, 0, b), Slice(features, b, 2 * b), model->logit_scale(),
+                           group, layout, gather)
+                      .loss;
+    loss.Backward();
+    optimizer->Step();
+    losses.data<double>()[step] = loss.item();
+    if ((step + 1) % c.eval_every == 0 || step + 1 == c.steps) {
+      curve.add_eval_steps(step + 1);
+      curve.add_accuracy(Top1Accuracy(*model, s.held_out));
+      curve.add_logit_scale(std::exp(model->logit_scale().item()));
+    }
+  }
+  // The global loss: local layout ranks hold shares whose mean is it; global ranks hold it.
+  CheckOk(group.Allreduce(losses)->Wait(), "averaging the losses");
+  for (int step = 0; step < c.steps; ++step) {
+    curve.add_losses(losses.data<double>()[step] / group.size());
+  }
+  return curve;
+}
+
+absl::Status Validate(const ContrastiveConfig& c, int world) {
+  DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--batch-size", c.batch_size, 1));
+  DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--steps", c.steps, 0));
+  DDPKIT_RETURN_IF_ERROR(RequirePositive("--lr", c.lr));
+  DDPKIT_RETURN_IF_ERROR(RequireOneOf("--optimizer", c.optimizer, {"sgd", "adam"}));
+  if (!c.check_rows.empty() && static_cast<int>(c.check_rows.size()) != world) {
+    return absl::InvalidArgumentError("check_rows needs one count per rank");
+  }
+  return absl::OkStatus();
+}
+
+// The report's setup fields and the logits each layout materialises per rank.
+ContrastiveReport DescribeRun(const Setup& s) {
+  const ContrastiveConfig& c = s.config;
+  const int64_t global = static_cast<int64_t>(c.batch_size) * s.world;
+  ContrastiveReport report;
+  report.set_world_size(s.world);
+  report.set_backend(c.backend);
+  report.set_batch_size(c.batch_size);
+  report.set_global_batch(global);
+  report.set_steps(c.steps);
+  report.set_optimizer(c.optimizer);
+  report.set_lr(c.lr);
+  report.set_seed(c.seed);
+  for (int64_t n : s.check_rows) report.add_rows_per_rank(n);
+  for (ContrastiveLayout layout : c.layouts) {
+    LogitMemory& m = *report.add_logit_memory();
+    m.set_layout(std::string(ContrastiveLayoutName(layout)));
+    m.set_elements_per_rank(layout == ContrastiveLayout::kLocalGlobal ? 2 * c.batch_size * global
+                                                                      : global * global);
+    m.set_bytes_per_rank(m.elements_per_rank() * static_cast<int64_t>(sizeof(double)));
+  }
+  return report;
+}
+
+// One process on the concatenated batch: the reference gradient and the reference curve.
+struct Reference {
+  Grads grads;
+  TrainingCurve curve;
+};
+
+absl::StatusOr<Reference> RunReference(const Setup& s) {
+  int64_t rows = 0;
+  for (int64_t n : s.check_rows) rows += n;
+  Reference reference;
+  absl::Status status = comm::RunThreadsWorld(1, [&](comm::ProcessGroup& one) {
+    // On one rank every layout and exact gather is the plain loss on the whole batch.
+    reference.grads =
+        GradientsOn(s, one, 0, rows, ContrastiveLayout::kLocalGlobal, GatherBackward::kSum);
+    if (s.config.train) {
+      reference.curve = TrainOn(s, one, ContrastiveLayout::kLocalGlobal, GatherBackward::kSum);
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        StrCat("the single-process reference failed: ", status.message()));
+  }
+  return reference;
+}
+
+// One rank's share of the data-parallel runs: a gradient-check row and a training curve per
+// (layout, gather), after the reference curve.
+ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::ProcessGroup& group) {
+  const ContrastiveConfig& c = s.config;
+  int64_t first = 0;
+  for (int r = 0; r < group.rank(); ++r) first += s.check_rows[r];
+  ContrastiveReport mine;
+  mine.set_rank(group.rank());
+  for (ContrastiveLayout layout : c.layouts) {
+    for (GatherBackward gather : c.gathers) {
+      Grads g = GradientsOn(s, group, first, s.check_rows[group.rank()], layout, gather);
+      GradientCheckRow& row = *mine.add_gradient_check();
+      row = Compare(g, reference.grads);
+      row.set_layout(std::string(ContrastiveLayoutName(layout)));
+      row.set_gather(std::string(comm::GatherBackwardName(gather)));
+    }
+  }
+  if (!c.train) return mine;
+  *mine.add_training() = reference.curve;
+  for (ContrastiveLayout layout : c.layouts) {
+    for (GatherBackward gather : c.gathers)
+      *mine.add_training() = TrainOn(s, group, layout, gather);
+  }
+  return mine;
+}
+
+}  // namespace
+
+absl::StatusOr<ContrastiveReport> RunContrastive(const ContrastiveConfig& config) {
+  DDPKIT_RETURN_IF_ERROR(comm::ValidateWorldSpec(config.world()));
+  DDPKIT_ASSIGN_OR_RETURN(const int world, comm::WorldSize(config.world()));
+  DDPKIT_RETURN_IF_ERROR(Validate(config, world));
+  const Setup setup = MakeSetup(config, world);
+  ContrastiveReport report = DescribeRun(setup);
+  DDPKIT_ASSIGN_OR_RETURN(const Reference reference, RunReference(setup));
+  comm::WorldSpec spec = config.world();
+  spec.world_size = world;
+  DDPKIT_ASSIGN_OR_RETURN(ContrastiveReport mine,
+                          RunOnEveryRank<ContrastiveReport>(spec, [&](comm::ProcessGroup& group) {
+                            return RunRank(setup, reference, group);
+                          }));
+  report.MergeFrom(mine);
+  return report;
+}
+
+}  // namespace ddpkit::jobs

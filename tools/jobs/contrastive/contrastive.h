@@ -1,0 +1,40 @@
+// The job behind `ddpkit contrastive`: a two-tower model trained with a CLIP loss under DDP,
+// once per (layout, gather backward), to reproduce what each all-gather variant does to the
+// gradient and to training. docs/contrastive.md explains the numbers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/jobs/contrastive/clip_loss.h"
+#include "tools/jobs/contrastive/contrastive_report.pb.h"
+#include "tools/jobs/contrastive/curves.h"
+#include "tools/jobs/contrastive/two_tower.h"
+#include "tools/jobs/job.h"
+
+namespace ddpkit::jobs {
+
+struct ContrastiveConfig : WorldConfig {
+  ContrastiveConfig() { world_size = 4; }
+  std::vector<ContrastiveLayout> layouts = {ContrastiveLayout::kLocalGlobal,
+                                            ContrastiveLayout::kGlobalGlobal};
+  std::vector<GatherBackward> gathers = {std::begin(comm::kAllGatherBackwards),
+                                         std::end(comm::kAllGatherBackwards)};
+  int steps = 200;
+  int batch_size = 32;              // rows per rank
+  std::vector<int64_t> check_rows;  // per-rank rows for the gradient check (default: batch_size)
+  double lr = 0.5;
+  std::string optimizer = "sgd";  // or adam
+  uint64_t seed = 0;
+  int64_t input_dim = 24, latent_dim = 8, hidden_dim = 64, feature_dim = 16;
+  int64_t held_out = 512;
+  int eval_every = 10;
+  bool train = true;  // false: the gradient check only
+};
+
+// Runs the gradient check (and the training runs unless config.train is false) and returns the
+// report (under gloo, this process's copy; the numbers are rank 0's).
+absl::StatusOr<ContrastiveReport> RunContrastive(const ContrastiveConfig& config);
+
+}  // namespace ddpkit::jobs

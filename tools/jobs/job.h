@@ -1,0 +1,75 @@
+// The skeleton every job behind a `ddpkit` subcommand follows (train, join, contrastive, bench,
+// and every later one):
+//
+//   1. validate the config: bad input is an InvalidArgument naming the flag, returned before
+//      any rank starts;
+//   2. on every rank of the world: build the model and the data, run (RunOnEveryRank);
+//   3. return the report of the rank this process reports for — rank 0 of a threads world;
+//      under gloo each process its own, and the command line prints rank 0's.
+//
+// Jobs never read flags or print: tools/cli/ turns flags into a config and a report into text
+// or JSON.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "autograd/error.h"
+#include "comm/world.h"
+
+namespace ddpkit::jobs {
+
+// Where a job runs: --backend, --world-size, --timeout.
+struct WorldConfig {
+  std::string backend = "threads";  // or "gloo": one process per rank, under `ddpkit launch`
+  int world_size = 1;               // threads backend only
+  comm::ProcessGroupOptions comm_options;
+
+  comm::WorldSpec world() const { return {backend, world_size, comm_options}; }
+};
+
+// Runs `on_rank` on every rank of `world` and returns the report of the rank this process
+// reports for, or the first error. A ddpkit::Error thrown on a rank becomes its Status.
+template <typename Report>
+absl::StatusOr<Report> RunOnEveryRank(
+    const comm::WorldSpec& world,
+    const std::function<absl::StatusOr<Report>(comm::ProcessGroup&)>& on_rank) {
+  std::mutex mu;
+  Report reported;
+  absl::Status status = comm::RunOnWorld(world, [&](comm::ProcessGroup& group) -> absl::Status {
+    absl::StatusOr<Report> report;
+    try {
+      report = on_rank(group);
+    } catch (const Error& e) {
+      return e.ToStatus();
+    }
+    if (!report.ok()) return report.status();
+    if (comm::ReportsForProcess(world, group)) {
+      std::lock_guard<std::mutex> lock(mu);
+      reported = *std::move(report);
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return reported;
+}
+
+// Waits for `work`; a failure comes back as "<what> failed: " and the comm layer's diagnosis
+// (the op, its sequence number, the ranks that did not arrive).
+absl::Status WaitFor(const std::shared_ptr<comm::Work>& work, std::string_view what);
+
+// --- Validation helpers: one wording for every job ------------------------------------------
+
+// "--batch-size must be positive, got 0".
+absl::Status RequirePositive(std::string_view flag, double value);
+// "--steps must be >= 0, got -1".
+absl::Status RequireAtLeast(std::string_view flag, double value, double least);
+// "--optimizer must be sgd or zero-sgd, got 'adam'".
+absl::Status RequireOneOf(std::string_view flag, std::string_view value,
+                          std::initializer_list<std::string_view> allowed);
+
+}  // namespace ddpkit::jobs

@@ -1,0 +1,283 @@
+#include "tools/jobs/join/join_runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "autograd/ops.h"
+#include "autograd/safetensors.h"
+#include "tools/jobs/dataset.h"
+#include "tools/jobs/join/collective_log.h"
+
+namespace ddpkit::jobs {
+namespace {
+
+using Role = IterationLog::Role;
+
+absl::Status Validate(const JoinRunConfig& config) {
+  if (config.data_prefix.empty() == config.inputs.empty()) {
+    return absl::InvalidArgumentError(
+        "give exactly one of --inputs N0,N1,... (iterations per rank on synthetic rows) or "
+        "--data-per-rank PREFIX (rank r reads PREFIX.rank<r>.safetensors)");
+  }
+  for (size_t r = 0; r < config.inputs.size(); ++r) {
+    if (config.inputs[r] < 0) {
+      return absl::InvalidArgumentError(StrCat("--inputs: rank ", r, " has ", config.inputs[r],
+                                               " iterations; counts must be >= 0"));
+    }
+  }
+  if (config.backend != "threads") return absl::OkStatus();
+  if (!config.inputs.empty() && config.world_size != 0 &&
+      config.world_size != static_cast<int>(config.inputs.size())) {
+    return absl::InvalidArgumentError(StrCat("--inputs lists ", config.inputs.size(),
+                                             " ranks but --world-size is ", config.world_size));
+  }
+  if (config.inputs.empty() && config.world_size < 1) {
+    return absl::InvalidArgumentError(
+        "--data-per-rank needs --world-size (the number of rank files)");
+  }
+  return absl::OkStatus();
+}
+
+// The world: --inputs sets its size unless --world-size was given; the flight recorders keep
+// enough collectives for one iteration's record.
+comm::WorldSpec WorldOf(const JoinRunConfig& config) {
+  comm::WorldSpec world = config.world();
+  if (world.world_size == 0) world.world_size = static_cast<int>(config.inputs.size());
+  world.options.flight_recorder_size =
+      std::max<size_t>(world.options.flight_recorder_size, 4 * IterationLog::kMaxCollectives);
+  return world;
+}
+
+struct RankRows {
+  ClassificationData data = {};
+  int iterations = 0;
+};
+
+// One seeded task of sum(inputs) * b rows; rank r takes its inputs[r] * b rows after the
+// earlier ranks' (at least one row, so a rank without iterations still has data to report).
+RankRows SyntheticRows(const JoinRunConfig& config, const std::vector<int64_t>& widths, int rank) {
+  const int64_t b = config.batch_size;
+  int64_t before = 0, total = 0;
+  for (int r = 0; r < static_cast<int>(config.inputs.size()); ++r) {
+    if (r < rank) before += config.inputs[r];
+    total += config.inputs[r];
+  }
+  ClassificationData all = MakeSyntheticClassification(
+      std::max<int64_t>(1, total * b), widths.front(), widths.back(), config.seed + 1);
+  RankRows rows{.iterations = config.inputs[rank]};
+  rows.data.x = Tensor::Empty({std::max<int64_t>(1, rows.iterations * b), widths.front()});
+  rows.data.y = Tensor::Empty({rows.data.x.size(0)}, DType::kInt64);
+  GatherRows(all, before * b, rows.data.x.size(0), rows.data.x, rows.data.y);
+  rows.data.description = absl::StrFormat(
+      "synthetic (seed %d, %d rows per iteration per rank, no row shared)", config.seed, b);
+  return rows;
+}
+
+absl::StatusOr<RankRows> LoadRankRows(const JoinRunConfig& config,
+                                      const std::vector<int64_t>& widths, int rank, int world) {
+  if (!config.inputs.empty() && static_cast<int>(config.inputs.size()) != world) {
+    return absl::InvalidArgumentError(
+        StrCat("--inputs lists ", config.inputs.size(), " ranks but the world has ", world));
+  }
+  if (config.data_prefix.empty()) return SyntheticRows(config, widths, rank);
+  const std::string path = StrCat(config.data_prefix, ".rank", rank, ".safetensors");
+  absl::StatusOr<ClassificationData> loaded =
+      LoadClassificationData(path, widths.front(), widths.back());
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        StrCat("rank ", rank, ": ", loaded.status().message()));
+  }
+  RankRows rows{.data = *std::move(loaded)};
+  rows.iterations = static_cast<int>(rows.data.rows() / config.batch_size);
+  rows.data.description = StrCat(config.data_prefix, ".rank<r>.safetensors");
+  return rows;
+}
+
+// Every rank learns every rank's iteration count.
+absl::StatusOr<std::vector<int>> ShareIterationCounts(comm::ProcessGroup& group, int mine) {
+  Tensor counts = Tensor::Zeros({group.size()}, DType::kInt64);
+  counts.data<int64_t>()[group.rank()] = mine;
+  DDPKIT_RETURN_IF_ERROR(WaitFor(group.Allreduce(counts), "sharing the iteration counts"));
+  std::vector<int> inputs(group.size());
+  for (int r = 0; r < group.size(); ++r) inputs[r] = static_cast<int>(counts.data<int64_t>()[r]);
+  return inputs;
+}
+
+// One rank of the run.
+struct Rank {
+  Rank(comm::ProcessGroup& g, RankRows r, std::vector<int> in)
+      : group(g), rows(std::move(r)), inputs(in), log(std::move(in), g.rank()), tap(g) {}
+  comm::ProcessGroup& group;
+  RankRows rows;
+  std::vector<int> inputs;  // iterations per rank
+  std::shared_ptr<nn::Module> model;
+  std::shared_ptr<reducer::DistributedDataParallel> ddp;
+  RankOptimizer optimizer;
+  IterationLog log;
+  CollectiveTap tap;
+  int most() const { return *std::max_element(inputs.begin(), inputs.end()); }
+  int fewest() const { return *std::min_element(inputs.begin(), inputs.end()); }
+};
+
+absl::StatusOr<std::unique_ptr<Rank>> SetUp(const JoinRunConfig& config,
+                                            const std::vector<int64_t>& widths,
+                                            comm::ProcessGroup& group) {
+  DDPKIT_ASSIGN_OR_RETURN(RankRows rows, LoadRankRows(config, widths, group.rank(), group.size()));
+  DDPKIT_ASSIGN_OR_RETURN(std::vector<int> inputs, ShareIterationCounts(group, rows.iterations));
+  auto rank = std::make_unique<Rank>(group, std::move(rows), std::move(inputs));
+  DDPKIT_ASSIGN_OR_RETURN(rank->model, BuildModel(config, widths));
+  DDPKIT_ASSIGN_OR_RETURN(rank->ddp, WrapInDdp(config, rank->model, group));
+  rank->ddp->set_divide_by_initial_world_size(config.divide_by_initial_world_size);
+  DDPKIT_ASSIGN_OR_RETURN(rank->optimizer, MakeOptimizer(config, *rank->model, group));
+  rank->tap.Take();  // the record starts after setup's collectives (DDP's model check and sync)
+  return rank;
+}
+
+double GradNorm(const nn::Module& model) {
+  double sum = 0;
+  for (const Tensor& p : model.Parameters()) {
+    if (!p.grad().defined()) continue;
+    for (double g : p.grad().ToDoubles()) sum += g * g;
+  }
+  return std::sqrt(sum);
+}
+
+// FNV-1a over the parameters' bytes, kept positive so MAX of (h, -h) compares cleanly.
+int64_t ModelHash(const nn::Module& model) {
+  uint64_t h = 1469598103934665603ull;
+  for (const Tensor& p : model.Parameters()) {
+    const auto* bytes = static_cast<const unsigned char*>(p.raw_data());
+    for (size_t i = 0; i < p.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return static_cast<int64_t>(h >> 2);
+}
+
+// This rank's own iterations. The lowest active rank of each iteration logs the gradient it
+// stepped with and the collectives it issued.
+void TrainLoop(const JoinRunConfig& config, Rank& rank) {
+  const int64_t b = config.batch_size;
+  Tensor x = Tensor::Empty({b, rank.rows.data.x.size(1)});
+  Tensor y = Tensor::Empty({b}, DType::kInt64);
+  for (int t = 0; t < rank.rows.iterations; ++t) {
+    rank.optimizer.optimizer->ZeroGrad();
+    GatherRows(rank.rows.data, t * b, b, x, y);
+    Tensor loss = CrossEntropy(rank.ddp->Forward(x), y);
+    loss.Backward();
+    rank.log.SetLoss(t, loss.item());
+    const bool reporter = rank.log.IsReporter(t, Role::kActive);
+    if (reporter) {
+      rank.log.SetGradient(t, GradNorm(*rank.model), rank.ddp->reducer().last_divide_factor());
+    }
+    rank.optimizer.optimizer->Step();
+    std::vector<CollectiveRecord> issued = rank.tap.Take();
+    if (reporter) rank.log.SetCollectives(t, Role::kActive, issued);
+  }
+}
+
+// The loop inside Join: DDP, then the ZeRO optimizer, then a recorder whose hook logs what the
+// other two shadowed. Throw mode's stop (kAborted, every rank in one iteration) is recorded.
+void RunUnderJoin(const JoinRunConfig& config, Rank& rank, JoinReport& report) {
+  int shadowed = 0;
+  ShadowRecorder recorder(rank.group, [&] {
+    const int t = rank.rows.iterations + shadowed++;
+    std::vector<CollectiveRecord> issued = rank.tap.Take();
+    if (rank.log.IsReporter(t, Role::kShadowing)) {
+      rank.log.SetCollectives(t, Role::kShadowing, issued);
+    }
+  });
+  std::vector<join::Joinable*> joinables = {rank.ddp.get()};
+  if (rank.optimizer.zero != nullptr) joinables.push_back(rank.optimizer.zero);
+  joinables.push_back(&recorder);
+  try {
+    join::Join::Run(joinables, {.throw_on_early_termination = config.throw_on_early_termination},
+                    [&] { TrainLoop(config, rank); });
+  } catch (const Error& e) {
+    if (!config.throw_on_early_termination || e.code() != absl::StatusCode::kAborted) throw;
+    // Every rank stops in the iteration the first rank ran out at.
+    const int stop = rank.fewest();
+    report.set_stopped_at_iteration(stop);
+    report.set_stop_message(e.what());
+    std::vector<CollectiveRecord> issued = rank.tap.Take();
+    for (Role role : {Role::kActive, Role::kShadowing}) {
+      if (stop < rank.most() && rank.log.IsReporter(stop, role)) {
+        rank.log.SetCollectives(stop, role, issued);
+      }
+    }
+  }
+}
+
+JoinReport DescribeRun(const JoinRunConfig& config, const Rank& rank) {
+  JoinReport report;
+  report.set_rank(rank.group.rank());
+  report.set_model(config.model);
+  report.set_world_size(rank.group.size());
+  report.set_backend(std::string(rank.group.backend_name()));
+  for (int n : rank.inputs) report.add_inputs(n);
+  report.set_batch_size(config.batch_size);
+  report.set_data(rank.rows.data.description);
+  report.set_optimizer(config.optimizer);
+  report.set_join(config.use_join);
+  report.set_divide_by_initial_world_size(config.divide_by_initial_world_size);
+  report.set_throw_on_early_termination(config.throw_on_early_termination);
+  report.set_stopped_at_iteration(-1);
+  return report;
+}
+
+// Every rank is here now: combine the per-iteration logs, compare the final models, share the
+// optimizer shard sizes; then rank 0's accuracy and saved weights.
+absl::Status Summarize(const JoinRunConfig& config, Rank& rank, JoinReport& report) {
+  comm::ProcessGroup& group = rank.group;
+  DDPKIT_RETURN_IF_ERROR(rank.log.Combine(group));
+  const int64_t hash = ModelHash(*rank.model);
+  Tensor hashes = Tensor::FromVector<int64_t>({hash, -hash}, {2});
+  DDPKIT_RETURN_IF_ERROR(
+      WaitFor(group.Allreduce(hashes, comm::ReduceOp::kMax), "comparing the final models"));
+  report.set_models_identical(hashes.data<int64_t>()[0] == -hashes.data<int64_t>()[1]);
+  Tensor stepped = Tensor::Zeros({group.size()}, DType::kInt64);
+  stepped.data<int64_t>()[group.rank()] = rank.optimizer.elements_stepped;
+  DDPKIT_RETURN_IF_ERROR(WaitFor(group.Allreduce(stepped), "sharing the optimizer shard sizes"));
+  for (int r = 0; r < group.size(); ++r) report.add_elements_stepped(stepped.data<int64_t>()[r]);
+  report.set_authoritative_rank(rank.ddp->authoritative_rank());
+
+  const int stopped = report.stopped_at_iteration();
+  rank.log.AddToReport(stopped >= 0 ? std::min(rank.most(), rank.fewest() + 1) : rank.most(),
+                       stopped, report);
+  report.set_final_accuracy(Accuracy(*rank.model, rank.rows.data));
+  if (group.rank() == 0 && !config.save_weights_path.empty()) {
+    DDPKIT_RETURN_IF_ERROR(SaveStateDict(*rank.model, config.save_weights_path));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config,
+                                     const std::vector<int64_t>& widths,
+                                     comm::ProcessGroup& group) {
+  DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<Rank> rank, SetUp(config, widths, group));
+  JoinReport report = DescribeRun(config, *rank);
+  if (config.use_join) {
+    RunUnderJoin(config, *rank, report);
+  } else {
+    TrainLoop(config, *rank);
+    // A rank that ran out leaves, as a process whose loop ended would: anything more it
+    // issued would only be paired with another rank's gradient allreduce. The ranks still
+    // training fail in their next collective with the comm layer's diagnosis.
+    if (rank->fewest() != rank->most()) {
+      report.set_left_without_join(true);
+      return report;
+    }
+  }
+  DDPKIT_RETURN_IF_ERROR(Summarize(config, *rank, report));
+  return report;
+}
+
+}  // namespace
+
+absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
+  DDPKIT_ASSIGN_OR_RETURN(const std::vector<int64_t> widths, ValidateDdpTraining(config));
+  DDPKIT_RETURN_IF_ERROR(Validate(config));
+  return RunOnEveryRank<JoinReport>(
+      WorldOf(config), [&](comm::ProcessGroup& group) { return RunOnRank(config, widths, group); });
+}
+
+}  // namespace ddpkit::jobs

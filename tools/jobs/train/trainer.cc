@@ -1,0 +1,162 @@
+#include "tools/jobs/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "autograd/ops.h"
+#include "autograd/safetensors.h"
+#include "tools/jobs/dataset.h"
+
+namespace ddpkit::jobs {
+namespace {
+
+// What one rank builds before its loop.
+struct Rank {
+  comm::ProcessGroup& group;
+  std::shared_ptr<nn::Module> model = nullptr;
+  ClassificationData data = {};
+  std::shared_ptr<reducer::DistributedDataParallel> ddp = nullptr;
+  RankOptimizer optimizer = {};
+};
+
+absl::Status Validate(const TrainConfig& config) {
+  DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--steps", config.steps, 0));
+  return RequireAtLeast("--grad-accum", config.grad_accum, 1);
+}
+
+absl::StatusOr<ClassificationData> LoadData(const TrainConfig& config,
+                                            const std::vector<int64_t>& widths) {
+  if (config.data_path.empty()) {
+    return MakeSyntheticClassification(config.synthetic_rows, widths.front(), widths.back(),
+                                       config.seed + 1);
+  }
+  return LoadClassificationData(config.data_path, widths.front(), widths.back());
+}
+
+absl::StatusOr<Rank> SetUp(const TrainConfig& config, const std::vector<int64_t>& widths,
+                           comm::ProcessGroup& group) {
+  Rank rank{.group = group};
+  DDPKIT_ASSIGN_OR_RETURN(rank.model, BuildModel(config, widths));
+  DDPKIT_ASSIGN_OR_RETURN(rank.data, LoadData(config, widths));
+  DDPKIT_ASSIGN_OR_RETURN(rank.ddp, WrapInDdp(config, rank.model, group));
+  DDPKIT_ASSIGN_OR_RETURN(rank.optimizer, MakeOptimizer(config, *rank.model, group));
+  return rank;
+}
+
+// The report's setup fields: everything known before the first step.
+TrainReport DescribeSetup(const TrainConfig& config, const Rank& rank) {
+  TrainReport report;
+  report.set_rank(rank.group.rank());
+  report.set_model(config.model);
+  for (const auto& [name, p] : rank.model->NamedParameters()) report.add_parameter_names(name);
+  report.set_num_parameters(ParameterElements(*rank.model));
+  report.set_data(rank.data.description);
+  report.set_backend(std::string(rank.group.backend_name()));
+  report.set_world_size(rank.group.size());
+  report.set_batch_size(config.batch_size);
+  report.set_grad_accum(config.grad_accum);
+  report.set_steps(config.steps);
+  report.set_lr(config.lr);
+  report.set_momentum(config.momentum);
+  report.set_seed(config.seed);
+  report.set_optimizer(config.optimizer);
+  report.set_elements_stepped(rank.optimizer.elements_stepped);
+  *report.mutable_ddp() = rank.ddp->LoggingData();
+  return report;
+}
+
+// Saves what .grad holds now: the averaged, accumulated gradients the step is about to apply.
+absl::Status SaveGrads(const nn::Module& model, const std::string& path) {
+  NamedTensors grads;
+  for (const auto& [name, p] : model.NamedParameters()) {
+    if (p.grad().defined()) grads.emplace_back(name, p.grad());
+  }
+  return WriteSafetensors(path, grads);
+}
+
+// One optimizer step: grad_accum micro-batches, all but the last under no_sync, then the
+// update. Returns this rank's mean loss over the micro-batches.
+absl::StatusOr<double> TrainStep(const TrainConfig& config, Rank& rank, int step, Tensor& x,
+                                 Tensor& y) {
+  const int64_t b = config.batch_size, global_batch = rank.group.size() * b;
+  rank.optimizer.optimizer->ZeroGrad();
+  double loss_sum = 0;
+  for (int k = 0; k < config.grad_accum; ++k) {
+    const int64_t g = static_cast<int64_t>(step) * config.grad_accum + k;
+    GatherRows(rank.data, g * global_batch + rank.group.rank() * b, b, x, y);
+    std::optional<reducer::DistributedDataParallel::NoSyncGuard> no_sync;
+    if (k + 1 < config.grad_accum) no_sync.emplace(*rank.ddp);  // the last micro-batch syncs
+    Tensor loss = CrossEntropy(rank.ddp->Forward(x), y);
+    loss.Backward();
+    loss_sum += loss.item();
+  }
+  const bool last = step + 1 == config.steps;
+  if (last && rank.group.rank() == 0 && !config.save_grads_path.empty()) {
+    DDPKIT_RETURN_IF_ERROR(SaveGrads(*rank.model, config.save_grads_path));
+  }
+  rank.optimizer.optimizer->Step();
+  return loss_sum / config.grad_accum;
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
+// After the loop: each step's loss as the mean over all ranks (equal batches: the global mean),
+// the accuracy on all rows, the median step time, and rank 0's saved weights.
+absl::Status Finish(const TrainConfig& config, Rank& rank, Tensor& losses,
+                    const std::vector<double>& step_ms, TrainReport& report) {
+  if (config.steps > 0) DDPKIT_RETURN_IF_ERROR(rank.group.Allreduce(losses)->Wait());
+  for (int step = 0; step < config.steps; ++step) {
+    report.add_losses(losses.data<double>()[step] / rank.group.size());
+  }
+  report.set_final_accuracy(Accuracy(*rank.model, rank.data));
+  report.set_median_step_ms(Median(step_ms));
+  if (rank.group.rank() == 0 && !config.save_weights_path.empty()) {
+    DDPKIT_RETURN_IF_ERROR(SaveStateDict(*rank.model, config.save_weights_path));
+  }
+  *report.mutable_ddp() = rank.ddp->LoggingData();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
+                                        const std::vector<int64_t>& widths,
+                                        comm::ProcessGroup& group, const TrainObserver& observer) {
+  DDPKIT_ASSIGN_OR_RETURN(Rank rank, SetUp(config, widths, group));
+  TrainReport report = DescribeSetup(config, rank);
+  const bool lead = group.rank() == 0;
+  if (lead && observer.on_start) observer.on_start(report);
+
+  Tensor x = Tensor::Empty({config.batch_size, widths.front()});
+  Tensor y = Tensor::Empty({config.batch_size}, DType::kInt64);
+  Tensor losses = Tensor::Zeros({config.steps}, DType::kFloat64);
+  std::vector<double> step_ms;
+  for (int step = 0; step < config.steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    DDPKIT_ASSIGN_OR_RETURN(const double loss, TrainStep(config, rank, step, x, y));
+    step_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
+    losses.data<double>()[step] = loss;
+    if (lead && observer.on_step) {
+      observer.on_step({step + 1, config.steps, loss, step_ms.back(), &rank.ddp->LoggingData()});
+    }
+  }
+  DDPKIT_RETURN_IF_ERROR(Finish(config, rank, losses, step_ms, report));
+  return report;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainReport> Train(const TrainConfig& config, const TrainObserver& observer) {
+  DDPKIT_ASSIGN_OR_RETURN(const std::vector<int64_t> widths, ValidateDdpTraining(config));
+  DDPKIT_RETURN_IF_ERROR(Validate(config));
+  return RunOnEveryRank<TrainReport>(config.world(), [&](comm::ProcessGroup& group) {
+    return TrainOnRank(config, widths, group, observer);
+  });
+}
+
+}  // namespace ddpkit::jobs

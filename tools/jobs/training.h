@@ -1,0 +1,61 @@
+// What the DDP training jobs (`ddpkit train`, `ddpkit join`) share: their options, and the
+// pieces each rank builds before its loop — the model, DDP around it, the optimizer — and the
+// accuracy it reports after.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "autograd/nn.h"
+#include "autograd/optim.h"
+#include "reducer/distributed_data_parallel.h"
+#include "reducer/zero_redundancy_optimizer.h"
+#include "tools/jobs/dataset.h"
+#include "tools/jobs/job.h"
+
+namespace ddpkit::jobs {
+
+struct DdpTrainingConfig : WorldConfig {
+  std::string model = "mlp:32,64,64,10";  // mlp:IN,H1,...,OUT
+  std::string weights_path;               // initial weights (safetensors) when set
+  std::string save_weights_path;          // rank 0's final weights (atomically) when set
+  int batch_size = 32;                    // rows per rank per (micro-)batch
+  double lr = 0.1;
+  double momentum = 0.0;
+  std::string optimizer = "sgd";  // or "zero-sgd": ZeRO-1, each rank steps its shard
+  uint64_t seed = 0;              // the model's initialisation and the synthetic data
+  reducer::DdpOptions ddp;
+  std::string comm_hook;  // empty, allreduce, fp16 or bf16
+};
+
+// The MLP's layer widths; InvalidArgument for a bad model spec, batch size, learning rate,
+// optimizer or comm hook.
+absl::StatusOr<std::vector<int64_t>> ValidateDdpTraining(const DdpTrainingConfig& config);
+
+// The MLP of `widths`, initialised from the seed, then from the weights file when one is set.
+absl::StatusOr<std::shared_ptr<nn::Module>> BuildModel(const DdpTrainingConfig& config,
+                                                       const std::vector<int64_t>& widths);
+
+// DDP around `model` with the config's options and comm hook (collective: every rank calls it).
+absl::StatusOr<std::shared_ptr<reducer::DistributedDataParallel>> WrapInDdp(
+    const DdpTrainingConfig& config, std::shared_ptr<nn::Module> model, comm::ProcessGroup& group);
+
+// This rank's optimizer: plain SGD, or ZeRO-1 SGD stepping this rank's shard.
+struct RankOptimizer {
+  std::unique_ptr<Optimizer> optimizer;
+  reducer::ZeroRedundancyOptimizer* zero = nullptr;  // the same object, for zero-sgd
+  int64_t elements_stepped = 0;                      // parameter elements this rank steps
+};
+absl::StatusOr<RankOptimizer> MakeOptimizer(const DdpTrainingConfig& config,
+                                            const nn::Module& model, comm::ProcessGroup& group);
+
+// Top-1 accuracy of `model` over every row of `data` (0 for no rows).
+double Accuracy(nn::Module& model, const ClassificationData& data);
+
+// Elements over all of the model's parameter tensors.
+int64_t ParameterElements(const nn::Module& model);
+
+}  // namespace ddpkit::jobs
