@@ -127,6 +127,21 @@ absl::StatusOr<BucketAssignment> ComputeBucketAssignmentBySize(
   return result;
 }
 
+BucketAssignment RebuiltBucketAssignment(const std::vector<BucketTensorSpec>& tensors,
+                                         const std::vector<size_t>& arrival_order,
+                                         BucketLimits limits) {
+  absl::StatusOr<BucketAssignment> rebuilt = ComputeBucketAssignmentBySize(
+      tensors, {limits.first_bucket_bytes, limits.bucket_cap_bytes}, {}, arrival_order);
+  if (!rebuilt.ok()) ThrowStatus(rebuilt.status());
+  return *std::move(rebuilt);
+}
+
+std::vector<BucketTensorSpec> SpecsOf(const NamedTensors& parameters) {
+  std::vector<BucketTensorSpec> specs;
+  for (const auto& [name, p] : parameters) specs.push_back({p.numel(), p.dtype()});
+  return specs;
+}
+
 std::string BucketsToString(const std::vector<std::vector<size_t>>& buckets) {
   std::string out = "[";
   for (size_t b = 0; b < buckets.size(); ++b) {

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "autograd/dtype.h"
+#include "autograd/nn.h"
 
 namespace ddpkit::reducer {
 
@@ -48,6 +49,23 @@ inline constexpr size_t kNoBucketSizeLimit = static_cast<size_t>(INT64_MAX);
 absl::StatusOr<BucketAssignment> ComputeBucketAssignmentBySize(
     const std::vector<BucketTensorSpec>& tensors, const std::vector<size_t>& limits,
     const std::vector<bool>& expect_sparse = {}, const std::vector<size_t>& arrival_order = {});
+
+// The limits DDP's rebuilt plan walks: a small first bucket, so the first allreduce starts early
+// in backward, then the cap for every later one (PyTorch's first_bucket_bytes, bucket_bytes_cap).
+struct BucketLimits {
+  size_t first_bucket_bytes = kDefaultFirstBucketBytes;
+  size_t bucket_cap_bytes = kDefaultBucketBytesCap;
+};
+
+// DDP's plan after its rebuild: `arrival_order` (the gradient arrival order of the first synced
+// backward) walked under `limits`, buckets in the order they filled. The reducer's rebuild calls
+// this; so do the tests. Throws ddpkit::Error for an order that is not a permutation.
+BucketAssignment RebuiltBucketAssignment(const std::vector<BucketTensorSpec>& tensors,
+                                         const std::vector<size_t>& arrival_order,
+                                         BucketLimits limits = {});
+
+// Each parameter's element count and dtype, in order.
+std::vector<BucketTensorSpec> SpecsOf(const NamedTensors& parameters);
 
 // "[[0, 2], [1]]" — the compact form used in logs and errors.
 std::string BucketsToString(const std::vector<std::vector<size_t>>& buckets);

@@ -11,12 +11,6 @@
 namespace ddpkit::reducer {
 namespace {
 
-std::vector<BucketTensorSpec> SpecsOf(const NamedTensors& params) {
-  std::vector<BucketTensorSpec> specs;
-  for (const auto& [name, p] : params) specs.push_back({p.numel(), p.dtype()});
-  return specs;
-}
-
 absl::Status WaitFor(const std::shared_ptr<comm::Work>& work, std::string_view what, int rank) {
   absl::Status status = work->Wait();
   if (status.ok()) return status;
@@ -123,13 +117,19 @@ Tensor AttachDelayAllReduce(const Tensor& output, Reducer* reducer) {
 
 size_t MegabytesToBytes(double mb) { return static_cast<size_t>(mb * 1024 * 1024); }
 
+BucketLimits LimitsOf(const DdpOptions& options) {
+  return {.first_bucket_bytes = MegabytesToBytes(options.first_bucket_mb),
+          .bucket_cap_bytes = MegabytesToBytes(options.bucket_cap_mb)};
+}
+
 BucketAssignment InitialBucketAssignment(const std::vector<BucketTensorSpec>& parameters,
                                          const DdpOptions& options) {
   // Parameter order need not match the order gradients arrive in, so the first iteration does
   // not split by size unless unused parameters must be found (PyTorch >= 1.12).
   std::vector<size_t> limits = {kNoBucketSizeLimit};
   if (options.find_unused_parameters && !options.static_graph) {
-    limits = {MegabytesToBytes(options.first_bucket_mb), MegabytesToBytes(options.bucket_cap_mb)};
+    const BucketLimits bytes = LimitsOf(options);
+    limits = {bytes.first_bucket_bytes, bytes.bucket_cap_bytes};
   }
   absl::StatusOr<BucketAssignment> sorted = ComputeBucketAssignmentBySize(parameters, limits);
   if (!sorted.ok()) ThrowStatus(sorted.status());
@@ -137,17 +137,6 @@ BucketAssignment InitialBucketAssignment(const std::vector<BucketTensorSpec>& pa
   std::reverse(sorted->buckets.begin(), sorted->buckets.end());
   std::reverse(sorted->limits.begin(), sorted->limits.end());
   return *sorted;
-}
-
-BucketAssignment RebuiltBucketAssignment(const std::vector<BucketTensorSpec>& parameters,
-                                         const std::vector<size_t>& arrival_order,
-                                         const DdpOptions& options) {
-  absl::StatusOr<BucketAssignment> rebuilt = ComputeBucketAssignmentBySize(
-      parameters,
-      {MegabytesToBytes(options.first_bucket_mb), MegabytesToBytes(options.bucket_cap_mb)}, {},
-      arrival_order);
-  if (!rebuilt.ok()) ThrowStatus(rebuilt.status());
-  return *rebuilt;
 }
 
 absl::StatusOr<std::shared_ptr<DistributedDataParallel>> DistributedDataParallel::Create(
@@ -181,8 +170,7 @@ absl::StatusOr<std::shared_ptr<DistributedDataParallel>> DistributedDataParallel
   try {
     ddp->reducer_ = std::make_unique<Reducer>(
         std::move(params), initial, group,
-        ReducerOptions{.bucket_bytes_cap = MegabytesToBytes(ddp->options_.bucket_cap_mb),
-                       .first_bucket_bytes_cap = MegabytesToBytes(ddp->options_.first_bucket_mb),
+        ReducerOptions{.limits = LimitsOf(ddp->options_),
                        .find_unused_parameters = ddp->options_.find_unused_parameters,
                        .gradient_as_bucket_view = ddp->options_.gradient_as_bucket_view});
   } catch (const Error& e) {

@@ -103,14 +103,14 @@ class DistributedDataParallel : public nn::Module, public join::Joinable {
 // Bucket limits in bytes from a size in MiB, as PyTorch: int(mb * 1024 * 1024).
 size_t MegabytesToBytes(double mb);
 
+// The options' [first bucket, cap] in bytes.
+BucketLimits LimitsOf(const DdpOptions& options);
+
 // The initial assignment DDP uses for `parameters` (already in reduction order: the sorted
 // assignment reversed): one bucket per dtype when find_unused is off or the graph is static,
-// otherwise limits [first bucket, cap].
+// otherwise limits [first bucket, cap]. The rebuilt one is RebuiltBucketAssignment
+// (bucket_assignment.h), which the reducer computes after the first synced iteration.
 BucketAssignment InitialBucketAssignment(const std::vector<BucketTensorSpec>& parameters,
-                                         const DdpOptions& options);
-// The plan after the rebuild, for a given gradient arrival order.
-BucketAssignment RebuiltBucketAssignment(const std::vector<BucketTensorSpec>& parameters,
-                                         const std::vector<size_t>& arrival_order,
                                          const DdpOptions& options);
 
 }  // namespace ddpkit::reducer

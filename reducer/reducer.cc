@@ -24,19 +24,6 @@ int64_t Nanos(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
-std::string_view TraceEventName(TraceEventType type) {
-  switch (type) {
-    case TraceEventType::kForward: return "forward";
-    case TraceEventType::kHookFired: return "hook_fired";
-    case TraceEventType::kBucketReady: return "bucket_ready";
-    case TraceEventType::kAllreduceStart: return "allreduce_start";
-    case TraceEventType::kAllreduceEnd: return "allreduce_end";
-    case TraceEventType::kRebuild: return "rebuild";
-    case TraceEventType::kFinalize: return "finalize";
-  }
-  return "?";
-}
-
 // ============================================================================ construction
 
 Reducer::Reducer(NamedTensors parameters, const BucketAssignment& initial,
@@ -74,8 +61,8 @@ Reducer::Reducer(NamedTensors parameters, const BucketAssignment& initial,
   logging_.set_rank(group.rank());
   logging_.set_backend_name(std::string(group.backend_name()));
   logging_.set_num_parameter_tensors(static_cast<int32_t>(n));
-  logging_.set_bucket_cap_bytes(static_cast<int64_t>(options.bucket_bytes_cap));
-  logging_.set_first_bucket_bytes(static_cast<int64_t>(options.first_bucket_bytes_cap));
+  logging_.set_bucket_cap_bytes(static_cast<int64_t>(options.limits.bucket_cap_bytes));
+  logging_.set_first_bucket_bytes(static_cast<int64_t>(options.limits.first_bucket_bytes));
   logging_.set_find_unused_parameters(options.find_unused_parameters);
   logging_.set_gradient_as_bucket_view(options.gradient_as_bucket_view);
   logging_.set_debug_level(std::string(comm::DebugLevelName(group.options().debug_level)));
@@ -93,8 +80,8 @@ Reducer::Reducer(NamedTensors parameters, const BucketAssignment& initial,
   if (group.options().debug_level != comm::DebugLevel::kOff) {
     Log(LogLevel::kInfo,
         StrCat("DDP reducer: ", buckets_.size(), " bucket(s) ", BucketsToString(initial.buckets),
-               ", bucket cap ", options.bucket_bytes_cap, " B, first bucket ",
-               options.first_bucket_bytes_cap, " B"));
+               ", bucket cap ", options.limits.bucket_cap_bytes, " B, first bucket ",
+               options.limits.first_bucket_bytes, " B"));
   }
 }
 
@@ -422,44 +409,64 @@ void Reducer::FinalizeBackward() {
   DDPKIT_CHECK(next_bucket_ == buckets_.size(), "[ddp] rank ", group_.rank(), ": finalize found ",
                buckets_.size() - next_bucket_,
                " bucket(s) not launched; this is a bug in ddpkit's reducer");
-  const absl::Duration timeout = group_.options().timeout;
   Clock::time_point comm_end = comm_start_;
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    Bucket& bucket = buckets_[b];
-    absl::StatusOr<Tensor> result = bucket.future_work->Wait(timeout);
-    if (!result.ok()) {
-      ThrowCommFailure(group_.rank(),
-                       StrCat("reducing gradient bucket ", b, " (parameters ",
-                              absl::StrJoin(bucket.variable_indices, ", "), ")"),
-                       result.status());
-    }
-    if (!result->IsAliasOf(bucket.gradients)) {
-      DDPKIT_CHECK(result->numel() == bucket.gradients.numel(), "[ddp] the communication hook '",
-                   logging_.comm_hook(), "' returned ", result->numel(), " elements for bucket ", b,
-                   " of ", bucket.gradients.numel());
-      bucket.gradients.CopyFrom(*result);
-    }
-    comm_end = std::max(comm_end, bucket.future_work->completed_at());
-    Trace(TraceEventType::kAllreduceEnd, -1, static_cast<int64_t>(b),
-          bucket.future_work->completed_at());
-    FinalizeBucket(bucket);
+    WaitForBucket(b, "reducing");
+    const Clock::time_point completed = buckets_[b].future_work->completed_at();
+    comm_end = std::max(comm_end, completed);
+    Trace(TraceEventType::kAllreduceEnd, -1, static_cast<int64_t>(b), completed);
+    FinalizeBucket(buckets_[b]);
   }
-  if (local_used_work_ && !local_used_map_reduced_ready_) {
-    // Collected even when every parameter was used here, so the next launch cannot overlap it.
-    if (absl::StatusOr<Tensor> r = local_used_work_->Wait(timeout); !r.ok()) {
-      ThrowCommFailure(group_.rank(), "reducing the used-parameter map", r.status());
-    }
-    local_used_map_reduced_ready_ = true;
-  }
-  if (static_graph_first_iteration()) {
-    static_graph_recorded_ = true;
-    static_globally_unused_.assign(params_.size(), 0);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      static_globally_unused_[i] = local_used_map_reduced_.data<int32_t>()[i] == 0;
-    }
-  }
+  // Collected even when every parameter was used here, so the next launch cannot overlap it.
+  CollectUsedMap("reducing the used-parameter map");
+  if (static_graph_first_iteration()) RecordStaticGraphUnused();
+  LogIteration();
+  ResetAfterBackward();
+  RecordTimes(comm_end);
+}
 
-  // Logging: unused parameters and arrival order of this iteration.
+// ---- The end-of-backward steps finalize and the join shadow share -------------------------
+
+// Waits for bucket `b`'s reduction (its allreduce, or the comm hook's future) and leaves the
+// result in the bucket's buffer. `what` ("reducing", ...) begins the error message.
+void Reducer::WaitForBucket(size_t b, std::string_view what) {
+  Bucket& bucket = buckets_[b];
+  absl::StatusOr<Tensor> result = bucket.future_work->Wait(group_.options().timeout);
+  if (!result.ok()) {
+    ThrowCommFailure(group_.rank(),
+                     StrCat(what, " gradient bucket ", b, " (parameters ",
+                            absl::StrJoin(bucket.variable_indices, ", "), ")"),
+                     result.status());
+  }
+  if (result->IsAliasOf(bucket.gradients)) return;
+  DDPKIT_CHECK(result->numel() == bucket.gradients.numel(), "[ddp] the communication hook '",
+               logging_.comm_hook(), "' returned ", result->numel(), " elements for bucket ", b,
+               " of ", bucket.gradients.numel());
+  bucket.gradients.CopyFrom(*result);
+}
+
+// Waits for the used-parameter map's allreduce, when one is in flight and not yet collected.
+void Reducer::CollectUsedMap(std::string_view what) {
+  if (local_used_map_reduced_ready_ || !local_used_work_) return;
+  if (absl::StatusOr<Tensor> r = local_used_work_->Wait(group_.options().timeout); !r.ok()) {
+    ThrowCommFailure(group_.rank(), what, r.status());
+  }
+  local_used_map_reduced_ready_ = true;
+}
+
+// Static graph's first synced backward is over: which parameters no rank used is fixed now.
+void Reducer::RecordStaticGraphUnused() {
+  static_graph_recorded_ = true;
+  static_globally_unused_.assign(params_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    static_globally_unused_[i] = local_used_map_reduced_.data<int32_t>()[i] == 0;
+  }
+}
+
+// ---- Finalize's bookkeeping ---------------------------------------------------------------
+
+// Logging data: this iteration's unused parameters and gradient arrival order.
+void Reducer::LogIteration() {
   logging_.clear_unused_parameter_names();
   int64_t unused_bytes = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -473,12 +480,20 @@ void Reducer::FinalizeBackward() {
   for (size_t index : grad_ready_order_) {
     logging_.add_prev_iteration_grad_ready_order_indices(static_cast<int32_t>(index));
   }
-  if (dynamic_find_unused()) local_used_map_.Zero();  // static graph keeps its first map
+}
+
+// What one synced backward used up: the used map (static graph keeps its first), the divide
+// factor, this forward's join count.
+void Reducer::ResetAfterBackward() {
+  if (dynamic_find_unused()) local_used_map_.Zero();
   local_used_work_.reset();
   last_divide_factor_ = comm_hook_ ? 0 : div_factor_;
   div_factor_ = 0;
   join_count_work_.reset();
+}
 
+// The iteration's forward, backward compute, communication, overlap and exposed time.
+void Reducer::RecordTimes(Clock::time_point comm_end) {
   const Clock::time_point finalize_end = Clock::now();
   Trace(TraceEventType::kFinalize, -1, -1, finalize_end);
   totals_.forward += Nanos(backward_start_ - forward_start_);
@@ -494,13 +509,8 @@ bool Reducer::GloballyUnused(size_t index) {
   if (!options_.find_unused_parameters && !static_graph_) return false;
   if (static_graph_ && static_graph_recorded_) return static_globally_unused_[index];
   if (local_used_map_.data<int32_t>()[index] != 0) return false;  // used here: used somewhere
-  if (!local_used_map_reduced_ready_) {
-    // Waited for lazily: when every parameter was used locally there is nothing to wait for.
-    if (absl::StatusOr<Tensor> r = local_used_work_->Wait(group_.options().timeout); !r.ok()) {
-      ThrowCommFailure(group_.rank(), "reducing the used-parameter map", r.status());
-    }
-    local_used_map_reduced_ready_ = true;
-  }
+  // Waited for lazily: when every parameter was used locally there is nothing to wait for.
+  CollectUsedMap("reducing the used-parameter map");
   return local_used_map_reduced_.data<int32_t>()[index] == 0;
 }
 
@@ -541,17 +551,13 @@ bool Reducer::RebuildBuckets() {
                ": the first iteration recorded ", rebuilt_param_indices_.size(),
                " gradient arrivals for ", params_.size(),
                " parameters; this is a bug in ddpkit's reducer");
-  std::vector<BucketTensorSpec> specs;
-  for (const auto& [name, p] : params_) specs.push_back({p.numel(), p.dtype()});
-  absl::StatusOr<BucketAssignment> assignment = ComputeBucketAssignmentBySize(
-      specs, {options_.first_bucket_bytes_cap, options_.bucket_bytes_cap}, {},
-      rebuilt_param_indices_);
-  if (!assignment.ok()) ThrowStatus(assignment.status());
-  SyncBucketIndices(*assignment);
+  BucketAssignment assignment =
+      RebuiltBucketAssignment(SpecsOf(params_), rebuilt_param_indices_, options_.limits);
+  SyncBucketIndices(assignment);
   has_rebuilt_buckets_ = true;
   rebuilt_param_indices_.clear();
   rebuilt_param_indices_.shrink_to_fit();
-  InitializeBuckets(*assignment);
+  InitializeBuckets(assignment);
 
   logging_.set_has_rebuilt_buckets(true);
   logging_.clear_rebuilt_buckets();
@@ -559,8 +565,8 @@ bool Reducer::RebuildBuckets() {
   Trace(TraceEventType::kRebuild);
   if (group_.options().debug_level != comm::DebugLevel::kOff) {
     Log(LogLevel::kInfo, StrCat(buckets_.size(), " bucket(s) rebuilt in gradient-arrival order: ",
-                                BucketsToString(assignment->buckets), ", limits ",
-                                absl::StrJoin(assignment->limits, ", "), " bytes"));
+                                BucketsToString(assignment.buckets), ", limits ",
+                                absl::StrJoin(assignment.limits, ", "), " bytes"));
   }
   return true;
 }
@@ -635,46 +641,25 @@ void Reducer::RebuildBucketsForJoin() {
 // value where some rank used the parameter, none where no rank did. PyTorch's join hook drops
 // the results instead; keeping them lets a joinable that steps after DDP (the ZeRO optimizer
 // updating the shard this rank owns) see the gradient the active ranks see.
-void Reducer::ShadowBackward(bool static_graph_first_iteration) {
-  auto shadow_used_map = [&] {
+void Reducer::ShadowBackward(bool first_static_iteration) {
+  auto shadow_used_map = [&] {  // this rank used nothing
     local_used_map_.Zero();
-    local_used_map_reduced_.Zero();
-    local_used_map_reduced_ready_ = false;
-    local_used_work_ =
-        comm::Future::FromWork(group_.Allreduce(local_used_map_reduced_), local_used_map_reduced_);
+    LaunchLocalUsedMapAllreduce();
   };
-  if (static_graph_first_iteration) shadow_used_map();  // DelayAllReduce's order
+  if (first_static_iteration) shadow_used_map();  // DelayAllReduce's order: the map first
   for (size_t b = 0; b < buckets_.size(); ++b) {
     buckets_[b].gradients.Zero();
     LaunchBucket(b);
   }
-  if (!static_graph_first_iteration && dynamic_find_unused()) shadow_used_map();
-  if (local_used_work_) {
-    if (absl::StatusOr<Tensor> r = local_used_work_->Wait(group_.options().timeout); !r.ok()) {
-      ThrowCommFailure(group_.rank(), "shadowing an active rank's used-parameter map", r.status());
-    }
-    local_used_map_reduced_ready_ = true;
-  }
-  if (static_graph_first_iteration) {
-    static_graph_recorded_ = true;
-    static_globally_unused_.assign(params_.size(), 0);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      static_globally_unused_[i] = local_used_map_reduced_.data<int32_t>()[i] == 0;
-    }
-  }
+  if (!first_static_iteration && dynamic_find_unused()) shadow_used_map();
+  CollectUsedMap("shadowing an active rank's used-parameter map");
+  if (first_static_iteration) RecordStaticGraphUnused();
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    Bucket& bucket = buckets_[b];
-    absl::StatusOr<Tensor> result = bucket.future_work->Wait(group_.options().timeout);
-    if (!result.ok()) {
-      ThrowCommFailure(group_.rank(),
-                       StrCat("shadowing an active rank's reduction of gradient bucket ", b),
-                       result.status());
-    }
-    if (!result->IsAliasOf(bucket.gradients)) bucket.gradients.CopyFrom(*result);
-    for (size_t index : bucket.variable_indices) {
+    WaitForBucket(b, "shadowing an active rank's reduction of");
+    for (size_t index : buckets_[b].variable_indices) {
       if (GloballyUnused(index)) params_[index].second.set_grad(Tensor());
     }
-    FinalizeBucket(bucket);
+    FinalizeBucket(buckets_[b]);
   }
   local_used_work_.reset();
   comm_started_ = false;

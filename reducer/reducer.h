@@ -41,8 +41,7 @@
 namespace ddpkit::reducer {
 
 struct ReducerOptions {
-  size_t bucket_bytes_cap = kDefaultBucketBytesCap;
-  size_t first_bucket_bytes_cap = kDefaultFirstBucketBytes;
+  BucketLimits limits;  // the rebuilt plan's [first bucket, cap]
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
 };
@@ -90,7 +89,9 @@ class Reducer {
   // A joined rank shadowing one synced backward: zeros allreduced (or passed through the comm
   // hook) for every bucket in order, and the used-map allreduce where active ranks issue one.
   // Afterwards this rank's .grad holds what the active ranks' holds.
-  void ShadowBackward(bool static_graph_first_iteration);
+  // `first_static_iteration`: the active ranks run static graph's first synced backward, which
+  // reduces everything at its end, used map first.
+  void ShadowBackward(bool first_static_iteration);
   // What the last synced backward divided the gradients by (0 with a comm hook, which does its
   // own math).
   double last_divide_factor() const { return last_divide_factor_; }
@@ -118,7 +119,15 @@ class Reducer {
   void LaunchBucket(size_t bucket_index);
   void LaunchLocalUsedMapAllreduce();
   void FinalizeBackward();
+  // The end-of-backward steps finalize and ShadowBackward share.
+  void WaitForBucket(size_t bucket_index, std::string_view what);
+  void CollectUsedMap(std::string_view what);
+  void RecordStaticGraphUnused();
   void FinalizeBucket(Bucket& bucket);
+  // Finalize's bookkeeping.
+  void LogIteration();
+  void ResetAfterBackward();
+  void RecordTimes(Clock::time_point comm_end);
   bool GloballyUnused(size_t index);
   void ResetBucketCounting();
   std::vector<size_t> SearchUnusedParameters(const TensorList& outputs) const;

@@ -1,0 +1,18 @@
+#include "reducer/trace.h"
+
+namespace ddpkit::reducer {
+
+std::string_view TraceEventName(TraceEventType type) {
+  switch (type) {
+    case TraceEventType::kForward: return "forward";
+    case TraceEventType::kHookFired: return "hook_fired";
+    case TraceEventType::kBucketReady: return "bucket_ready";
+    case TraceEventType::kAllreduceStart: return "allreduce_start";
+    case TraceEventType::kAllreduceEnd: return "allreduce_end";
+    case TraceEventType::kRebuild: return "rebuild";
+    case TraceEventType::kFinalize: return "finalize";
+  }
+  return "?";
+}
+
+}  // namespace ddpkit::reducer
