@@ -391,14 +391,34 @@ void Reducer::LaunchLocalUsedMapAllreduce() {
 // ready, so reduce all buckets in order and finalize.
 void Reducer::DelayAllReduce() {
   LaunchLocalUsedMapAllreduce();
-  unused_parameters_.clear();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (expected_hook_counts_[i] == 0) unused_parameters_.push_back(i);
-  }
+  if (join_count_work_) ShareHookCounts("sharing static graph's hook counts with joined ranks");
+  UnusedFromHookCounts();
   std::fill(marked_ready_.begin(), marked_ready_.end(), 0);
   for (size_t i = 0; i < params_.size(); ++i) MarkVariableReady(i);  // launches in order
   compute_end_ = Clock::now();
   FinalizeBackward();
+}
+
+// Under Join, ranks that ran out before static graph's first synced backward shadow it and
+// never count hooks of their own; every rank takes the largest count of each parameter (a joined
+// rank adds zeros), so a joined rank that trains later expects the graph the others recorded.
+void Reducer::ShareHookCounts(std::string_view what) {
+  const int64_t n = static_cast<int64_t>(params_.size());
+  Tensor counts = Tensor::Empty({n}, DType::kInt32);
+  std::copy(expected_hook_counts_.begin(), expected_hook_counts_.end(), counts.data<int32_t>());
+  if (absl::Status s = group_.Allreduce(counts, comm::ReduceOp::kMax)->Wait(); !s.ok()) {
+    ThrowCommFailure(group_.rank(), what, s);
+  }
+  std::copy(counts.data<int32_t>(), counts.data<int32_t>() + n, expected_hook_counts_.begin());
+}
+
+// Parameters whose hook never fires in the static graph: marked ready at each backward's first
+// hook from now on.
+void Reducer::UnusedFromHookCounts() {
+  unused_parameters_.clear();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (expected_hook_counts_[i] == 0) unused_parameters_.push_back(i);
+  }
 }
 
 // ============================================================================ finalize
@@ -646,7 +666,12 @@ void Reducer::ShadowBackward(bool first_static_iteration) {
     local_used_map_.Zero();
     LaunchLocalUsedMapAllreduce();
   };
-  if (first_static_iteration) shadow_used_map();  // DelayAllReduce's order: the map first
+  if (first_static_iteration) {  // DelayAllReduce's order: the map, the hook counts, buckets
+    shadow_used_map();
+    std::fill(expected_hook_counts_.begin(), expected_hook_counts_.end(), 0);
+    ShareHookCounts("shadowing static graph's hook counts");
+    UnusedFromHookCounts();
+  }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     buckets_[b].gradients.Zero();
     LaunchBucket(b);

@@ -118,6 +118,8 @@ class Reducer {
   void MarkBucketReady(size_t bucket_index);
   void LaunchBucket(size_t bucket_index);
   void LaunchLocalUsedMapAllreduce();
+  void ShareHookCounts(std::string_view what);
+  void UnusedFromHookCounts();
   void FinalizeBackward();
   // The end-of-backward steps finalize and ShadowBackward share.
   void WaitForBucket(size_t bucket_index, std::string_view what);

@@ -196,6 +196,111 @@ TEST(DdpJoinTest, RebuildStillPendingWhenARankJoins) {
   RunJoinCase({.world = 3, .inputs = {0, 1, 3}, .options = {.static_graph = true}});
 }
 
+// Records the model's gradients at the end of each iteration this rank shadows: listed after
+// DDP, its hook runs once DDP's shadowed backward has written them.
+class GradProbe final : public join::Joinable {
+ public:
+  GradProbe(comm::ProcessGroup& group, const nn::Module& model) : group_(group), model_(model) {}
+  std::unique_ptr<join::JoinHook> MakeJoinHook() override {
+    struct Hook final : join::JoinHook {
+      explicit Hook(GradProbe& p) : probe(p) {}
+      void MainHook() override { probe.seen.push_back(GradsOf(probe.model_)); }
+      GradProbe& probe;
+    };
+    return std::make_unique<Hook>(*this);
+  }
+  comm::ProcessGroup& join_process_group() const override { return group_; }
+  std::vector<Grads> seen;
+
+ private:
+  comm::ProcessGroup& group_;
+  const nn::Module& model_;
+};
+
+// Two epochs under Join on a model whose "a" and "never" layers no rank uses. A joined rank's
+// shadowed iterations must leave its reducer where trained ones would: .grad as the active
+// ranks have it (none for the unused layers), and — when it shadowed static graph's first
+// iteration — the graph recorded, so the next epoch issues what the other ranks issue.
+TEST(DdpJoinTest, ShadowedIterationsLeaveTheStateTrainedOnesWould) {
+  const std::vector<std::vector<int>> epochs = {{0, 2, 3}, {2, 2, 1}};
+  const int world = 3;
+  auto most = [](const std::vector<int>& inputs) {
+    return *std::max_element(inputs.begin(), inputs.end());
+  };
+  auto make_model = [] {
+    auto model = std::make_shared<BranchyNet>(5);
+    model->use_a = false;  // trunk and b on every rank
+    return model;
+  };
+  // One process on the formula: iteration t of epoch e averages the active ranks' gradients.
+  std::vector<Grads> expected;
+  auto reference = make_model();
+  Sgd reference_sgd(reference->Parameters(), {.lr = 0.1});
+  for (size_t e = 0; e < epochs.size(); ++e) {
+    for (int t = 0; t < most(epochs[e]); ++t) {
+      reference_sgd.ZeroGrad();
+      for (int r = 0; r < world; ++r) {
+        if (epochs[e][r] <= t) continue;
+        const int it = 10 * static_cast<int>(e) + t;
+        (CrossEntropy(reference->Forward(Rows(r, it, 0)), Targets(r, it)) * (1.0 / world))
+            .Backward();
+      }
+      expected.push_back(GradsOf(*reference));
+      reference_sgd.Step();
+    }
+  }
+  for (const DdpOptions& options :
+       {DdpOptions{.find_unused_parameters = true}, DdpOptions{.static_graph = true}}) {
+    SCOPED_TRACE(options.static_graph ? "static_graph" : "find_unused_parameters");
+    std::mutex mu;
+    std::vector<std::vector<double>> finals(world);
+    RunWorld(world, [&](comm::ProcessGroup& group) {
+      const int rank = group.rank();
+      auto model = make_model();
+      auto ddp = MakeDdp(model, group, options);
+      Sgd sgd(model->Parameters(), {.lr = 0.1});
+      GradProbe probe(group, *model);
+      size_t first = 0;  // global index of the epoch's first iteration
+      for (size_t e = 0; e < epochs.size(); ++e) {
+        const int mine = epochs[e][rank];
+        probe.seen.clear();
+        join::Join::Run({ddp.get(), &probe}, {}, [&] {
+          for (int t = 0; t < mine; ++t) {
+            const int it = 10 * static_cast<int>(e) + t;
+            sgd.ZeroGrad();
+            CrossEntropy(ddp->Forward(Rows(rank, it, 0)), Targets(rank, it)).Backward();
+            EXPECT_TRUE(GradsClose(GradsOf(*model), expected[first + t], 1e-10, 1e-12))
+                << "rank " << rank << " trained epoch " << e << " iteration " << t;
+            sgd.Step();
+          }
+        });
+        ASSERT_EQ(probe.seen.size(), static_cast<size_t>(most(epochs[e]) - mine));
+        for (size_t i = 0; i < probe.seen.size(); ++i) {
+          EXPECT_TRUE(GradsClose(probe.seen[i], expected[first + mine + i], 1e-10, 1e-12))
+              << "rank " << rank << " shadowed epoch " << e << " iteration " << mine + i;
+        }
+        first += most(epochs[e]);
+      }
+      std::vector<double> weights;
+      for (const Tensor& p : model->Parameters()) {
+        for (double v : p.ToDoubles()) weights.push_back(v);
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      finals[rank] = std::move(weights);
+    });
+    std::vector<double> want;
+    for (const Tensor& p : reference->Parameters()) {
+      for (double v : p.ToDoubles()) want.push_back(v);
+    }
+    for (int r = 0; r < world; ++r) {
+      ASSERT_EQ(finals[r].size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(finals[r][i], want[i], 1e-10) << "rank " << r;
+      }
+    }
+  }
+}
+
 TEST(DdpJoinTest, ThrowOnEarlyTerminationStopsEveryRankInTheSameIteration) {
   std::mutex mu;
   std::vector<int> stopped_at(3, -1);

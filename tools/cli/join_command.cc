@@ -67,7 +67,10 @@ void PrintStory(const jobs::JoinReport& r) {
       << "  ALLREDUCE int64[1] MAX    this iteration's plan: sync? rebuild? buffers?\n"
          "  BROADCAST int64 (twice)   once, at the rebuild: rank 0's bucket plan\n"
          "  ALLREDUCE float32[n] SUM  each gradient bucket, in bucket order\n"
-         "  ALLREDUCE int32[P] SUM    with --find-unused-parameters: the used-parameter map\n"
+         "  ALLREDUCE int32[P] SUM    the used-parameter map (--find-unused-parameters; "
+         "--static-graph: once)\n"
+         "  ALLREDUCE int32[P] MAX    --static-graph, once: the hook counts, so a joined rank "
+         "learns the graph\n"
       << (r.optimizer() == "zero-sgd"
               ? "  BROADCAST float32 from o  ZeRO: each parameter from the rank that owns it\n"
               : "")
