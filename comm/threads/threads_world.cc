@@ -126,12 +126,39 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
       (c.op == OpType::kAllreduce || c.op == OpType::kBroadcast || c.op == OpType::kBarrier)) {
     return absl::OkStatus();
   }
-  const uint64_t seq = c.sequence_number;
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
-
   // Chunked allreduce reads the inputs in place; everything else reads private copies.
   const bool chunked = c.op == OpType::kAllreduce && !IsHalf(c.input.dtype()) && size_ > 1;
   std::unique_lock<std::mutex> lock(mu_);
+  Slot& slot = Arrive(rank, c, chunked, lock);
+  if (absl::Status failure = AwaitEveryone(slot, c, deadline, timeout, lock); !failure.ok()) {
+    lock.unlock();
+    changed_.notify_all();  // others waiting on this slot fail with it too
+    return failure;
+  }
+  if (!slot.checked) {
+    slot.verdict = CheckCollectivesMatch(slot.prints);
+    slot.checked = true;
+  }
+  const absl::Status verdict = slot.verdict;
+  if (verdict.ok() && chunked) {
+    ChunkedAllreduce(rank, c, slot, lock);
+  } else if (verdict.ok()) {
+    // The slot cannot go away while this rank computes: it is erased only when every rank
+    // is done with it, and node_hash_map keeps its address.
+    lock.unlock();  // compute without holding the world lock
+    Compute(rank, c, slot.prints, slot.staged);
+    lock.lock();
+  }
+  if (++slot.num_done == size_) {
+    RecycleStaging(slot);
+    slots_.erase(c.sequence_number);
+  }
+  return verdict;
+}
+
+ThreadsWorld::Slot& ThreadsWorld::Arrive(int rank, const Collective& c, bool chunked,
+                                         std::unique_lock<std::mutex>& lock) {
   Tensor staged = chunked ? c.input : Tensor();
   if (c.input.defined() && !chunked) {
     staged = AcquireStaging(c.input.dtype(), c.input.numel());
@@ -139,7 +166,7 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
     staged.CopyFrom(c.input);
     lock.lock();
   }
-  Slot& slot = slots_[seq];
+  Slot& slot = slots_[c.sequence_number];
   if (slot.prints.empty()) {
     slot.prints.resize(size_);
     slot.staged.resize(size_);
@@ -150,77 +177,64 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
   slot.arrived[rank] = true;
   ++slot.num_arrived;
   changed_.notify_all();
+  return slot;
+}
 
-  const std::string what =
-      StrCat(OpTypeName(c.op), " (sequence number ", seq, ", world size ", size_, ")");
+absl::Status ThreadsWorld::AwaitEveryone(Slot& slot, const Collective& c,
+                                         std::chrono::steady_clock::time_point deadline,
+                                         absl::Duration timeout,
+                                         std::unique_lock<std::mutex>& lock) {
+  const std::string what = StrCat(OpTypeName(c.op), " (sequence number ", c.sequence_number,
+                                  ", world size ", size_, ")");
   changed_.wait_until(lock, deadline, [&] {
     return slot.num_arrived == size_ || !slot.failure.ok() || !Blocker(slot, what).ok();
   });
-  if (slot.num_arrived < size_ && slot.failure.ok()) {
-    slot.failure = Blocker(slot, what);
-    if (slot.failure.ok()) {
-      std::vector<int> missing;
-      for (int r = 0; r < size_; ++r) {
-        if (!slot.arrived[r]) missing.push_back(r);
-      }
-      slot.failure = absl::DeadlineExceededError(
-          StrCat(what, " timed out after ", absl::FormatDuration(timeout), ": rank",
-                 missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
-                 " did not arrive; they may have failed, finished early or issued different "
-                 "collectives"));
-    }
-  }
   // A failed slot stays in the map, so a rank arriving late fails at once with the same error.
-  if (!slot.failure.ok()) {
-    absl::Status failure = slot.failure;
-    lock.unlock();
-    changed_.notify_all();  // others waiting on this slot fail with it too
-    return failure;
+  if (slot.num_arrived == size_ || !slot.failure.ok()) return slot.failure;
+  slot.failure = Blocker(slot, what);
+  if (!slot.failure.ok()) return slot.failure;
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    if (!slot.arrived[r]) missing.push_back(r);
   }
-  if (!slot.checked) {
-    slot.verdict = CheckCollectivesMatch(slot.prints);
-    slot.checked = true;
+  slot.failure = absl::DeadlineExceededError(
+      StrCat(what, " timed out after ", absl::FormatDuration(timeout), ": rank",
+             missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
+             " did not arrive; they may have failed, finished early or issued different "
+             "collectives"));
+  return slot.failure;
+}
+
+void ThreadsWorld::ChunkedAllreduce(int rank, const Collective& c, Slot& slot,
+                                    std::unique_lock<std::mutex>& lock) {
+  // Every rank is in this slot already, so the two waits below are short and miss no one.
+  const int64_t n = c.input.numel();
+  const DType dtype = c.input.dtype();
+  auto chunk = [&](int r) {
+    return std::pair<int64_t, int64_t>{n * r / size_, n * (r + 1) / size_};
+  };
+  // 1. Reduce this rank's chunk of every buffer, in rank order, into its own buffer.
+  auto [begin, end] = chunk(rank);
+  std::vector<const void*> inputs;
+  for (const Tensor& t : slot.staged) inputs.push_back(At(t, begin));
+  lock.unlock();
+  ReduceRankOrder(inputs, At(c.output, begin), end - begin, dtype, c.reduce_op);
+  if (c.reduce_op == ReduceOp::kAvg) DivideInPlace(At(c.output, begin), end - begin, dtype, size_);
+  lock.lock();
+  ++slot.num_reduced;
+  changed_.notify_all();
+  changed_.wait(lock, [&] { return slot.num_reduced == size_; });
+  // 2. Copy every other chunk from its owner; 3. keep every buffer in place until all have.
+  lock.unlock();
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank) continue;
+    auto [b, e] = chunk(r);
+    std::memcpy(At(c.output, b), At(slot.staged[r], b), (e - b) * ElementSize(dtype));
   }
-  absl::Status verdict = slot.verdict;
-  if (verdict.ok() && chunked) {
-    // Every rank is in this slot already, so the two waits below are short and miss no one.
-    const int64_t n = c.input.numel();
-    auto chunk = [&](int r) {
-      return std::pair<int64_t, int64_t>{n * r / size_, n * (r + 1) / size_};
-    };
-    auto [begin, end] = chunk(rank);
-    std::vector<const void*> inputs;
-    for (const Tensor& t : slot.staged) inputs.push_back(At(t, begin));
-    lock.unlock();
-    ReduceRankOrder(inputs, At(c.output, begin), end - begin, c.input.dtype(), c.reduce_op);
-    if (c.reduce_op == ReduceOp::kAvg)
-      DivideInPlace(At(c.output, begin), end - begin, c.input.dtype(), size_);
-    lock.lock();
-    ++slot.num_reduced;
-    changed_.notify_all();
-    changed_.wait(lock, [&] { return slot.num_reduced == size_; });
-    lock.unlock();
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank) continue;
-      auto [b, e] = chunk(r);
-      std::memcpy(At(c.output, b), At(slot.staged[r], b), (e - b) * ElementSize(c.input.dtype()));
-    }
-    lock.lock();
-    ++slot.num_copied;
-    changed_.notify_all();
-    changed_.wait(lock, [&] { return slot.num_copied == size_; });
-  } else if (verdict.ok()) {
-    // The slot cannot go away while this rank computes: it is erased only when every rank
-    // is done with it, and node_hash_map keeps its address.
-    lock.unlock();  // compute without holding the world lock
-    Compute(rank, c, slot.prints, slot.staged);
-    lock.lock();
-  }
-  if (++slot.num_done == size_) {
-    RecycleStaging(slot);
-    slots_.erase(seq);
-  }
-  return verdict;
+  lock.lock();
+  ++slot.num_copied;
+  changed_.notify_all();
+  changed_.wait(lock, [&] { return slot.num_copied == size_; });
 }
 
 void ThreadsWorld::Compute(int rank, const Collective& c,

@@ -19,6 +19,7 @@
 // timeout; RunThreadsWorld does that for you.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -59,6 +60,16 @@ class ThreadsWorld {
     // or arriving later, fails with this same error.
     absl::Status failure;
   };
+  // The steps of Exchange, with mu_ held through `lock`. Arrive stages this rank's input in the
+  // slot of the collective's sequence number; AwaitEveryone waits for the other ranks and
+  // returns the slot's failure (the same for every rank of it) when they cannot all come;
+  // ChunkedAllreduce is NCCL's intra-node allreduce (see above).
+  Slot& Arrive(int rank, const Collective& c, bool chunked, std::unique_lock<std::mutex>& lock);
+  absl::Status AwaitEveryone(Slot& slot, const Collective& c,
+                             std::chrono::steady_clock::time_point deadline, absl::Duration timeout,
+                             std::unique_lock<std::mutex>& lock);
+  void ChunkedAllreduce(int rank, const Collective& c, Slot& slot,
+                        std::unique_lock<std::mutex>& lock);
   // Why `slot` cannot complete now (departed or aborted ranks), or OK while it still may.
   absl::Status Blocker(const Slot& slot, const std::string& what) const;  // with mu_ held
   static void Compute(int rank, const Collective& c,
