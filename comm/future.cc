@@ -22,7 +22,7 @@ std::shared_ptr<Future> Future::FromWork(const std::shared_ptr<Work>& work, Tens
 
 std::shared_ptr<Future> Future::Then(std::function<Tensor(const Tensor&)> fn) {
   auto next = std::make_shared<Future>();
-  OnCompletion([next, fn = std::move(fn)](const absl::StatusOr<Tensor>& result) {
+  done_.OnCompletion([next, fn = std::move(fn)](const absl::StatusOr<Tensor>& result) {
     if (!result.ok()) {
       next->SetError(result.status());
       return;
@@ -38,64 +38,21 @@ std::shared_ptr<Future> Future::Then(std::function<Tensor(const Tensor&)> fn) {
   return next;
 }
 
-void Future::OnCompletion(std::function<void(const absl::StatusOr<Tensor>&)> callback) {
-  absl::StatusOr<Tensor> result;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!completed_) {
-      callbacks_.push_back(std::move(callback));
-      return;
-    }
-    result = result_;
-  }
-  callback(result);
-}
-
 void Future::Complete(absl::StatusOr<Tensor> result) {
-  // As Work::Finish: chained callbacks run before completion is published, so a waiter sees
-  // every chained future already complete.
-  while (true) {
-    std::vector<std::function<void(const absl::StatusOr<Tensor>&)>> callbacks;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      DDPKIT_CHECK(!completed_, "[Future] completed twice");
-      if (callbacks_.empty()) {
-        completed_ = true;
-        result_ = std::move(result);
-        completed_at_ = Clock::now();
-        break;
-      }
-      callbacks.swap(callbacks_);
-    }
-    for (auto& callback : callbacks) callback(result);
-  }
-  completed_cv_.notify_all();
+  DDPKIT_CHECK(done_.Complete(std::move(result)), "[Future] completed twice");
 }
 
-bool Future::IsCompleted() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return completed_;
-}
+bool Future::IsCompleted() const { return done_.IsCompleted(); }
 
-absl::StatusOr<Tensor> Future::Wait() const {
-  std::unique_lock<std::mutex> lock(mu_);
-  completed_cv_.wait(lock, [this] { return completed_; });
-  return result_;
-}
+absl::StatusOr<Tensor> Future::Wait() const { return done_.Wait(); }
 
 absl::StatusOr<Tensor> Future::Wait(absl::Duration timeout) const {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!completed_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                              [this] { return completed_; })) {
-    return absl::DeadlineExceededError(
-        StrCat("the future did not complete within ", absl::FormatDuration(timeout)));
-  }
-  return result_;
+  std::optional<absl::StatusOr<Tensor>> result = done_.Wait(timeout);
+  if (result) return *std::move(result);
+  return absl::DeadlineExceededError(
+      StrCat("the future did not complete within ", absl::FormatDuration(timeout)));
 }
 
-Future::Clock::time_point Future::completed_at() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return completed_at_;
-}
+Future::Clock::time_point Future::completed_at() const { return done_.completed_at(); }
 
 }  // namespace ddpkit::comm

@@ -7,15 +7,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "autograd/tensor.h"
+#include "comm/completion.h"
 #include "comm/work.h"
 
 namespace ddpkit::comm {
@@ -50,16 +48,8 @@ class Future : public std::enable_shared_from_this<Future> {
 
  private:
   void Complete(absl::StatusOr<Tensor> result);
-  // Runs `callback` on completion, before Wait returns (at once when already complete).
-  void OnCompletion(std::function<void(const absl::StatusOr<Tensor>&)> callback);
 
-  mutable std::mutex mu_;
-  mutable std::condition_variable completed_cv_;
-  // Guarded by mu_:
-  bool completed_ = false;
-  absl::StatusOr<Tensor> result_ = absl::UnknownError("not completed");
-  Clock::time_point completed_at_{};
-  std::vector<std::function<void(const absl::StatusOr<Tensor>&)>> callbacks_;
+  Completion<absl::StatusOr<Tensor>> done_;
 };
 
 }  // namespace ddpkit::comm

@@ -4,14 +4,14 @@
 // order; the caller keeps computing and waits on the Work when it needs the result. Thread-safe.
 #pragma once
 
-#include <condition_variable>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <mutex>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "comm/completion.h"
 #include "comm/types.h"
 
 namespace ddpkit::comm {
@@ -47,16 +47,9 @@ class Work {
  private:
   const OpType op_;
   const uint64_t sequence_number_;
-  // std::mutex rather than absl::Mutex throughout comm/: ThreadSanitizer sees pthread
-  // synchronisation, but not that of Debian's (uninstrumented) Abseil library.
   mutable std::mutex mu_;
-  mutable std::condition_variable completed_cv_;
-  // Guarded by mu_:
-  bool completed_ = false;
-  absl::Status status_;
-  absl::Time started_;
-  absl::Duration duration_;
-  std::vector<std::function<void(const absl::Status&)>> callbacks_;
+  std::chrono::steady_clock::time_point started_{};  // guarded by mu_
+  Completion<absl::Status> done_;
 };
 
 }  // namespace ddpkit::comm
