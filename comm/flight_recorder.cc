@@ -17,6 +17,8 @@ std::string_view StateName(FlightRecorder::State state) {
 void FlightRecorder::Queued(const Collective& c) {
   Entry entry;
   entry.sequence_number = c.sequence_number;
+  entry.tag = c.tag;
+  entry.output_count = c.output.defined() ? c.output.numel() : 0;
   entry.op = c.op;
   entry.reduce_op = c.reduce_op;
   entry.root = c.root;
@@ -24,6 +26,7 @@ void FlightRecorder::Queued(const Collective& c) {
   entry.count = c.input.defined() ? c.input.numel() : 0;
   entry.queued = absl::Now();
   std::lock_guard<std::mutex> lock(mu_);
+  entry.record_id = recorded_++;
   if (ring_.size() < capacity_) {
     ring_.push_back(entry);
   } else {
@@ -55,6 +58,14 @@ void FlightRecorder::Finished(uint64_t sequence_number, bool ok) {
   }
 }
 
+std::string DescribeTag(const CollectiveTag& tag) {
+  if (tag.purpose == CollectivePurpose::kUntagged) return "";
+  std::string out(CollectivePurposeName(tag.purpose));
+  if (tag.bucket >= 0) absl::StrAppend(&out, " ", tag.bucket);
+  if (tag.shadow) out += " (shadow)";
+  return out;
+}
+
 std::vector<FlightRecorder::Entry> FlightRecorder::Entries() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Entry> out(ring_.begin() + next_, ring_.end());
@@ -63,17 +74,18 @@ std::vector<FlightRecorder::Entry> FlightRecorder::Entries() const {
 }
 
 std::string FlightRecorder::Dump() const {
-  std::string out = absl::StrFormat("%6s  %-14s  %-8s  %10s  %-9s  %12s\n", "seq", "op", "dtype",
-                                    "count", "state", "duration");
+  std::string out = absl::StrFormat("%6s  %-14s  %-8s  %10s  %-9s  %12s  %s\n", "seq", "op",
+                                    "dtype", "count", "state", "duration", "for");
   for (const Entry& e : Entries()) {
     std::string duration = "-";
     if (e.finished != absl::Time())
       duration = absl::FormatDuration(e.finished - e.started);
     else if (e.started != absl::Time())
       duration = absl::FormatDuration(absl::Now() - e.started) + "+";
-    absl::StrAppendFormat(&out, "%6d  %-14s  %-8s  %10d  %-9s  %12s\n", e.sequence_number,
+    const std::string tag = DescribeTag(e.tag);
+    absl::StrAppendFormat(&out, "%6d  %-14s  %-8s  %10d  %-9s  %12s%s\n", e.sequence_number,
                           std::string(OpTypeName(e.op)), std::string(DTypeName(e.dtype)), e.count,
-                          std::string(StateName(e.state)), duration);
+                          std::string(StateName(e.state)), duration, tag.empty() ? "" : "  " + tag);
   }
   return out;
 }

@@ -62,12 +62,16 @@ std::string ProcessGroup::Describe(const Collective& c) const {
 }
 
 std::shared_ptr<Work> ProcessGroup::Submit(Collective c) {
+  c.tag = ScopedCollectiveTag::Current();
+  CollectiveListener* listener = listener_.load();
   std::unique_lock<std::mutex> lock(mu_);
   c.sequence_number = next_sequence_number_++;
   auto work = std::make_shared<Work>(c.op, c.sequence_number);
   recorder_.Queued(c);
+  if (listener != nullptr) listener->OnQueued(c);
   if (!broken_.ok()) {
     recorder_.Finished(c.sequence_number, false);
+    if (listener != nullptr) listener->OnFinished(c.sequence_number, false);
     work->Finish(absl::Status(broken_.code(), StrCat(Describe(c),
                                                      " was not run: the process group is unusable "
                                                      "after an earlier failure: ",
@@ -99,19 +103,47 @@ void ProcessGroup::CommLoop() {
                                                   "after an earlier failure: ",
                                                   status.message()));
     } else {
+      CollectiveListener* listener = listener_.load();
       recorder_.Started(collective.sequence_number);
+      if (listener != nullptr) listener->OnStarted(collective.sequence_number);
       work->MarkStarted();
       status = RunOne(collective);
       recorder_.Finished(collective.sequence_number, status.ok());
-      if (!status.ok()) {
-        Log(LogLevel::kError, StrCat(status.message(), "\nlast collectives on rank ", rank_, ":\n",
-                                     recorder_.Dump()));
-        std::lock_guard<std::mutex> lock(mu_);
-        if (broken_.ok()) broken_ = status;
-      }
+      if (listener != nullptr) listener->OnFinished(collective.sequence_number, status.ok());
+      if (!status.ok()) RecordFailure(status);
     }
     work->Finish(status);
   }
+}
+
+void ProcessGroup::RecordFailure(const absl::Status& status) {
+  std::string where;
+  if (!options_.fr_dump_dir.empty()) {
+    absl::StatusOr<std::string> path =
+        WriteFlightRecorderDump(options_.fr_dump_dir, recorder_.Entries(),
+                                {.rank = rank_,
+                                 .world_size = size_,
+                                 .backend = std::string(backend_name()),
+                                 .reason = std::string(status.message()),
+                                 .timeout = options_.timeout});
+    where = path.ok()
+                ? StrCat("flight recorder written to ", *path, " (`ddpkit fr analyze ",
+                         options_.fr_dump_dir, "` matches the ranks' dumps)\n")
+                : StrCat("could not write the flight recorder: ", path.status().message(), "\n");
+    if (path.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      dump_path_ = *path;
+    }
+  }
+  Log(LogLevel::kError, StrCat(status.message(), "\nlast collectives on rank ", rank_, ":\n",
+                               recorder_.Dump(), where));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (broken_.ok()) broken_ = status;
+}
+
+std::string ProcessGroup::flight_recorder_dump_path() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dump_path_;
 }
 
 absl::Status ProcessGroup::RunOne(const Collective& c) {

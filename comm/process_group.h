@@ -15,6 +15,7 @@
 // bfloat16 are reduced in float32. Tensors must not be touched until their Work completes.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -23,8 +24,10 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "comm/collective_listener.h"
 #include "comm/debug.h"
 #include "comm/flight_recorder.h"
+#include "comm/flight_recorder_dump.h"
 #include "comm/types.h"
 #include "comm/work.h"
 
@@ -36,6 +39,8 @@ struct ProcessGroupOptions {
   absl::Duration timeout = kDefaultTimeout;
   DebugLevel debug_level = DebugLevelFromEnv();
   size_t flight_recorder_size = 64;
+  // Where this rank writes its flight recorder when a collective fails ("": nowhere).
+  std::string fr_dump_dir = FlightRecorderDumpDirFromEnv();
 };
 
 class ProcessGroup {
@@ -49,6 +54,12 @@ class ProcessGroup {
   virtual std::string_view backend_name() const = 0;
   const ProcessGroupOptions& options() const { return options_; }
   const FlightRecorder& flight_recorder() const { return recorder_; }
+  // The flight-recorder dump this rank wrote after its first failure ("" if none).
+  std::string flight_recorder_dump_path() const;
+
+  // Every collective from now on is reported to `listener` (null: none). The listener must
+  // outlive the group's collectives; set it while nothing is in flight.
+  void SetListener(CollectiveListener* listener) { listener_.store(listener); }
 
   // In place on every rank: tensor <- op over all ranks' tensors.
   std::shared_ptr<Work> Allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::kSum);
@@ -91,19 +102,23 @@ class ProcessGroup {
   std::shared_ptr<Work> Submit(Collective c);
   void CommLoop();
   absl::Status RunOne(const Collective& c);
+  // The first failure: log it with the recorder's table, dump the recorder, break the group.
+  void RecordFailure(const absl::Status& status);
 
   const int rank_;
   const int size_;
   const ProcessGroupOptions options_;
   FlightRecorder recorder_;
+  std::atomic<CollectiveListener*> listener_{nullptr};
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable queue_cv_;
   // Guarded by mu_:
   uint64_t next_sequence_number_ = 1;
   std::deque<std::pair<Collective, std::shared_ptr<Work>>> queue_;
   bool stopping_ = false;
   absl::Status broken_;  // the first failure; OK while usable
+  std::string dump_path_;
   std::thread comm_thread_;
 };
 

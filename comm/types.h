@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "autograd/tensor.h"
+#include "comm/collective_tag.h"
 
 namespace ddpkit::comm {
 
@@ -38,6 +39,7 @@ struct Collective {
   std::vector<int64_t> counts{};
   std::vector<int64_t> recv_counts{};  // all_to_all_v: what this rank receives from each peer
   uint64_t sequence_number = 0;
+  CollectiveTag tag{};  // what the caller issued it for (ScopedCollectiveTag at the call)
 };
 
 // What every rank must agree on for a collective; exchanged at DDPKIT_DEBUG=DETAIL (always in

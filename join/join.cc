@@ -7,7 +7,9 @@ namespace ddpkit::join {
 namespace {
 
 // Allreduce (SUM) of one int64 and its result; failures become the comm layer's error.
-int64_t AllreduceCount(comm::ProcessGroup& group, int64_t value, std::string_view what) {
+int64_t AllreduceCount(comm::ProcessGroup& group, int64_t value, comm::CollectivePurpose purpose,
+                       std::string_view what) {
+  comm::ScopedCollectiveTag tag({.purpose = purpose});
   Tensor t = Tensor::Full({1}, static_cast<double>(value), DType::kInt64);
   if (absl::Status s = group.Allreduce(t)->Wait(); !s.ok()) {
     throw Error(StrCat("[join] rank ", group.rank(), ": ", what, " failed: ", s.message()),
@@ -24,9 +26,14 @@ std::shared_ptr<comm::Work> Join::NotifyJoinContext(const Joinable& joinable,
   if (!config.enable || !config.is_first_joinable) return nullptr;
   comm::ProcessGroup& group = joinable.join_process_group();
   *active_ranks = Tensor::Full({1}, 1.0, DType::kInt64);
-  std::shared_ptr<comm::Work> work = group.Allreduce(*active_ranks);
+  std::shared_ptr<comm::Work> work;
+  {
+    comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJoinCount});
+    work = group.Allreduce(*active_ranks);
+  }
   if (config.throw_on_early_termination &&
-      AllreduceCount(group, 0, "checking whether a rank exhausted its inputs") > 0) {
+      AllreduceCount(group, 0, comm::CollectivePurpose::kJoinThrowCheck,
+                     "checking whether a rank exhausted its inputs") > 0) {
     throw Error(StrCat("[join] rank ", group.rank(),
                        ": at least one rank exhausted its inputs; every rank stops in this "
                        "iteration (throw_on_early_termination)"),
@@ -64,10 +71,13 @@ void Join::Run(const std::vector<Joinable*>& joinables, const JoinOptions& optio
   int64_t shadowed = 0;
   while (true) {
     // Matches the active ranks' NotifyJoinContext allreduce of 1.
-    const int64_t active = AllreduceCount(group, 0, "counting the ranks still active");
+    comm::ScopedCollectiveTag shadow({.shadow = true});  // on behalf of the active ranks
+    const int64_t active = AllreduceCount(group, 0, comm::CollectivePurpose::kJoinCount,
+                                          "counting the ranks still active");
     if (active == 0) break;
     if (options.throw_on_early_termination) {
-      AllreduceCount(group, 1, "telling the active ranks that this rank exhausted its inputs");
+      AllreduceCount(group, 1, comm::CollectivePurpose::kJoinThrowCheck,
+                     "telling the active ranks that this rank exhausted its inputs");
       throw Error(
           StrCat("[join] rank ", group.rank(), ": this rank exhausted its inputs while ", active,
                  " rank(s) still had data; every rank stops in this iteration "

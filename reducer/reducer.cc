@@ -366,6 +366,8 @@ void Reducer::LaunchBucket(size_t bucket_index) {
     comm_started_ = true;
     comm_start_ = bucket.launched_at;
   }
+  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kGradientBucket,
+                                 .bucket = static_cast<int32_t>(bucket_index)});
   Trace(TraceEventType::kAllreduceStart, -1, static_cast<int64_t>(bucket_index),
         bucket.launched_at);
   if (comm_hook_) {
@@ -381,6 +383,7 @@ void Reducer::LaunchBucket(size_t bucket_index) {
 }
 
 void Reducer::LaunchLocalUsedMapAllreduce() {
+  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kUsedMap});
   local_used_map_reduced_.CopyFrom(local_used_map_);  // hooks may write the map meanwhile
   local_used_map_reduced_ready_ = false;
   local_used_work_ =
@@ -403,6 +406,7 @@ void Reducer::DelayAllReduce() {
 // never count hooks of their own; every rank takes the largest count of each parameter (a joined
 // rank adds zeros), so a joined rank that trains later expects the graph the others recorded.
 void Reducer::ShareHookCounts(std::string_view what) {
+  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kHookCounts});
   const int64_t n = static_cast<int64_t>(params_.size());
   Tensor counts = Tensor::Empty({n}, DType::kInt32);
   std::copy(expected_hook_counts_.begin(), expected_hook_counts_.end(), counts.data<int32_t>());
@@ -515,7 +519,7 @@ void Reducer::ResetAfterBackward() {
 // The iteration's forward, backward compute, communication, overlap and exposed time.
 void Reducer::RecordTimes(Clock::time_point comm_end) {
   const Clock::time_point finalize_end = Clock::now();
-  Trace(TraceEventType::kFinalize, -1, -1, finalize_end);
+  Trace(TraceEventType::kFinalize, -1, -1, finalize_end, compute_end_);
   totals_.forward += Nanos(backward_start_ - forward_start_);
   totals_.compute += Nanos(compute_end_ - backward_start_);
   totals_.comm += Nanos(comm_end - comm_start_);
@@ -595,6 +599,7 @@ bool Reducer::RebuildBuckets() {
 // arrived in different orders. Two broadcasts: [indices..., bucket count], then
 // [bucket sizes..., limits...].
 void Reducer::SyncBucketIndices(BucketAssignment& assignment) {
+  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kRebuiltPlan});
   const int64_t n = static_cast<int64_t>(params_.size());
   Tensor flat = Tensor::Zeros({n + 1}, DType::kInt64);
   int64_t* f = flat.data<int64_t>();
@@ -662,6 +667,7 @@ void Reducer::RebuildBucketsForJoin() {
 // the results instead; keeping them lets a joinable that steps after DDP (the ZeRO optimizer
 // updating the shard this rank owns) see the gradient the active ranks see.
 void Reducer::ShadowBackward(bool first_static_iteration) {
+  const Clock::time_point start = Clock::now();
   auto shadow_used_map = [&] {  // this rank used nothing
     local_used_map_.Zero();
     LaunchLocalUsedMapAllreduce();
@@ -688,20 +694,28 @@ void Reducer::ShadowBackward(bool first_static_iteration) {
   }
   local_used_work_.reset();
   comm_started_ = false;
+  Trace(TraceEventType::kShadowBackward, -1, -1, Clock::now(), start);
 }
 
 // ============================================================================ observability
 
 void Reducer::Trace(TraceEventType type, int64_t param_index, int64_t bucket_index,
-                    Clock::time_point time) {
+                    Clock::time_point time, std::optional<Clock::time_point> start) {
   if (trace_ == nullptr) return;
+  const int64_t param_bucket = type == TraceEventType::kHookFired
+                                   ? static_cast<int64_t>(locators_[param_index].bucket_index)
+                                   : -1;
   trace_->OnEvent({.type = type,
                    .time = time,
+                   .start = start.value_or(time),
                    .iteration = num_iterations_,
                    .rank = group_.rank(),
                    .param_index = param_index,
-                   .bucket_index = bucket_index});
+                   .bucket_index = bucket_index,
+                   .param_bucket = param_bucket});
 }
+
+void Reducer::NoteNoSyncForward() { Trace(TraceEventType::kNoSyncForward); }
 
 void Reducer::RecordIterationStats() {
   const int64_t count = std::max<int64_t>(1, totals_.count);

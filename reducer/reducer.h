@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,8 @@ class Reducer {
   void SetStaticGraph();
   void RegisterCommHook(CommHook hook, std::string name);
   void SetTraceObserver(TraceObserver* observer) { trace_ = observer; }
+  // DDP's forward under no_sync (a trace instant; nothing else to do).
+  void NoteNoSyncForward();
 
   // --- Called by DDP's forward ------------------------------------------------------------
   void PrepareForForward();  // a synced, grad-enabled forward begins
@@ -142,7 +145,8 @@ class Reducer {
   void SyncBucketIndices(BucketAssignment& assignment);
   void RecordIterationStats();
   void Trace(TraceEventType type, int64_t param_index = -1, int64_t bucket_index = -1,
-             Clock::time_point time = Clock::now());
+             Clock::time_point time = Clock::now(),
+             std::optional<Clock::time_point> start = std::nullopt);
   std::string ParamName(size_t index) const;
   double DivideFactor();
 

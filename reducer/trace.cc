@@ -11,6 +11,8 @@ std::string_view TraceEventName(TraceEventType type) {
     case TraceEventType::kAllreduceEnd: return "allreduce_end";
     case TraceEventType::kRebuild: return "rebuild";
     case TraceEventType::kFinalize: return "finalize";
+    case TraceEventType::kNoSyncForward: return "no_sync_forward";
+    case TraceEventType::kShadowBackward: return "shadow_backward";
   }
   return "?";
 }

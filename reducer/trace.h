@@ -14,23 +14,27 @@ namespace ddpkit::reducer {
 
 enum class TraceEventType {
   kForward,         // DDP forward started (synced iterations)
-  kHookFired,       // a parameter's gradient hook ran (param_index)
+  kHookFired,       // a parameter's gradient hook ran (param_index; param_bucket: its bucket)
   kBucketReady,     // a bucket's pending counter reached zero (bucket_index)
   kAllreduceStart,  // a bucket's reduction was launched (bucket_index)
   kAllreduceEnd,    // a bucket's reduction completed (bucket_index)
   kRebuild,         // buckets were rebuilt in gradient-arrival order
-  kFinalize,        // end of backward: results written back into the gradients
+  kFinalize,        // end of backward: results written back (a span: start = compute done)
+  kNoSyncForward,   // a forward under no_sync: its backward only accumulates locally
+  kShadowBackward,  // a joined rank shadowed one synced backward (a span)
 };
 
 std::string_view TraceEventName(TraceEventType type);  // "hook_fired", ...
 
 struct TraceEvent {
   TraceEventType type;
-  std::chrono::steady_clock::time_point time;
-  int64_t iteration = 0;  // DDP's synced-iteration counter
+  std::chrono::steady_clock::time_point time;   // when it happened (a span: when it ended)
+  std::chrono::steady_clock::time_point start;  // a span's start; == time for the others
+  int64_t iteration = 0;                        // DDP's synced-iteration counter
   int rank = 0;
   int64_t param_index = -1;   // kHookFired
   int64_t bucket_index = -1;  // bucket events
+  int64_t param_bucket = -1;  // kHookFired: the bucket holding the parameter's gradient
 };
 
 class TraceObserver {

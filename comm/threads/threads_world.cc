@@ -47,6 +47,42 @@ void ReduceSegments(const std::vector<Tensor>& staged, int64_t offset, int64_t n
   if (op == ReduceOp::kAvg) DivideInPlace(out.raw_data(), n, dtype, size);
 }
 
+// A rank's flight recorder as its thread ended, and whether it dumped it itself.
+struct RankRecord {
+  std::vector<FlightRecorder::Entry> entries;
+  bool dumped = false;
+  static RankRecord Of(const ProcessGroup& group) {
+    return {group.flight_recorder().Entries(), !group.flight_recorder_dump_path().empty()};
+  }
+};
+
+// When some rank failed, every rank that did not dump its recorder itself (it finished, or it
+// failed outside a collective) dumps it now, so `ddpkit fr analyze` sees every rank — a rank
+// that departed early is the usual culprit.
+void DumpTheRest(const std::vector<RankRecord>& records, const std::vector<absl::Status>& results,
+                 const ProcessGroupOptions& options) {
+  int failed = -1;
+  for (int r = 0; r < static_cast<int>(results.size()) && failed < 0; ++r) {
+    if (!results[r].ok()) failed = r;
+  }
+  if (failed < 0 || options.fr_dump_dir.empty()) return;
+  for (int r = 0; r < static_cast<int>(records.size()); ++r) {
+    if (records[r].dumped) continue;
+    const std::string reason = results[r].ok()
+                                   ? StrCat("rank ", r, " finished its work; dumped because rank ",
+                                            failed, " failed: ", results[failed].message())
+                                   : std::string(results[r].message());
+    absl::StatusOr<std::string> path =
+        WriteFlightRecorderDump(options.fr_dump_dir, records[r].entries,
+                                {.rank = r,
+                                 .world_size = static_cast<int>(records.size()),
+                                 .backend = "threads",
+                                 .reason = reason,
+                                 .timeout = options.timeout});
+    if (!path.ok()) Log(LogLevel::kError, std::string(path.status().message()));
+  }
+}
+
 }  // namespace
 
 ThreadsWorld::ThreadsWorld(int size) : size_(size), departed_(size, false) {
@@ -290,6 +326,7 @@ absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessG
                              ProcessGroupOptions options) {
   auto world = std::make_shared<ThreadsWorld>(size);
   std::vector<absl::Status> results(size);
+  std::vector<RankRecord> records(size);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
@@ -297,7 +334,13 @@ absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessG
       absl::Status status;
       try {
         ProcessGroupThreads group(world, rank, options);
-        status = body(group);
+        try {
+          status = body(group);
+        } catch (...) {
+          records[rank] = RankRecord::Of(group);
+          throw;
+        }
+        records[rank] = RankRecord::Of(group);
       } catch (const Error& e) {
         status = e.ToStatus();
       } catch (const std::exception& e) {
@@ -312,6 +355,7 @@ absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessG
     });
   }
   for (std::thread& t : threads) t.join();
+  DumpTheRest(records, results, options);
   for (int rank = 0; rank < size; ++rank) {
     if (!results[rank].ok()) {
       return absl::Status(results[rank].code(),
