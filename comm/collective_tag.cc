@@ -22,6 +22,8 @@ std::string_view CollectivePurposeName(CollectivePurpose purpose) {
     case CollectivePurpose::kJoinPlan: return "join_plan";
     case CollectivePurpose::kJoinFinalSync: return "join_final_sync";
     case CollectivePurpose::kZeroShard: return "zero_shard";
+    case CollectivePurpose::kClockSync: return "clock_sync";
+    case CollectivePurpose::kJob: return "job";
   }
   return "?";
 }

@@ -30,6 +30,8 @@ enum class CollectivePurpose : uint8_t {
   kJoinPlan,         // DDP under Join: what this iteration issues
   kJoinFinalSync,    // Join's end: the last joiner's model to every rank
   kZeroShard,        // ZeRO-1: an owner's updated parameters to every rank
+  kClockSync,        // a trace's clock alignment at startup
+  kJob,              // a job's own bookkeeping (sharing losses, reports)
 };
 
 // "bucket", "used_map", ... (snake case, for traces and dumps).

@@ -11,5 +11,6 @@ Subcommand JoinSubcommand();
 Subcommand ContrastiveSubcommand();
 Subcommand LaunchSubcommand();
 Subcommand BenchSubcommand();
+Subcommand TraceSubcommand();
 
 }  // namespace ddpkit::cli

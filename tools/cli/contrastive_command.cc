@@ -16,7 +16,6 @@ ABSL_FLAG(std::string, layout, "both",
           "rank) or both");
 ABSL_FLAG(std::string, gather, "all",
           "the all-gather's backward: sum, allreduce_slice, slice, none, avg or all");
-ABSL_FLAG(std::string, out, "", "write curves.csv and curves.svg into this directory");
 
 namespace ddpkit::cli {
 namespace {

@@ -3,6 +3,7 @@
 #include "absl/flags/flag.h"
 #include "tools/cli/comm_flags.h"
 #include "tools/cli/ddp_flags.h"
+#include "tools/jobs/trace/session.h"
 
 ABSL_FLAG(std::string, model, "mlp:32,64,64,10",
           "model spec mlp:IN,H1,...,OUT (Linear/ReLU alternating; parameters named 0.weight, "
@@ -20,16 +21,32 @@ ABSL_FLAG(uint64_t, seed, 0, "seed for the model's initialisation and the synthe
 ABSL_FLAG(std::string, save_weights, "",
           "write rank 0's final weights here (safetensors, atomically)");
 ABSL_FLAG(bool, json, false, "print only a JSON report on stdout");
+ABSL_FLAG(std::string, out, "",
+          "contrastive: write curves.csv and curves.svg into this directory; trace svg: the SVG "
+          "file; trace merge: the merged trace");
+ABSL_FLAG(std::string, trace, "",
+          "write a Chrome trace of the run to FILE (open it in ui.perfetto.dev or "
+          "chrome://tracing; `ddpkit trace stats|svg FILE` read it); under gloo each rank writes "
+          "FILE.rank<r>.json, combined by `ddpkit trace merge`");
 
 namespace ddpkit::cli {
 
 const std::vector<std::string> kDdpTrainingFlagNames = [] {
-  std::vector<std::string> names = {"model",     "weights", "batch_size",   "lr",  "momentum",
-                                    "optimizer", "seed",    "save_weights", "json"};
+  std::vector<std::string> names = {"model",     "weights", "batch_size",   "lr",   "momentum",
+                                    "optimizer", "seed",    "save_weights", "json", "trace"};
   names.insert(names.end(), kCommFlagNames.begin(), kCommFlagNames.end());
   names.insert(names.end(), kDdpFlagNames.begin(), kDdpFlagNames.end());
   return names;
 }();
+
+std::string TraceWrittenLine(const std::string& path, const std::string& backend, int rank) {
+  if (backend == "threads") {
+    return StrCat("trace written to ", path, " (open it in ui.perfetto.dev; `ddpkit trace stats ",
+                  path, "`)");
+  }
+  return StrCat("trace written to ", jobs::TraceSession::RankPath(path, rank),
+                " on each rank; `ddpkit trace merge` combines them");
+}
 
 absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config) {
   DDPKIT_RETURN_IF_ERROR(WorldFromFlags(config));
@@ -43,6 +60,7 @@ absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config) {
   config.momentum = absl::GetFlag(FLAGS_momentum);
   config.optimizer = absl::GetFlag(FLAGS_optimizer);
   config.seed = absl::GetFlag(FLAGS_seed);
+  config.trace_path = absl::GetFlag(FLAGS_trace);
   return absl::OkStatus();
 }
 

@@ -19,6 +19,8 @@ ABSL_DECLARE_FLAG(std::string, optimizer);
 ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, save_weights);
 ABSL_DECLARE_FLAG(bool, json);
+ABSL_DECLARE_FLAG(std::string, out);
+ABSL_DECLARE_FLAG(std::string, trace);
 
 namespace ddpkit::cli {
 
@@ -28,5 +30,8 @@ extern const std::vector<std::string> kDdpTrainingFlagNames;
 // The config's model, weights, batch size, optimizer, seed, saved weights, world, DDP options
 // and comm hook from the flags; InvalidArgument naming the flag.
 absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config);
+
+// "trace written to FILE" (threads) or "... to FILE.rank<r>.json on each rank" (gloo).
+std::string TraceWrittenLine(const std::string& path, const std::string& backend, int rank);
 
 }  // namespace ddpkit::cli

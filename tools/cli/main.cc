@@ -5,5 +5,6 @@ int main(int argc, char** argv) {
   return ddpkit::cli::Main(argc, argv,
                            {ddpkit::cli::TrainSubcommand(), ddpkit::cli::BucketsSubcommand(),
                             ddpkit::cli::JoinSubcommand(), ddpkit::cli::ContrastiveSubcommand(),
-                            ddpkit::cli::LaunchSubcommand(), ddpkit::cli::BenchSubcommand()});
+                            ddpkit::cli::LaunchSubcommand(), ddpkit::cli::BenchSubcommand(),
+                            ddpkit::cli::TraceSubcommand()});
 }

@@ -115,6 +115,9 @@ void PrintSummary(const jobs::TrainReport& report, const jobs::TrainConfig& conf
   if (!config.save_grads_path.empty()) {
     std::cout << "saved gradients to " << config.save_grads_path << "\n";
   }
+  if (!config.trace_path.empty()) {
+    std::cout << TraceWrittenLine(config.trace_path, report.backend(), report.rank()) << "\n";
+  }
 }
 
 // With --json, stdout carries only the report; a person at a terminal sees progress on stderr.

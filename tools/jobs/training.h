@@ -28,7 +28,8 @@ struct DdpTrainingConfig : WorldConfig {
   std::string optimizer = "sgd";  // or "zero-sgd": ZeRO-1, each rank steps its shard
   uint64_t seed = 0;              // the model's initialisation and the synthetic data
   reducer::DdpOptions ddp;
-  std::string comm_hook;  // empty, allreduce, fp16 or bf16
+  std::string comm_hook;   // empty, allreduce, fp16 or bf16
+  std::string trace_path;  // a Chrome trace of the run (tools/jobs/trace/) when set
 };
 
 // The MLP's layer widths; InvalidArgument for a bad model spec, batch size, learning rate,

@@ -7,72 +7,68 @@
 #include "absl/strings/str_format.h"
 #include "autograd/error.h"
 #include "autograd/file_util.h"
+#include "tools/jobs/plot/svg.h"
 
 namespace ddpkit::jobs {
 namespace {
 
-// Layout in pixels: two panels side by side, each a plot area with a margin for its labels.
-constexpr double kPanelW = 460, kPanelH = 300, kLeft = 50, kTop = 30, kPlotW = 380, kPlotH = 220;
-constexpr const char* kColours[] = {"#000000", "#1f77b4", "#ff7f0e", "#2ca02c",
-                                    "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                                    "#7f7f7f", "#bcbd22", "#17becf"};
-constexpr int kNumColours = 11;
+// Two panels side by side (loss, accuracy) sharing the step axis, one legend under both.
+constexpr double kPanelWidth = 400, kPanelHeight = 250, kLeft = 70, kTop = 40, kGap = 110;
 
 std::string CurveName(const TrainingCurve& c) {
-  return c.layout().empty() ? c.gather() : StrCat(c.layout(), " + ", c.gather());
+  return c.layout().empty() ? "one process, whole batch (reference)"
+                            : StrCat(c.layout(), " + ", c.gather());
 }
 
-// One run's line in a panel (0: loss per step, 1: accuracy per evaluation, from (0, 0)).
-std::string Polyline(const TrainingCurve& c, int index, int panel, double y_max, int steps) {
-  const double x0 = panel * kPanelW + kLeft, y0 = kTop;
-  std::string points;
-  auto point = [&](int step, double v) {
-    if (!std::isfinite(v)) return;
-    v = std::clamp(v, 0.0, y_max);
-    absl::StrAppendFormat(&points, "%.1f,%.1f ", x0 + kPlotW * step / steps,
-                          y0 + kPlotH * (1 - v / y_max));
-  };
-  if (panel == 0) {
-    for (int s = 0; s < c.losses_size(); ++s) point(s + 1, c.losses(s));
-  } else {
-    point(0, 0);
-    for (int e = 0; e < c.eval_steps_size(); ++e) point(c.eval_steps(e), c.accuracy(e));
+bool IsReference(const TrainingCurve& c) { return c.layout().empty(); }
+
+// The single-process reference is black and dashed, and drawn last so it stays visible when
+// the exact variants lie on top of it.
+plot::Style StyleOf(const ContrastiveReport& report, int i) {
+  if (IsReference(report.training(i))) {
+    return {.stroke = "#000000", .width = 2.2, .dash = "7 4"};
   }
-  return absl::StrFormat(
-      "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%g\" points=\"%s\"/>\n",
-      kColours[index % kNumColours], index == 0 ? 2.5 : 1.5, points);
+  int colour = 0;
+  for (int j = 0; j < i; ++j) colour += IsReference(report.training(j)) ? 0 : 1;
+  return plot::SeriesStyle(colour);
 }
 
-// A panel's title, frame, axis labels and every run's line.
-std::string Panel(const ContrastiveReport& report, int panel, double y_max, int steps) {
-  const double x0 = panel * kPanelW + kLeft, y0 = kTop;
-  std::string out = absl::StrFormat(
-      "<text x=\"%g\" y=\"18\" font-size=\"13\">%s (%d ranks, %s)</text>\n"
-      "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"#999\"/>\n"
-      "<text x=\"%g\" y=\"%g\">%.3g</text><text x=\"%g\" y=\"%g\">0</text>\n"
-      "<text x=\"%g\" y=\"%g\">step %d</text>\n",
-      x0, panel == 0 ? "global loss" : "held-out top-1 accuracy", report.world_size(),
-      report.optimizer(), x0, y0, kPlotW, kPlotH, x0 - 40, y0 + 10, y_max, x0 - 12, y0 + kPlotH,
-      x0 + kPlotW - 50, y0 + kPlotH + 14, steps);
+// The order to draw in: every variant, then the reference.
+std::vector<int> DrawOrder(const ContrastiveReport& report) {
+  std::vector<int> order;
   for (int i = 0; i < report.training_size(); ++i) {
-    out += Polyline(report.training(i), i, panel, y_max, steps);
+    if (!IsReference(report.training(i))) order.push_back(i);
   }
-  return out;
+  for (int i = 0; i < report.training_size(); ++i) {
+    if (IsReference(report.training(i))) order.push_back(i);
+  }
+  return order;
 }
 
-// Two columns of swatches under the panels.
-std::string Legend(const ContrastiveReport& report) {
-  std::string out;
-  for (int i = 0; i < report.training_size(); ++i) {
-    const double x = kLeft + (i % 2) * kPanelW, y = kTop + kPlotH + 40 + 18 * (i / 2);
-    absl::StrAppendFormat(
-        &out,
-        "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"3\"/>"
-        "<text x=\"%g\" y=\"%g\">%s</text>\n",
-        x, y - 4, x + 24, y - 4, kColours[i % kNumColours], x + 30, y,
-        CurveName(report.training(i)));
+plot::Series LossSeries(const TrainingCurve& c) {
+  plot::Series s{.label = CurveName(c)};
+  for (int step = 0; step < c.losses_size(); ++step)
+    s.points.emplace_back(step + 1, c.losses(step));
+  return s;
+}
+
+plot::Series AccuracySeries(const TrainingCurve& c) {
+  plot::Series s{.label = CurveName(c), .points = {{0, 0}}};
+  for (int e = 0; e < c.eval_steps_size(); ++e)
+    s.points.emplace_back(c.eval_steps(e), c.accuracy(e));
+  return s;
+}
+
+void Panel(plot::Svg& svg, const ContrastiveReport& report, const plot::Axes& axes,
+           const std::string& title, const std::string& y_label, bool loss) {
+  svg.Text(axes.x, axes.y - 12, title, 13, "start", "#222222", true);
+  plot::DrawAxes(svg, axes, "step", y_label);
+  for (int i : DrawOrder(report)) {
+    plot::Series series =
+        loss ? LossSeries(report.training(i)) : AccuracySeries(report.training(i));
+    series.style = StyleOf(report, i);
+    plot::DrawSeries(svg, axes, series);
   }
-  return out;
 }
 
 }  // namespace
@@ -102,18 +98,31 @@ std::string CurvesSvg(const ContrastiveReport& report) {
     }
     steps = std::max(steps, c.losses_size());
   }
-  if (max_loss <= 0) max_loss = 1;
-  std::string out = absl::StrFormat(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-      "font-family=\"sans-serif\" "
-      "font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-      static_cast<int>(2 * kPanelW),
-      static_cast<int>(kPanelH + 20 * report.training_size() / 2 + 40));
-  out += Panel(report, 0, max_loss, steps);
-  out += Panel(report, 1, 1.0, steps);
-  out += Legend(report);
-  out += "</svg>\n";
-  return out;
+  const std::vector<double> loss_ticks = plot::NiceTicks(0, max_loss > 0 ? max_loss : 1, 5);
+  const plot::Axes loss{.x = kLeft,
+                        .y = kTop,
+                        .width = kPanelWidth,
+                        .height = kPanelHeight,
+                        .x_min = 0,
+                        .x_max = static_cast<double>(steps),
+                        .y_min = 0,
+                        .y_max = loss_ticks.back()};
+  plot::Axes accuracy = loss;
+  accuracy.x = kLeft + kPanelWidth + kGap;
+  accuracy.y_max = 1;
+  std::vector<plot::LegendEntry> legend;
+  for (int i : DrawOrder(report)) {
+    legend.push_back({.label = CurveName(report.training(i)), .style = StyleOf(report, i)});
+  }
+  const int columns = 4;
+  const double legend_rows = std::ceil(legend.size() / static_cast<double>(columns));
+  plot::Svg svg(2 * kLeft + 2 * kPanelWidth + kGap, kTop + kPanelHeight + 60 + 18 * legend_rows);
+  const std::string setup = StrCat(" (", report.world_size(), " ranks, ", report.optimizer(), ")");
+  Panel(svg, report, loss, "global loss" + setup, "loss", true);
+  Panel(svg, report, accuracy, "held-out top-1 retrieval" + setup, "accuracy", false);
+  plot::DrawLegend(svg, kLeft, kTop + kPanelHeight + 56, legend, columns,
+                   (2 * kPanelWidth + kGap) / columns);
+  return svg.Finish();
 }
 
 absl::Status WriteCurves(const ContrastiveReport& report, const std::string& dir) {

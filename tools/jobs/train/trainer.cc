@@ -7,6 +7,7 @@
 #include "autograd/ops.h"
 #include "autograd/safetensors.h"
 #include "tools/jobs/dataset.h"
+#include "tools/jobs/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -14,6 +15,7 @@ namespace {
 // What one rank builds before its loop.
 struct Rank {
   comm::ProcessGroup& group;
+  TraceRecorder* trace = nullptr;  // null unless --trace
   std::shared_ptr<nn::Module> model = nullptr;
   ClassificationData data = {};
   std::shared_ptr<reducer::DistributedDataParallel> ddp = nullptr;
@@ -34,12 +36,23 @@ absl::StatusOr<ClassificationData> LoadData(const TrainConfig& config,
   return LoadClassificationData(config.data_path, widths.front(), widths.back());
 }
 
+// Room for every record of the run: per micro-batch two spans and a hook per parameter (and
+// up to one bucket-ready per parameter); per step the optimizer and a few collectives each.
+TraceCapacity TraceCapacityFor(const TrainConfig& config, const std::vector<int64_t>& widths) {
+  const size_t params = 2 * (widths.size() - 1);
+  const size_t steps = config.steps, micro = config.grad_accum;
+  return {.compute = steps * micro * (2 * params + 4) + steps * 2 + 1024,
+          .collectives = steps * (params + 8) + 1024};
+}
+
 absl::StatusOr<Rank> SetUp(const TrainConfig& config, const std::vector<int64_t>& widths,
-                           comm::ProcessGroup& group) {
+                           comm::ProcessGroup& group, TraceSession& trace) {
   Rank rank{.group = group};
+  DDPKIT_ASSIGN_OR_RETURN(rank.trace, trace.BeginRank(group, TraceCapacityFor(config, widths)));
   DDPKIT_ASSIGN_OR_RETURN(rank.model, BuildModel(config, widths));
   DDPKIT_ASSIGN_OR_RETURN(rank.data, LoadData(config, widths));
   DDPKIT_ASSIGN_OR_RETURN(rank.ddp, WrapInDdp(config, rank.model, group));
+  if (rank.trace != nullptr) rank.ddp->reducer().SetTraceObserver(rank.trace);
   DDPKIT_ASSIGN_OR_RETURN(rank.optimizer, MakeOptimizer(config, *rank.model, group));
   return rank;
 }
@@ -80,22 +93,34 @@ absl::Status SaveGrads(const nn::Module& model, const std::string& path) {
 absl::StatusOr<double> TrainStep(const TrainConfig& config, Rank& rank, int step, Tensor& x,
                                  Tensor& y) {
   const int64_t b = config.batch_size, global_batch = rank.group.size() * b;
+  if (rank.trace != nullptr) rank.trace->SetIteration(step);
   rank.optimizer.optimizer->ZeroGrad();
   double loss_sum = 0;
   for (int k = 0; k < config.grad_accum; ++k) {
     const int64_t g = static_cast<int64_t>(step) * config.grad_accum + k;
+    const int micro_batch = config.grad_accum > 1 ? k : -1;
     GatherRows(rank.data, g * global_batch + rank.group.rank() * b, b, x, y);
     std::optional<reducer::DistributedDataParallel::NoSyncGuard> no_sync;
     if (k + 1 < config.grad_accum) no_sync.emplace(*rank.ddp);  // the last micro-batch syncs
-    Tensor loss = CrossEntropy(rank.ddp->Forward(x), y);
-    loss.Backward();
+    Tensor loss;
+    {
+      ScopedSpan forward(rank.trace, ComputeKind::kForward, micro_batch);
+      loss = CrossEntropy(rank.ddp->Forward(x), y);
+    }
+    {
+      ScopedSpan backward(rank.trace, ComputeKind::kBackward, micro_batch);
+      loss.Backward();
+    }
     loss_sum += loss.item();
   }
   const bool last = step + 1 == config.steps;
   if (last && rank.group.rank() == 0 && !config.save_grads_path.empty()) {
     DDPKIT_RETURN_IF_ERROR(SaveGrads(*rank.model, config.save_grads_path));
   }
-  rank.optimizer.optimizer->Step();
+  {
+    ScopedSpan optimizer(rank.trace, ComputeKind::kOptimizer);
+    rank.optimizer.optimizer->Step();
+  }
   return loss_sum / config.grad_accum;
 }
 
@@ -124,8 +149,9 @@ absl::Status Finish(const TrainConfig& config, Rank& rank, Tensor& losses,
 
 absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
                                         const std::vector<int64_t>& widths,
-                                        comm::ProcessGroup& group, const TrainObserver& observer) {
-  DDPKIT_ASSIGN_OR_RETURN(Rank rank, SetUp(config, widths, group));
+                                        comm::ProcessGroup& group, const TrainObserver& observer,
+                                        TraceSession& trace) {
+  DDPKIT_ASSIGN_OR_RETURN(Rank rank, SetUp(config, widths, group, trace));
   TrainReport report = DescribeSetup(config, rank);
   const bool lead = group.rank() == 0;
   if (lead && observer.on_start) observer.on_start(report);
@@ -145,6 +171,7 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
       observer.on_step({step + 1, config.steps, loss, step_ms.back(), &rank.ddp->LoggingData()});
     }
   }
+  trace.EndRank(group, rank.ddp->LoggingData());
   DDPKIT_RETURN_IF_ERROR(Finish(config, rank, losses, step_ms, report));
   return report;
 }
@@ -154,9 +181,14 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
 absl::StatusOr<TrainReport> Train(const TrainConfig& config, const TrainObserver& observer) {
   DDPKIT_ASSIGN_OR_RETURN(const std::vector<int64_t> widths, ValidateDdpTraining(config));
   DDPKIT_RETURN_IF_ERROR(Validate(config));
-  return RunOnEveryRank<TrainReport>(config.world(), [&](comm::ProcessGroup& group) {
-    return TrainOnRank(config, widths, group, observer);
-  });
+  TraceSession trace(config.trace_path, "train", config.world());
+  DDPKIT_ASSIGN_OR_RETURN(
+      TrainReport report,
+      RunOnEveryRank<TrainReport>(config.world(), [&](comm::ProcessGroup& group) {
+        return TrainOnRank(config, widths, group, observer, trace);
+      }));
+  DDPKIT_RETURN_IF_ERROR(trace.Write().status());
+  return report;
 }
 
 }  // namespace ddpkit::jobs

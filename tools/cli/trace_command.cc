@@ -1,0 +1,152 @@
+// `ddpkit trace stats|svg|merge`: reading the traces `--trace FILE` writes.
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "autograd/file_util.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/job_flags.h"
+#include "tools/cli/print_json.h"
+#include "tools/jobs/trace/merge.h"
+#include "tools/jobs/trace/session.h"
+#include "tools/jobs/trace/stats.h"
+#include "tools/jobs/trace/timeline.h"
+
+ABSL_FLAG(std::string, iterations, "0:3",
+          "trace svg: the iterations A:B to draw, A included, B not (as a Python slice)");
+
+namespace ddpkit::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "name what to do: 'ddpkit trace stats FILE [--json]', 'ddpkit trace svg FILE --out "
+    "timeline.svg [--iterations A:B]' or 'ddpkit trace merge FILE' (FILE.rank<r>.json -> FILE)";
+
+double Ms(double us) { return us / 1000; }
+
+void PrintStats(const jobs::TraceStatsReport& r) {
+  std::cout << absl::StrFormat("ddpkit trace stats %s: %s, %d rank(s), %s\n\n", r.file(), r.job(),
+                               r.world_size(), r.backend())
+            << absl::StrFormat("%9s %4s %9s %9s %9s %9s %8s %9s %9s %9s  %s\n", "iteration", "rank",
+                               "window", "compute", "comm", "overlap", "overlap%", "exposed",
+                               "idle", "finalize", "bucket waits at finalize (ms)");
+  for (const jobs::IterationStats& s : r.iterations()) {
+    std::string waits;
+    for (const jobs::BucketWait& w : s.buckets()) {
+      absl::StrAppendFormat(&waits, "b%d %.3f  ", w.bucket(), Ms(w.wait_us()));
+    }
+    std::cout << absl::StrFormat("%9d %4d %9.3f %9.3f %9.3f %9.3f %7.0f%% %9.3f %9.3f %9.3f  %s\n",
+                                 s.iteration(), s.rank(), Ms(s.window_us()), Ms(s.compute_us()),
+                                 Ms(s.comm_us()), Ms(s.overlap_us()), s.overlap_pct(),
+                                 Ms(s.exposed_us()), Ms(s.idle_us()), Ms(s.finalize_us()), waits);
+  }
+  std::cout << "\nper rank, over its synced iterations (ms; DDP's logging-data figures as "
+               "averages):\n"
+            << absl::StrFormat("%4s %10s %10s %10s %10s %8s %10s %10s   %8s %8s %8s\n", "rank",
+                               "iterations", "compute", "comm", "overlap", "overlap%", "exposed",
+                               "idle", "ddp_comm", "ddp_ovl", "ddp_exp");
+  for (const jobs::RankTotals& t : r.ranks()) {
+    std::cout << absl::StrFormat(
+        "%4d %10d %10.3f %10.3f %10.3f %7.0f%% %10.3f %10.3f   %8.3f %8.3f %8.3f\n", t.rank(),
+        t.iterations(), Ms(t.compute_us()), Ms(t.comm_us()), Ms(t.overlap_us()), t.overlap_pct(),
+        Ms(t.exposed_us()), Ms(t.idle_us()), Ms(t.avg_ddp_comm_us()), Ms(t.avg_ddp_overlap_us()),
+        Ms(t.avg_ddp_exposed_us()));
+  }
+  std::cout << "\nslowest rank per iteration (its window, and how much longer than the fastest):\n";
+  for (const jobs::SlowestRank& s : r.slowest()) {
+    std::cout << absl::StrFormat("  iteration %d: rank %d, %.3f ms (+%.3f ms)\n", s.iteration(),
+                                 s.rank(), Ms(s.window_us()), Ms(s.spread_us()));
+  }
+  std::cout << "\noverlap% = time computation and communication both ran / communication time "
+               "(HTA's definition);\nexposed = communication nothing hid; docs/inspect.md defines "
+               "every column.\n";
+}
+
+absl::StatusOr<std::pair<int, int>> ParseIterations(const std::string& text) {
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  int a = 0, b = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &a) || !absl::SimpleAtoi(parts[1], &b) ||
+      a < 0 || b <= a) {
+    return absl::InvalidArgumentError(StrCat(
+        "--iterations: '", text, "' is not A:B with 0 <= A < B (iterations A to B-1, e.g. 0:3)"));
+  }
+  return std::pair{a, b};
+}
+
+int RunStats(const std::string& path) {
+  absl::StatusOr<jobs::TraceView> view = jobs::ReadTraceFile(path);
+  if (!view.ok()) return Fail("trace", view.status());
+  jobs::TraceStatsReport report = jobs::ComputeTraceStats(*view);
+  report.set_file(path);
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(report);
+  } else {
+    PrintStats(report);
+  }
+  return kExitOk;
+}
+
+int RunSvg(const std::string& path) {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return Fail("trace", absl::InvalidArgumentError("trace svg needs --out FILE"));
+  absl::StatusOr<std::pair<int, int>> range = ParseIterations(absl::GetFlag(FLAGS_iterations));
+  if (!range.ok()) return Fail("trace", range.status());
+  absl::StatusOr<jobs::TraceView> view = jobs::ReadTraceFile(path);
+  if (!view.ok()) return Fail("trace", view.status());
+  absl::StatusOr<std::string> svg =
+      jobs::TimelineSvg(*view, {.first_iteration = range->first, .end_iteration = range->second});
+  if (!svg.ok()) return Fail("trace", svg.status());
+  if (absl::Status s = WriteFileAtomically(out, *svg); !s.ok()) return Fail("trace", s);
+  std::cout << "wrote " << out << "\n";
+  return kExitOk;
+}
+
+// `merge FILE`: FILE.rank<r>.json -> FILE; `merge --out FILE A B ...`: the named files.
+int RunMerge(const std::vector<std::string>& files) {
+  std::string out = absl::GetFlag(FLAGS_out);
+  std::vector<std::string> inputs = files;
+  if (out.empty() && files.size() == 1) {
+    out = files[0];
+    inputs = jobs::RankFilesOf(files[0]);
+    if (inputs.empty()) {
+      return Fail("trace",
+                  absl::NotFoundError(StrCat("no ", jobs::TraceSession::RankPath(files[0], 0),
+                                             ": merge reads FILE.rank<r>.json")));
+    }
+  }
+  if (out.empty()) {
+    return Fail("trace", absl::InvalidArgumentError("trace merge FILE, or --out FILE A B ..."));
+  }
+  absl::StatusOr<int> ranks = jobs::MergeTraceFiles(inputs, out);
+  if (!ranks.ok()) return Fail("trace", ranks.status());
+  std::cout << "merged " << *ranks << " rank(s) into " << out << "\n";
+  return kExitOk;
+}
+
+int RunTrace(const std::vector<std::string>& positionals) {
+  if (positionals.size() < 2) return Fail("trace", absl::InvalidArgumentError(kUsage));
+  const std::string& what = positionals[0];
+  const std::vector<std::string> files(positionals.begin() + 1, positionals.end());
+  if (what == "stats" && files.size() == 1) return RunStats(files[0]);
+  if (what == "svg" && files.size() == 1) return RunSvg(files[0]);
+  if (what == "merge") return RunMerge(files);
+  return Fail("trace", absl::InvalidArgumentError(kUsage));
+}
+
+}  // namespace
+
+Subcommand TraceSubcommand() {
+  return {.name = "trace",
+          .summary = "read a --trace file: overlap statistics, a timeline picture, merging ranks",
+          .usage =
+              "ddpkit trace stats FILE [--json]\n       ddpkit trace svg FILE --out "
+              "timeline.svg [--iterations A:B]\n       ddpkit trace merge FILE | --out FILE "
+              "FILE.rank0.json FILE.rank1.json ...",
+          .flag_names = {"json", "out", "iterations"},
+          .takes_positionals = true,
+          .run = RunTrace};
+}
+
+}  // namespace ddpkit::cli
