@@ -103,9 +103,16 @@ int RunBenchDdp() {
   config.iters = absl::GetFlag(FLAGS_iters);
   config.warmup_iters = absl::GetFlag(FLAGS_warmup_iters);
   config.bucket_caps = *caps;
+  config.trace_path = absl::GetFlag(FLAGS_trace);
   absl::StatusOr<jobs::BenchDdpReport> report = jobs::BenchDdp(config);
   if (!report.ok()) return Fail("bench", report.status());
-  return EmitReport<jobs::BenchDdpReport>(*report, absl::GetFlag(FLAGS_json), PrintDdp);
+  return EmitReport<jobs::BenchDdpReport>(
+      *report, absl::GetFlag(FLAGS_json), [&](const jobs::BenchDdpReport& r) {
+        PrintDdp(r);
+        if (!config.trace_path.empty()) {
+          std::cout << TraceWrittenLine(config.trace_path, r.backend(), r.rank()) << "\n";
+        }
+      });
 }
 
 int RunBenchAllreduce() {
@@ -139,7 +146,7 @@ Subcommand BenchSubcommand() {
               "[--model mlp:...] [--batch-size B] [--world-size N] [--bucket-caps 0.5,1,...] "
               "[--json]",
           .flag_names = {"backend", "world_size", "timeout", "min_bytes", "max_bytes", "iters",
-                         "warmup_iters", "model", "batch_size", "bucket_caps", "json"},
+                         "warmup_iters", "model", "batch_size", "bucket_caps", "json", "trace"},
           .takes_positionals = true,
           .run = RunBench};
 }

@@ -99,6 +99,7 @@ absl::StatusOr<jobs::ContrastiveConfig> ConfigFromFlags() {
   config.lr = FlagDiffersFromDefault("lr") ? absl::GetFlag(FLAGS_lr)
                                            : (config.optimizer == "adam" ? 0.003 : 0.5);
   config.seed = absl::GetFlag(FLAGS_seed);
+  config.trace_path = absl::GetFlag(FLAGS_trace);
   return config;
 }
 
@@ -115,8 +116,12 @@ int RunContrastiveCommand(const std::vector<std::string>&) {
   return EmitReport<jobs::ContrastiveReport>(
       *report, absl::GetFlag(FLAGS_json), [&](const jobs::ContrastiveReport& r) {
         PrintReport(r);
-        if (!out.empty())
+        if (!out.empty()) {
           std::cout << "\nwrote " << out << "/curves.csv and " << out << "/curves.svg\n";
+        }
+        if (!config->trace_path.empty()) {
+          std::cout << TraceWrittenLine(config->trace_path, r.backend(), r.rank()) << "\n";
+        }
       });
 }
 
@@ -132,7 +137,7 @@ Subcommand ContrastiveSubcommand() {
               "[--steps N] [--batch-size b] [--optimizer sgd|adam] [--lr X] [--seed S] [--out DIR] "
               "[--json]",
           .flag_names = {"layout", "gather", "out", "steps", "batch_size", "lr", "optimizer",
-                         "seed", "json", "backend", "world_size", "timeout"},
+                         "seed", "json", "backend", "world_size", "timeout", "trace"},
           .run = RunContrastiveCommand};
 }
 

@@ -168,6 +168,9 @@ int RunJoinCommand(const std::vector<std::string>&) {
         if (!config->save_weights_path.empty()) {
           std::cout << "saved rank 0's weights to " << config->save_weights_path << "\n";
         }
+        if (!config->trace_path.empty()) {
+          std::cout << TraceWrittenLine(config->trace_path, r.backend(), r.rank()) << "\n";
+        }
       });
 }
 

@@ -4,6 +4,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "autograd/file_util.h"
 #include "tools/cli/commands.h"
@@ -33,14 +34,14 @@ void PrintStats(const jobs::TraceStatsReport& r) {
                                "window", "compute", "comm", "overlap", "overlap%", "exposed",
                                "idle", "finalize", "bucket waits at finalize (ms)");
   for (const jobs::IterationStats& s : r.iterations()) {
-    std::string waits;
+    std::vector<std::string> waits;
     for (const jobs::BucketWait& w : s.buckets()) {
-      absl::StrAppendFormat(&waits, "b%d %.3f  ", w.bucket(), Ms(w.wait_us()));
+      waits.push_back(absl::StrFormat("b%d %.3f", w.bucket(), Ms(w.wait_us())));
     }
-    std::cout << absl::StrFormat("%9d %4d %9.3f %9.3f %9.3f %9.3f %7.0f%% %9.3f %9.3f %9.3f  %s\n",
-                                 s.iteration(), s.rank(), Ms(s.window_us()), Ms(s.compute_us()),
-                                 Ms(s.comm_us()), Ms(s.overlap_us()), s.overlap_pct(),
-                                 Ms(s.exposed_us()), Ms(s.idle_us()), Ms(s.finalize_us()), waits);
+    std::cout << absl::StrFormat(
+        "%9d %4d %9.3f %9.3f %9.3f %9.3f %7.0f%% %9.3f %9.3f %9.3f  %s\n", s.iteration(), s.rank(),
+        Ms(s.window_us()), Ms(s.compute_us()), Ms(s.comm_us()), Ms(s.overlap_us()), s.overlap_pct(),
+        Ms(s.exposed_us()), Ms(s.idle_us()), Ms(s.finalize_us()), absl::StrJoin(waits, "  "));
   }
   std::cout << "\nper rank, over its synced iterations (ms; DDP's logging-data figures as "
                "averages):\n"

@@ -21,6 +21,7 @@ struct BenchDdpConfig : WorldConfig {
   int iters = 20;       // timed steps per measurement (a median)
   int warmup_iters = 5;
   std::vector<double> bucket_caps = {0.5, 1, 5, 10, 25, 50};
+  std::string trace_path;  // a Chrome trace of the DDP steps when set
 };
 absl::StatusOr<BenchDdpReport> BenchDdp(const BenchDdpConfig& config);
 

@@ -12,6 +12,7 @@
 #include "autograd/random.h"
 #include "reducer/distributed_data_parallel.h"
 #include "tools/jobs/bench/bench.h"
+#include "tools/jobs/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -57,9 +58,19 @@ absl::StatusOr<StepTimes> MedianMs(comm::ProcessGroup& group, int warmup, int it
   return StepTimes{slowest.at(0), slowest.at(1)};
 }
 
+// The DDP steps' place in the rank's trace (--trace): each step is the next iteration.
+struct Tracing {
+  TraceRecorder* recorder = nullptr;
+  int next_iteration = 0;
+};
+
 // Forward + backward of `model` on the batch; gradients zeroed first, to none or in place.
-std::function<void()> StepOf(nn::Module& model, const Batch& batch, bool zero_in_place) {
-  return [&model, &batch, zero_in_place] {
+// Traced when `tracing` has a recorder (the DDP steps, not the local reference).
+std::function<void()> StepOf(nn::Module& model, const Batch& batch, bool zero_in_place,
+                             Tracing* tracing = nullptr) {
+  TraceRecorder* recorder = tracing != nullptr ? tracing->recorder : nullptr;
+  return [&model, &batch, zero_in_place, tracing, recorder] {
+    if (recorder != nullptr) recorder->SetIteration(tracing->next_iteration++);
     for (const Tensor& p : model.Parameters()) {
       if (!zero_in_place) {
         p.set_grad(Tensor());
@@ -67,7 +78,13 @@ std::function<void()> StepOf(nn::Module& model, const Batch& batch, bool zero_in
         p.grad().Zero();
       }
     }
-    CrossEntropy(model.Forward(batch.x), batch.y).Backward();
+    Tensor loss;
+    {
+      ScopedSpan forward(recorder, ComputeKind::kForward);
+      loss = CrossEntropy(model.Forward(batch.x), batch.y);
+    }
+    ScopedSpan backward(recorder, ComputeKind::kBackward);
+    loss.Backward();
   };
 }
 
@@ -80,28 +97,42 @@ struct Measured {
 absl::StatusOr<Measured> MeasureDdp(const BenchDdpConfig& config,
                                     const std::vector<int64_t>& widths, const Batch& batch,
                                     comm::ProcessGroup& group, reducer::DdpOptions options,
-                                    bool zero_in_place) {
+                                    bool zero_in_place, const std::string& label,
+                                    Tracing& tracing) {
   auto local = nn::MakeMlp(widths, 0);
   auto model = nn::MakeMlp(widths, 0);
   DDPKIT_ASSIGN_OR_RETURN(auto ddp,
                           reducer::DistributedDataParallel::Create(model, group, options));
+  if (tracing.recorder != nullptr) {
+    ddp->reducer().SetTraceObserver(tracing.recorder);
+    tracing.recorder->Marker(label);
+  }
   const int warmup = std::max(2, config.warmup_iters);  // the rebuild happens in warm-up
-  DDPKIT_ASSIGN_OR_RETURN(StepTimes times,
-                          MedianMs(group, warmup, config.iters, StepOf(*ddp, batch, zero_in_place),
-                                   StepOf(*local, batch, zero_in_place)));
+  DDPKIT_ASSIGN_OR_RETURN(StepTimes times, MedianMs(group, warmup, config.iters,
+                                                    StepOf(*ddp, batch, zero_in_place, &tracing),
+                                                    StepOf(*local, batch, zero_in_place)));
   return Measured{times, ddp->LoggingData()};
 }
 
 absl::StatusOr<BenchDdpReport> BenchOnRank(const BenchDdpConfig& config,
                                            const std::vector<int64_t>& widths,
-                                           comm::ProcessGroup& group) {
+                                           comm::ProcessGroup& group, TraceSession& trace) {
+  // Every measurement runs warm-up and timed DDP steps, each a traced iteration.
+  const size_t steps =
+      (2 + config.bucket_caps.size()) * (std::max(2, config.warmup_iters) + config.iters);
+  const size_t params = 2 * (widths.size() - 1);
+  Tracing tracing;
+  DDPKIT_ASSIGN_OR_RETURN(tracing.recorder,
+                          trace.BeginRank(group, {.compute = steps * (2 * params + 8) + 1024,
+                                                  .collectives = steps * (params + 8) + 1024}));
   Batch batch{Tensor::Empty({config.batch_size, widths.front()}),
               Tensor::Zeros({config.batch_size}, DType::kInt64)};
   Generator(group.rank() + 1).FillNormal(batch.x);
   for (int64_t i = 0; i < config.batch_size; ++i) batch.y.data<int64_t>()[i] = i % widths.back();
 
   BenchDdpReport report;
-  DDPKIT_ASSIGN_OR_RETURN(Measured plain, MeasureDdp(config, widths, batch, group, {}, false));
+  DDPKIT_ASSIGN_OR_RETURN(Measured plain, MeasureDdp(config, widths, batch, group, {}, false,
+                                                     "DDP step, default options", tracing));
   report.set_local_step_ms(plain.times.reference_ms);
   report.set_ddp_step_ms(plain.times.step_ms);
   report.set_buckets(plain.log.rebuilt_buckets_size());
@@ -110,13 +141,15 @@ absl::StatusOr<BenchDdpReport> BenchOnRank(const BenchDdpConfig& config,
   report.set_parameter_tensors(plain.log.num_parameter_tensors());
   report.set_parameter_bytes(plain.log.total_parameter_size_bytes());
   // .grad stays the bucket view when zeroed in place, so no copy goes in or out.
-  DDPKIT_ASSIGN_OR_RETURN(Measured views, MeasureDdp(config, widths, batch, group,
-                                                     {.gradient_as_bucket_view = true}, true));
+  DDPKIT_ASSIGN_OR_RETURN(
+      Measured views, MeasureDdp(config, widths, batch, group, {.gradient_as_bucket_view = true},
+                                 true, "DDP step, bucket views, zeroed in place", tracing));
   report.set_view_ddp_step_ms(views.times.step_ms);
   report.set_view_local_step_ms(views.times.reference_ms);
   for (double cap : config.bucket_caps) {
-    DDPKIT_ASSIGN_OR_RETURN(
-        Measured swept, MeasureDdp(config, widths, batch, group, {.bucket_cap_mb = cap}, false));
+    DDPKIT_ASSIGN_OR_RETURN(Measured swept,
+                            MeasureDdp(config, widths, batch, group, {.bucket_cap_mb = cap}, false,
+                                       StrCat("bucket cap ", cap, " MiB"), tracing));
     BucketCapPoint& point = *report.add_sweep();
     point.set_bucket_cap_mb(cap);
     point.set_buckets(swept.log.rebuilt_buckets_size());
@@ -126,6 +159,7 @@ absl::StatusOr<BenchDdpReport> BenchOnRank(const BenchDdpConfig& config,
   report.set_backend(std::string(group.backend_name()));
   report.set_world_size(group.size());
   report.set_rank(group.rank());
+  trace.EndRank(group, plain.log);
   return report;
 }
 
@@ -138,11 +172,13 @@ absl::StatusOr<BenchDdpReport> BenchDdp(const BenchDdpConfig& config) {
   for (double cap : config.bucket_caps) {
     DDPKIT_RETURN_IF_ERROR(RequirePositive("--bucket-caps: each cap", cap));
   }
+  TraceSession trace(config.trace_path, "bench ddp", config.world());
   DDPKIT_ASSIGN_OR_RETURN(
       BenchDdpReport report,
       RunOnEveryRank<BenchDdpReport>(config.world(), [&](comm::ProcessGroup& group) {
-        return BenchOnRank(config, widths, group);
+        return BenchOnRank(config, widths, group, trace);
       }));
+  DDPKIT_RETURN_IF_ERROR(trace.Write().status());
   report.set_model(config.model);
   report.set_batch_size(config.batch_size);
   report.set_iters(config.iters);

@@ -6,6 +6,7 @@
 #include "autograd/optim.h"
 #include "comm/threads/threads_world.h"
 #include "reducer/distributed_data_parallel.h"
+#include "tools/jobs/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -111,10 +112,18 @@ std::unique_ptr<Optimizer> MakeOptimizer(const ContrastiveConfig& c, const nn::M
   return std::make_unique<Sgd>(model.Parameters(), SgdOptions{.lr = c.lr});
 }
 
+// Where a traced training run goes in the rank's trace: its steps are iterations
+// first_iteration, first_iteration + 1, ...; DDP's state for naming them lands in `ddp`.
+struct RunTrace {
+  TraceRecorder* recorder = nullptr;
+  int first_iteration = 0;
+  reducer::DdpLoggingData* ddp = nullptr;
+};
+
 // A training run on `group` (every rank `b` rows per step; global batch world·b). On a world of
 // one the single process takes the whole global batch: the reference curve.
 TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayout layout,
-                      GatherBackward gather) {
+                      GatherBackward gather, RunTrace trace = {}) {
   const ContrastiveConfig& c = s.config;
   const int64_t b = c.batch_size * (group.size() == 1 ? s.world : 1);
   const int64_t global = static_cast<int64_t>(c.batch_size) * s.world;
@@ -125,15 +134,30 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
   TrainingCurve curve;
   curve.set_layout(std::string(reference ? "" : ContrastiveLayoutName(layout)));
   curve.set_gather(std::string(reference ? "single-process" : comm::GatherBackwardName(gather)));
+  if (trace.recorder != nullptr) {
+    ddp->reducer().SetTraceObserver(trace.recorder);
+    trace.recorder->Marker(StrCat(curve.layout(), " + ", curve.gather()));
+  }
   Tensor losses = Tensor::Zeros({c.steps}, DType::kFloat64);
   for (int step = 0; step < c.steps; ++step) {
+    if (trace.recorder != nullptr) trace.recorder->SetIteration(trace.first_iteration + step);
     optimizer->ZeroGrad();
-    Tensor features = ddp->Forward(s.train.Views(step * global + group.rank() * b, b));
-    Tensor loss = ClipLoss(Slice(features, 0, b), Slice(features, b, 2 * b), model->logit_scale(),
-                           group, layout, gather)
-                      .loss;
-    loss.Backward();
-    optimizer->Step();
+    Tensor loss;
+    {
+      ScopedSpan forward(trace.recorder, ComputeKind::kForward);
+      Tensor features = ddp->Forward(s.train.Views(step * global + group.rank() * b, b));
+      loss = ClipLoss(Slice(features, 0, b), Slice(features, b, 2 * b), model->logit_scale(), group,
+                      layout, gather)
+                 .loss;
+    }
+    {
+      ScopedSpan backward(trace.recorder, ComputeKind::kBackward);
+      loss.Backward();
+    }
+    {
+      ScopedSpan step_span(trace.recorder, ComputeKind::kOptimizer);
+      optimizer->Step();
+    }
     losses.data<double>()[step] = loss.item();
     if ((step + 1) % c.eval_every == 0 || step + 1 == c.steps) {
       curve.add_eval_steps(step + 1);
@@ -141,6 +165,8 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
       curve.add_logit_scale(std::exp(model->logit_scale().item()));
     }
   }
+  if (trace.recorder != nullptr) trace.recorder->SetIteration(-1);
+  if (trace.ddp != nullptr) *trace.ddp = ddp->LoggingData();
   // The global loss: local layout ranks hold shares whose mean is it; global ranks hold it.
   CheckOk(group.Allreduce(losses)->Wait(), "averaging the losses");
   for (int step = 0; step < c.steps; ++step) {
@@ -212,7 +238,15 @@ absl::StatusOr<Reference> RunReference(const Setup& s) {
 
 // One rank's share of the data-parallel runs: a gradient-check row and a training curve per
 // (layout, gather), after the reference curve.
-ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::ProcessGroup& group) {
+// Room for every traced step: per step three spans and a hook per parameter (two towers of two
+// layers each, and the logit scale), and a few collectives.
+TraceCapacity TraceCapacityFor(const ContrastiveConfig& c) {
+  const size_t runs = c.layouts.size() * c.gathers.size(), steps = std::max(1, c.steps);
+  return {.compute = runs * steps * 32 + 1024, .collectives = runs * steps * 32 + 4096};
+}
+
+ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::ProcessGroup& group,
+                          TraceSession& trace) {
   const ContrastiveConfig& c = s.config;
   int64_t first = 0;
   for (int r = 0; r < group.rank(); ++r) first += s.check_rows[r];
@@ -229,10 +263,18 @@ ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::Proc
   }
   if (!c.train) return mine;
   *mine.add_training() = reference.curve;
+  absl::StatusOr<TraceRecorder*> recorder = trace.BeginRank(group, TraceCapacityFor(c));
+  CheckOk(recorder.status(), "starting the trace");
+  RunTrace run_trace{.recorder = *recorder};
+  reducer::DdpLoggingData ddp;
   for (ContrastiveLayout layout : c.layouts) {
-    for (GatherBackward gather : c.gathers)
-      *mine.add_training() = TrainOn(s, group, layout, gather);
+    for (GatherBackward gather : c.gathers) {
+      run_trace.ddp = &ddp;
+      *mine.add_training() = TrainOn(s, group, layout, gather, run_trace);
+      run_trace.first_iteration += c.steps;
+    }
   }
+  trace.EndRank(group, ddp);
   return mine;
 }
 
@@ -247,10 +289,12 @@ absl::StatusOr<ContrastiveReport> RunContrastive(const ContrastiveConfig& config
   DDPKIT_ASSIGN_OR_RETURN(const Reference reference, RunReference(setup));
   comm::WorldSpec spec = config.world();
   spec.world_size = world;
+  TraceSession trace(config.trace_path, "contrastive", spec);
   DDPKIT_ASSIGN_OR_RETURN(ContrastiveReport mine,
                           RunOnEveryRank<ContrastiveReport>(spec, [&](comm::ProcessGroup& group) {
-                            return RunRank(setup, reference, group);
+                            return RunRank(setup, reference, group, trace);
                           }));
+  DDPKIT_RETURN_IF_ERROR(trace.Write().status());
   report.MergeFrom(mine);
   return report;
 }

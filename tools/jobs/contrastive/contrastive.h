@@ -30,7 +30,8 @@ struct ContrastiveConfig : WorldConfig {
   int64_t input_dim = 24, latent_dim = 8, hidden_dim = 64, feature_dim = 16;
   int64_t held_out = 512;
   int eval_every = 10;
-  bool train = true;  // false: the gradient check only
+  bool train = true;       // false: the gradient check only
+  std::string trace_path;  // a Chrome trace of the training runs when set
 };
 
 // Runs the gradient check (and the training runs unless config.train is false) and returns the

@@ -8,6 +8,7 @@
 #include "autograd/safetensors.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/join/collective_log.h"
+#include "tools/jobs/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -116,18 +117,28 @@ struct Rank {
   RankOptimizer optimizer;
   IterationLog log;
   CollectiveTap tap;
+  TraceRecorder* trace = nullptr;  // null unless --trace
   int most() const { return *std::max_element(inputs.begin(), inputs.end()); }
   int fewest() const { return *std::min_element(inputs.begin(), inputs.end()); }
 };
 
+// Room for the records of `iterations` iterations of a model with `params` parameters.
+TraceCapacity TraceCapacityFor(int iterations, size_t params) {
+  const size_t t = std::max(1, iterations);
+  return {.compute = t * (2 * params + 8) + 1024, .collectives = t * (params + 16) + 1024};
+}
+
 absl::StatusOr<std::unique_ptr<Rank>> SetUp(const JoinRunConfig& config,
                                             const std::vector<int64_t>& widths,
-                                            comm::ProcessGroup& group) {
+                                            comm::ProcessGroup& group, TraceSession& trace) {
   DDPKIT_ASSIGN_OR_RETURN(RankRows rows, LoadRankRows(config, widths, group.rank(), group.size()));
   DDPKIT_ASSIGN_OR_RETURN(std::vector<int> inputs, ShareIterationCounts(group, rows.iterations));
   auto rank = std::make_unique<Rank>(group, std::move(rows), std::move(inputs));
+  DDPKIT_ASSIGN_OR_RETURN(
+      rank->trace, trace.BeginRank(group, TraceCapacityFor(rank->most(), 2 * widths.size())));
   DDPKIT_ASSIGN_OR_RETURN(rank->model, BuildModel(config, widths));
   DDPKIT_ASSIGN_OR_RETURN(rank->ddp, WrapInDdp(config, rank->model, group));
+  if (rank->trace != nullptr) rank->ddp->reducer().SetTraceObserver(rank->trace);
   rank->ddp->set_divide_by_initial_world_size(config.divide_by_initial_world_size);
   DDPKIT_ASSIGN_OR_RETURN(rank->optimizer, MakeOptimizer(config, *rank->model, group));
   rank->tap.Take();  // the record starts after setup's collectives (DDP's model check and sync)
@@ -160,19 +171,32 @@ void TrainLoop(const JoinRunConfig& config, Rank& rank) {
   Tensor x = Tensor::Empty({b, rank.rows.data.x.size(1)});
   Tensor y = Tensor::Empty({b}, DType::kInt64);
   for (int t = 0; t < rank.rows.iterations; ++t) {
+    if (rank.trace != nullptr) rank.trace->SetIteration(t);
     rank.optimizer.optimizer->ZeroGrad();
     GatherRows(rank.rows.data, t * b, b, x, y);
-    Tensor loss = CrossEntropy(rank.ddp->Forward(x), y);
-    loss.Backward();
+    Tensor loss;
+    {
+      ScopedSpan forward(rank.trace, ComputeKind::kForward);
+      loss = CrossEntropy(rank.ddp->Forward(x), y);
+    }
+    {
+      ScopedSpan backward(rank.trace, ComputeKind::kBackward);
+      loss.Backward();
+    }
     rank.log.SetLoss(t, loss.item());
     const bool reporter = rank.log.IsReporter(t, Role::kActive);
     if (reporter) {
       rank.log.SetGradient(t, GradNorm(*rank.model), rank.ddp->reducer().last_divide_factor());
     }
-    rank.optimizer.optimizer->Step();
+    {
+      ScopedSpan optimizer(rank.trace, ComputeKind::kOptimizer);
+      rank.optimizer.optimizer->Step();
+    }
     std::vector<CollectiveRecord> issued = rank.tap.Take();
     if (reporter) rank.log.SetCollectives(t, Role::kActive, issued);
   }
+  // What a joined rank records next belongs to the first iteration it shadows.
+  if (rank.trace != nullptr) rank.trace->SetIteration(rank.rows.iterations);
 }
 
 // The loop inside Join: DDP, then the ZeRO optimizer, then a recorder whose hook logs what the
@@ -185,6 +209,7 @@ void RunUnderJoin(const JoinRunConfig& config, Rank& rank, JoinReport& report) {
     if (rank.log.IsReporter(t, Role::kShadowing)) {
       rank.log.SetCollectives(t, Role::kShadowing, issued);
     }
+    if (rank.trace != nullptr) rank.trace->SetIteration(t + 1);
   });
   std::vector<join::Joinable*> joinables = {rank.ddp.get()};
   if (rank.optimizer.zero != nullptr) joinables.push_back(rank.optimizer.zero);
@@ -251,14 +276,16 @@ absl::Status Summarize(const JoinRunConfig& config, Rank& rank, JoinReport& repo
 }
 
 absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config,
-                                     const std::vector<int64_t>& widths,
-                                     comm::ProcessGroup& group) {
-  DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<Rank> rank, SetUp(config, widths, group));
+                                     const std::vector<int64_t>& widths, comm::ProcessGroup& group,
+                                     TraceSession& trace) {
+  DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<Rank> rank, SetUp(config, widths, group, trace));
   JoinReport report = DescribeRun(config, *rank);
   if (config.use_join) {
     RunUnderJoin(config, *rank, report);
+    trace.EndRank(group, rank->ddp->LoggingData());
   } else {
     TrainLoop(config, *rank);
+    trace.EndRank(group, rank->ddp->LoggingData());
     // A rank that ran out leaves, as a process whose loop ended would: anything more it
     // issued would only be paired with another rank's gradient allreduce. The ranks still
     // training fail in their next collective with the comm layer's diagnosis.
@@ -276,8 +303,13 @@ absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config,
 absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
   DDPKIT_ASSIGN_OR_RETURN(const std::vector<int64_t> widths, ValidateDdpTraining(config));
   DDPKIT_RETURN_IF_ERROR(Validate(config));
-  return RunOnEveryRank<JoinReport>(
-      WorldOf(config), [&](comm::ProcessGroup& group) { return RunOnRank(config, widths, group); });
+  TraceSession trace(config.trace_path, "join", WorldOf(config));
+  DDPKIT_ASSIGN_OR_RETURN(JoinReport report, RunOnEveryRank<JoinReport>(
+                                                 WorldOf(config), [&](comm::ProcessGroup& group) {
+                                                   return RunOnRank(config, widths, group, trace);
+                                                 }));
+  DDPKIT_RETURN_IF_ERROR(trace.Write().status());
+  return report;
 }
 
 }  // namespace ddpkit::jobs

@@ -72,13 +72,10 @@ void Svg::Polyline(const std::vector<std::pair<double, double>>& points, const S
 void Svg::Text(double x, double y, const std::string& text, double size, const std::string& anchor,
                const std::string& fill, bool bold, double rotate) {
   const std::string transform =
-      rotate == 0 ? ""
-                  : absl::StrFormat(" transform=\"rotate(%g %.2f %.2f)\"", rotate, x, y);
-          absl::StrAppendFormat(
-              &body_,
-              R"(<text x="%.2f" y="%.2f" font-size="%g" text-anchor="%s" fill="%s"%s%s>%s</text>)",
-              x, y, size, anchor, fill, bold ? R"( font-weight="bold")" : "", transform,
-              Escape(text));
+      rotate == 0 ? "" : absl::StrFormat(" transform=\"rotate(%g %.2f %.2f)\"", rotate, x, y);
+  absl::StrAppendFormat(
+      &body_, R"(<text x="%.2f" y="%.2f" font-size="%g" text-anchor="%s" fill="%s"%s%s>%s</text>)",
+      x, y, size, anchor, fill, bold ? R"( font-weight="bold")" : "", transform, Escape(text));
   body_ += "\n";
 }
 
@@ -93,15 +90,22 @@ std::string Svg::Finish() const {
 std::vector<double> NiceTicks(double lo, double hi, int count) {
   if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return {lo};
   const double raw = (hi - lo) / std::max(1, count);
-  const double power = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = power;
+  const int exponent = static_cast<int>(std::floor(std::log10(raw)));
+  const double power = std::pow(10.0, exponent);
+  double multiple = 1;
   for (double m : {1.0, 2.0, 5.0, 10.0}) {
-    step = m * power;
-    if (step >= raw) break;
+    multiple = m;
+    if (m * power >= raw) break;
   }
+  // Tick k is k * multiple * 10^exponent; dividing integers by 10^-exponent keeps 0.6 exactly
+  // the double nearest 0.6 (3 * 0.2 would not be).
+  const double inverse = exponent < 0 ? std::pow(10.0, -exponent) : 1;
+  auto tick = [&](double k) {
+    return exponent < 0 ? k * multiple / inverse : k * multiple * power;
+  };
   std::vector<double> ticks;
-  for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) {
-    ticks.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
+  for (double k = std::ceil(lo / (multiple * power) - 1e-9); tick(k) <= hi * (1 + 1e-12); ++k) {
+    ticks.push_back(tick(k) == 0 ? 0.0 : tick(k));
   }
   return ticks;
 }

@@ -56,10 +56,9 @@ absl::StatusOr<int> MergeTraceFiles(const std::vector<std::string>& inputs,
       merged["traceEvents"] = json::array();
       merged["otherData"]["ddpkit"]["ranks"] = json::array();
     } else if (info["job_id"] != merged["otherData"]["ddpkit"]["job_id"]) {
-      return absl::InvalidArgumentError(StrCat(path, " belongs to another job (job id ",
-                                               info["job_id"].get<std::string>(), ", not ",
-                                               merged["otherData"]["ddpkit"]["job_id"].get<std::string>(),
-                                               ")"));
+      return absl::InvalidArgumentError(
+          StrCat(path, " belongs to another job (job id ", info["job_id"].get<std::string>(),
+                 ", not ", merged["otherData"]["ddpkit"]["job_id"].get<std::string>(), ")"));
     }
     for (const json& rank : info["ranks"]) {
       const int r = rank["rank"].get<int>();

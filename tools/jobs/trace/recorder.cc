@@ -9,7 +9,7 @@ TraceRecorder::TraceRecorder(int rank, TraceClock::time_point epoch, size_t comp
   collectives_.reserve(collective_capacity);
 }
 
-void TraceRecorder::Add(const ComputeRecord& record) {
+void TraceRecorder::Add(const ComputeEvent& record) {
   if (compute_.size() == compute_.capacity()) {
     ++dropped_compute_;
     return;
@@ -38,11 +38,11 @@ void TraceRecorder::Marker(std::string label) {
 
 void TraceRecorder::OnEvent(const reducer::TraceEvent& e) {
   using reducer::TraceEventType;
-  ComputeRecord r{.iteration = iteration_,
-                  .param = static_cast<int32_t>(e.param_index),
-                  .bucket = static_cast<int32_t>(e.bucket_index),
-                  .start_ns = Since(e.start),
-                  .end_ns = Since(e.time)};
+  ComputeEvent r{.iteration = iteration_,
+                 .param = static_cast<int32_t>(e.param_index),
+                 .bucket = static_cast<int32_t>(e.bucket_index),
+                 .start_ns = Since(e.start),
+                 .end_ns = Since(e.time)};
   switch (e.type) {
     case TraceEventType::kHookFired:
       r.kind = ComputeKind::kHook;
@@ -62,14 +62,14 @@ void TraceRecorder::OnEvent(const reducer::TraceEvent& e) {
 }
 
 void TraceRecorder::OnQueued(const comm::Collective& c) {
-  CollectiveRecord r{.sequence_number = c.sequence_number,
-                     .op = c.op,
-                     .reduce_op = c.reduce_op,
-                     .dtype = c.input.defined() ? c.input.dtype() : DType::kFloat32,
-                     .count = c.input.defined() ? c.input.numel() : 0,
-                     .tag = c.tag,
-                     .iteration = iteration_,
-                     .queued_ns = Since(TraceClock::now())};
+  CollectiveEvent r{.sequence_number = c.sequence_number,
+                    .op = c.op,
+                    .reduce_op = c.reduce_op,
+                    .dtype = c.input.defined() ? c.input.dtype() : DType::kFloat32,
+                    .count = c.input.defined() ? c.input.numel() : 0,
+                    .tag = c.tag,
+                    .iteration = iteration_,
+                    .queued_ns = Since(TraceClock::now())};
   std::lock_guard<std::mutex> lock(mu_);
   if (collectives_.size() == collectives_.capacity()) {
     ++dropped_collectives_;
@@ -78,25 +78,25 @@ void TraceRecorder::OnQueued(const comm::Collective& c) {
   collectives_.push_back(r);
 }
 
-CollectiveRecord* TraceRecorder::Find(uint64_t sequence_number) {
+CollectiveEvent* TraceRecorder::Find(uint64_t sequence_number) {
   // Sequence numbers are consecutive, so the record is at a known distance from the last one.
   if (collectives_.empty()) return nullptr;
   const uint64_t last = collectives_.back().sequence_number;
   if (sequence_number > last || last - sequence_number >= collectives_.size()) return nullptr;
-  CollectiveRecord& r = collectives_[collectives_.size() - 1 - (last - sequence_number)];
+  CollectiveEvent& r = collectives_[collectives_.size() - 1 - (last - sequence_number)];
   return r.sequence_number == sequence_number ? &r : nullptr;
 }
 
 void TraceRecorder::OnStarted(uint64_t sequence_number) {
   const int64_t now = Since(TraceClock::now());
   std::lock_guard<std::mutex> lock(mu_);
-  if (CollectiveRecord* r = Find(sequence_number)) r->started_ns = now;
+  if (CollectiveEvent* r = Find(sequence_number)) r->started_ns = now;
 }
 
 void TraceRecorder::OnFinished(uint64_t sequence_number, bool ok) {
   const int64_t now = Since(TraceClock::now());
   std::lock_guard<std::mutex> lock(mu_);
-  if (CollectiveRecord* r = Find(sequence_number)) {
+  if (CollectiveEvent* r = Find(sequence_number)) {
     r->finished_ns = now;
     r->ok = ok;
   }

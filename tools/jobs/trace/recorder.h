@@ -35,7 +35,7 @@ enum class ComputeKind : uint8_t {
   kMarker,       // instant: the job says where it is ("bucket cap 5 MiB", "local + sum")
 };
 
-struct ComputeRecord {
+struct ComputeEvent {
   ComputeKind kind = ComputeKind::kForward;
   int32_t iteration = -1;
   int32_t micro_batch = -1;
@@ -45,7 +45,7 @@ struct ComputeRecord {
   int64_t start_ns = 0, end_ns = 0;  // since the job's epoch; equal for instants
 };
 
-struct CollectiveRecord {
+struct CollectiveEvent {
   uint64_t sequence_number = 0;
   comm::OpType op = comm::OpType::kBarrier;
   comm::ReduceOp reduce_op = comm::ReduceOp::kSum;
@@ -60,8 +60,8 @@ struct CollectiveRecord {
 // A rank's records after the run.
 struct RankTrace {
   int rank = 0;
-  std::vector<ComputeRecord> compute = {};
-  std::vector<CollectiveRecord> collectives = {};
+  std::vector<ComputeEvent> compute = {};
+  std::vector<CollectiveEvent> collectives = {};
   std::vector<std::string> labels = {};  // the markers' texts
   int64_t dropped = 0;                   // records that did not fit
 };
@@ -94,18 +94,18 @@ class TraceRecorder final : public reducer::TraceObserver, public comm::Collecti
   int64_t Since(TraceClock::time_point t) const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t - epoch_).count();
   }
-  void Add(const ComputeRecord& record);
-  CollectiveRecord* Find(uint64_t sequence_number);  // with mu_ held
+  void Add(const ComputeEvent& record);
+  CollectiveEvent* Find(uint64_t sequence_number);  // with mu_ held
 
   const int rank_;
   const TraceClock::time_point epoch_;
   int iteration_ = -1;
-  std::vector<ComputeRecord> compute_;
+  std::vector<ComputeEvent> compute_;
   std::vector<std::string> labels_;
   int64_t dropped_compute_ = 0;
   std::mutex mu_;
-  std::vector<CollectiveRecord> collectives_;  // guarded by mu_, in sequence order
-  int64_t dropped_collectives_ = 0;            // guarded by mu_
+  std::vector<CollectiveEvent> collectives_;  // guarded by mu_, in sequence order
+  int64_t dropped_collectives_ = 0;           // guarded by mu_
 };
 
 // Times a compute-lane span for a recorder that may be null (tracing off: nothing happens).

@@ -82,8 +82,8 @@ json Instant(int rank, std::string_view name, std::string_view cat, int64_t at_n
 }
 
 // The backward span ends where finalize starts, so the two lie side by side on the lane.
-int64_t BackwardEnd(const ComputeRecord& backward, const std::vector<ComputeRecord>& compute) {
-  for (const ComputeRecord& r : compute) {
+int64_t BackwardEnd(const ComputeEvent& backward, const std::vector<ComputeEvent>& compute) {
+  for (const ComputeEvent& r : compute) {
     if (r.kind == ComputeKind::kFinalize && r.start_ns >= backward.start_ns &&
         r.start_ns <= backward.end_ns) {
       return r.start_ns;
@@ -94,7 +94,7 @@ int64_t BackwardEnd(const ComputeRecord& backward, const std::vector<ComputeReco
 
 void AddCompute(const RankTraceData& data, const std::vector<std::string>& names, json& events) {
   const int rank = data.trace.rank;
-  for (const ComputeRecord& r : data.trace.compute) {
+  for (const ComputeEvent& r : data.trace.compute) {
     json args = {{"iteration", r.iteration}};
     if (r.micro_batch >= 0) args["micro_batch"] = r.micro_batch;
     switch (r.kind) {
@@ -137,7 +137,7 @@ void AddCompute(const RankTraceData& data, const std::vector<std::string>& names
   }
 }
 
-std::string CollectiveName(const CollectiveRecord& c) {
+std::string CollectiveName(const CollectiveEvent& c) {
   std::string name = Lower(comm::OpTypeName(c.op));
   if (c.tag.purpose == comm::CollectivePurpose::kGradientBucket) {
     return StrCat(name, " bucket ", c.tag.bucket);
@@ -150,7 +150,7 @@ std::string CollectiveName(const CollectiveRecord& c) {
 
 void AddCollectives(const RankTraceData& data, json& events) {
   const int rank = data.trace.rank;
-  for (const CollectiveRecord& c : data.trace.collectives) {
+  for (const CollectiveEvent& c : data.trace.collectives) {
     if (c.started_ns < 0) continue;  // never ran (the group broke first)
     json args = {{"seq", c.sequence_number},
                  {"op", comm::OpTypeName(c.op)},
