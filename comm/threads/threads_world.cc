@@ -68,10 +68,11 @@ void DumpTheRest(const std::vector<RankRecord>& records, const std::vector<absl:
   if (failed < 0 || options.fr_dump_dir.empty()) return;
   for (int r = 0; r < static_cast<int>(records.size()); ++r) {
     if (records[r].dumped) continue;
-    const std::string reason = results[r].ok()
-                                   ? StrCat("rank ", r, " finished its work; dumped because rank ",
-                                            failed, " failed: ", results[failed].message())
-                                   : std::string(results[r].message());
+    const std::string reason =
+        results[r].ok()
+            ? StrCat("rank ", r, " finished its work without an error (dumped after rank ", failed,
+                     " failed)")
+            : std::string(results[r].message());
     absl::StatusOr<std::string> path =
         WriteFlightRecorderDump(options.fr_dump_dir, records[r].entries,
                                 {.rank = r,

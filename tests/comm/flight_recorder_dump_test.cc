@@ -93,7 +93,7 @@ TEST(FlightRecorderDumpTest, EveryRankDumpsWhenOneCollectiveFails) {
     EXPECT_EQ(dump["entries"].size(), r == 2 ? 1u : 2u) << "rank " << r;
     const std::string reason = dump["reason"];
     if (r == 2) {
-      EXPECT_TRUE(absl::StrContains(reason, "rank 2 finished its work")) << reason;
+      EXPECT_TRUE(absl::StrContains(reason, "rank 2 finished its work without an error")) << reason;
     } else {
       EXPECT_TRUE(absl::StrContains(reason, "rank 2 has finished without issuing it")) << reason;
       EXPECT_EQ(dump["entries"][1]["state"], "failed");

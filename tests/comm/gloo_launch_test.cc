@@ -1,15 +1,27 @@
 // Multi-process Gloo jobs started with `ddpkit launch`, as a user would.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "autograd/safetensors.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace {
+
+// Failing jobs leave their flight-recorder dumps in the test's temporary folder, not the
+// working directory.
+const std::string kDumpDir = [] {
+  std::string dir = testing::TempDir() + "/ddpkit_fr_gloo_" + std::to_string(::getpid());
+  ::setenv("DDPKIT_FR_DUMP_DIR", dir.c_str(), 1);
+  return dir;
+}();
 
 struct Result {
   int status;
@@ -142,6 +154,66 @@ TEST(GlooJoinTest, UnevenInputsThroughTheLauncher) {
   EXPECT_NE(n.status, 0) << n.output;
   EXPECT_TRUE(absl::StrContains(n.output, "rank 1 did not reach this collective")) << n.output;
   EXPECT_TRUE(absl::StrContains(n.output, "ran out of inputs and left without Join")) << n.output;
+}
+
+// A rank that stops (SIGSTOP: alive, silent) cannot dump its recorder; its peers time out in
+// the collective it never joined and dump theirs, and the analysis names it from them.
+TEST(GlooFrTest, AStoppedRankIsNamedFromItsPeersDumps) {
+  const std::string dir = kDumpDir + "_stop";
+  std::filesystem::remove_all(dir);
+  Result r = RunShell("DDPKIT_FR_DUMP_DIR=" + dir +
+                      " " DDPKIT_BINARY_DIR
+                      "/bin/ddpkit launch --standalone --teardown-grace 1 --nproc-per-node 3 "
+                      "-- " DDPKIT_BINARY_DIR "/bin/gloo_worker stop");
+  EXPECT_NE(r.status, 0) << r.output;
+  Result a = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit fr analyze " + dir);
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_TRUE(absl::StrContains(a.output, "2 of 3 rank(s) left a dump")) << a.output;
+  EXPECT_TRUE(absl::StrContains(a.output,
+                                "diagnosis: rank 2 left no dump: it was killed or stopped, or was "
+                                "still running; ranks 0, 1 waited"))
+      << a.output;
+  EXPECT_TRUE(absl::StrContains(a.output,
+                                "in ALLREDUCE float32[8] seq 2, which rank 2 never "
+                                "completed"))
+      << a.output;
+  std::filesystem::remove_all(dir);
+}
+
+// A traced job across processes: each rank writes its own file on rank 0's clock; merged, the
+// trace holds both ranks, and `trace stats` reads it.
+TEST(GlooTraceTest, RankFilesMergeIntoOneTrace) {
+  const std::string base =
+      testing::TempDir() + "/gloo_trace_" + std::to_string(::getpid()) + ".json";
+  Result g = RunShell(DDPKIT_BINARY_DIR
+                      "/bin/ddpkit launch --standalone --teardown-grace 8 "
+                      "--nproc-per-node 2 -- " DDPKIT_BINARY_DIR
+                      "/bin/ddpkit train --backend "
+                      "gloo --steps 3 --batch-size 8 --trace " +
+                      base);
+  ASSERT_EQ(g.status, 0) << g.output;
+  EXPECT_TRUE(absl::StrContains(g.output, ".rank0.json on each rank")) << g.output;
+  Result m = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit trace merge " + base);
+  ASSERT_EQ(m.status, 0) << m.output;
+  EXPECT_TRUE(absl::StrContains(m.output, "merged 2 rank(s)")) << m.output;
+  std::ifstream in(base);
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  const nlohmann::json& ranks = trace["otherData"]["ddpkit"]["ranks"];
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const nlohmann::json& rank : ranks) {
+    // One host, one monotonic clock: the measured offset is within its own uncertainty and
+    // far below a millisecond.
+    EXPECT_LT(std::abs(rank["clock_offset_us"].get<double>()), 1000) << rank.dump();
+  }
+  EXPECT_FALSE(trace.contains("distributedInfo"));
+  Result s = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit trace stats " + base + " --json");
+  ASSERT_EQ(s.status, 0) << s.output;
+  EXPECT_EQ(nlohmann::json::parse(s.output)["ranks"].size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    std::filesystem::remove(base.substr(0, base.size() - 5) + ".rank" + std::to_string(r) +
+                            ".json");
+  }
+  std::filesystem::remove(base);
 }
 
 // The contrastive reproduction across processes: the gather's backward runs Gloo's

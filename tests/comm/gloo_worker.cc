@@ -4,8 +4,12 @@
 //   gloo_worker die              rank 1 exits (code 3) after the first allreduce; the others try
 //                                a second one and must fail with a clear error, not hang
 //   gloo_worker mismatch         rank 0 allreduces 4 elements, the others 5 (run at DETAIL)
+//   gloo_worker stop             rank 2 stops itself (SIGSTOP) after the first allreduce; the
+//                                others time out in the second, dump their flight recorders and
+//                                exit with code 4
 //
 // Exit status 0 when the mode's expectation held; the reason is printed otherwise.
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -53,6 +57,13 @@ int main(int argc, char** argv) {
     absl::Status status = group.Allreduce(Tensor::Full({8}, 1.0))->Wait();
     std::cout << "second allreduce: " << status << "\n";
     return status.ok() ? 1 : 0;  // failing (not hanging) is the expected outcome
+  }
+  if (mode == "stop") {
+    if (!group.Allreduce(Tensor::Full({8}, 1.0))->Wait().ok()) return 1;
+    if (group.rank() == 2) std::raise(SIGSTOP);  // stuck: alive, silent
+    absl::Status status = group.Allreduce(Tensor::Full({8}, 1.0))->Wait();
+    std::cout << "second allreduce: " << status << "\n";
+    return status.ok() ? 1 : 4;  // a failed job, so the launcher stops the stuck rank
   }
   if (mode == "mismatch") {
     absl::Status status = group.Allreduce(Tensor::Full({group.rank() == 0 ? 4 : 5}, 1.0))->Wait();

@@ -18,6 +18,8 @@ absl::Status WorldFromFlags(jobs::WorldConfig& config) {
   config.backend = absl::GetFlag(FLAGS_backend);
   config.world_size = absl::GetFlag(FLAGS_world_size);
   config.comm_options.timeout = absl::Seconds(timeout);
+  // A failed collective leaves every rank's flight recorder here, for `ddpkit fr analyze`.
+  if (config.comm_options.fr_dump_dir.empty()) config.comm_options.fr_dump_dir = "ddpkit_fr";
   return comm::ValidateWorldSpec(config.world());
 }
 

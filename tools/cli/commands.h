@@ -12,5 +12,6 @@ Subcommand ContrastiveSubcommand();
 Subcommand LaunchSubcommand();
 Subcommand BenchSubcommand();
 Subcommand TraceSubcommand();
+Subcommand FrSubcommand();
 
 }  // namespace ddpkit::cli

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -13,6 +14,14 @@
 #include "gtest/gtest.h"
 
 namespace {
+
+// Failing jobs leave their flight-recorder dumps in the test's temporary folder, not the
+// working directory.
+const std::string kDumpDir = [] {
+  std::string dir = testing::TempDir() + "/ddpkit_fr_cli_" + std::to_string(::getpid());
+  ::setenv("DDPKIT_FR_DUMP_DIR", dir.c_str(), 1);
+  return dir;
+}();
 
 struct Result {
   int status;
@@ -264,6 +273,57 @@ TEST(CliTest, ContrastiveReportsTheCheckTheCurvesAndTheMemory) {
     ASSERT_NE(f, nullptr) << file;
     std::fclose(f);
   }
+}
+
+// The readers of --trace files and flight-recorder dumps: one line and exit 2 for a wrong
+// command line, exit 1 naming the file when it cannot be read.
+TEST(CliTest, TraceAndFrUsageErrors) {
+  for (const char* args :
+       {"trace", "trace stats", "trace frobnicate t.json", "trace svg t.json",
+        "trace svg t.json --out x.svg --iterations 3:1", "fr", "fr analyze", "fr look /tmp"}) {
+    Result r = RunDdpkit(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
+  }
+  Result r = RunDdpkit("trace stats /nonexistent/t.json");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(absl::StrContains(r.err, "/nonexistent/t.json")) << r.err;
+  r = RunDdpkit("fr analyze /nonexistent/dir");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "/nonexistent/dir")) << r.err;
+}
+
+// `train --trace`, then the trace read back: stats as JSON, a timeline picture.
+TEST(CliTest, TraceThenStatsAndSvg) {
+  const std::string base = testing::TempDir() + "/cli_trace_" + std::to_string(::getpid());
+  Result r = RunDdpkit("train --world-size 2 --steps 3 --batch-size 8 --trace " + base + ".json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "trace written to " + base + ".json")) << r.out;
+  r = RunDdpkit("trace stats " + base + ".json --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json stats = nlohmann::json::parse(r.out);
+  EXPECT_EQ(stats["ranks"].size(), 2u);
+  EXPECT_EQ(stats["iterations"].size(), 6u);  // 3 iterations x 2 ranks
+  r = RunDdpkit("trace svg " + base + ".json --out " + base + ".svg --iterations 0:2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  FILE* svg = std::fopen((base + ".svg").c_str(), "r");
+  ASSERT_NE(svg, nullptr);
+  std::fclose(svg);
+  std::remove((base + ".json").c_str());
+  std::remove((base + ".svg").c_str());
+}
+
+// A join without Join fails; its dumps say which rank never issued what.
+TEST(CliTest, FrAnalyzeNamesTheRankThatLeft) {
+  Result r = RunDdpkit("join --inputs 3,1 --batch-size 4 --model mlp:6,8,3 --no-join");
+  ASSERT_EQ(r.status, 1) << r.err;
+  r = RunDdpkit("fr analyze " + kDumpDir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "diagnosis: rank 1 never issued BROADCAST")) << r.out;
+  r = RunDdpkit("fr analyze " + kDumpDir + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["findings"][0]["kind"], "missing");
+  std::filesystem::remove_all(kDumpDir);
 }
 
 }  // namespace

@@ -134,6 +134,7 @@ double Median(std::vector<double> values) {
 // the accuracy on all rows, the median step time, and rank 0's saved weights.
 absl::Status Finish(const TrainConfig& config, Rank& rank, Tensor& losses,
                     const std::vector<double>& step_ms, TrainReport& report) {
+  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
   if (config.steps > 0) DDPKIT_RETURN_IF_ERROR(rank.group.Allreduce(losses)->Wait());
   for (int step = 0; step < config.steps; ++step) {
     report.add_losses(losses.data<double>()[step] / rank.group.size());
