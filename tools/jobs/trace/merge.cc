@@ -1,36 +1,18 @@
 #include "tools/jobs/trace/merge.h"
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_join.h"
 #include "autograd/error.h"
 #include "autograd/file_util.h"
 #include "nlohmann/json.hpp"
 #include "tools/jobs/trace/session.h"
+#include "tools/jobs/trace/trace_file.h"
 
 namespace ddpkit::jobs {
-namespace {
 
 using nlohmann::json;
-
-absl::StatusOr<json> ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(StrCat("cannot open trace '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(StrCat(path, ": not JSON"));
-  if (!j.contains("otherData") || !j["otherData"].contains("ddpkit") ||
-      !j.contains("traceEvents")) {
-    return absl::InvalidArgumentError(StrCat(path, ": not a ddpkit trace"));
-  }
-  return j;
-}
-
-}  // namespace
 
 std::vector<std::string> RankFilesOf(const std::string& base) {
   std::vector<std::string> files;
@@ -48,7 +30,7 @@ absl::StatusOr<int> MergeTraceFiles(const std::vector<std::string>& inputs,
   json merged;
   std::set<int> ranks;
   for (const std::string& path : inputs) {
-    DDPKIT_ASSIGN_OR_RETURN(json part, ReadJson(path));
+    DDPKIT_ASSIGN_OR_RETURN(json part, ReadTraceJson(path));
     json& info = part["otherData"]["ddpkit"];
     if (merged.is_null()) {
       merged = part;

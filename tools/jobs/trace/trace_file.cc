@@ -263,22 +263,27 @@ RankView& RankOf(TraceView& view, int rank) {
   return view.ranks.back();
 }
 
+// Whether `trace` has the shape WriteTraceFile gives it; InvalidArgument naming `what` if not.
+absl::Status CheckIsDdpkitTrace(const json& trace, const std::string& what) {
+  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
+    return absl::InvalidArgumentError(StrCat(what, ": not a Chrome trace (no traceEvents array)"));
+  }
+  if (!trace.contains("otherData") || !trace["otherData"].is_object() ||
+      !trace["otherData"].contains("ddpkit") || !trace["otherData"]["ddpkit"].is_object()) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ": not a ddpkit trace (no otherData.ddpkit); write one with --trace"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<TraceView> ParseTrace(const json& trace, const std::string& what) {
   auto invalid = [&](std::string_view why) {
     return absl::InvalidArgumentError(StrCat(what, ": ", why));
   };
-  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
-    return invalid("not a Chrome trace (no traceEvents array)");
-  }
-  const json* ddpkit = nullptr;
-  if (trace.contains("otherData") && trace["otherData"].contains("ddpkit")) {
-    ddpkit = &trace["otherData"]["ddpkit"];
-  }
-  if (ddpkit == nullptr) {
-    return invalid("not a ddpkit trace (no otherData.ddpkit); write one with --trace");
-  }
+  DDPKIT_RETURN_IF_ERROR(CheckIsDdpkitTrace(trace, what));
+  const json* ddpkit = &trace["otherData"]["ddpkit"];
   TraceView view;
   try {
     view.job = Get<std::string>(*ddpkit, "job", "");
@@ -315,7 +320,7 @@ absl::StatusOr<TraceView> ParseTrace(const json& trace, const std::string& what)
   return view;
 }
 
-absl::StatusOr<TraceView> ReadTraceFile(const std::string& path) {
+absl::StatusOr<json> ReadTraceJson(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(StrCat("cannot open trace '", path, "'"));
   std::stringstream text;
@@ -324,6 +329,12 @@ absl::StatusOr<TraceView> ReadTraceFile(const std::string& path) {
   if (trace.is_discarded()) {
     return absl::InvalidArgumentError(StrCat(path, ": not JSON (a Chrome trace is JSON)"));
   }
+  DDPKIT_RETURN_IF_ERROR(CheckIsDdpkitTrace(trace, path));
+  return trace;
+}
+
+absl::StatusOr<TraceView> ReadTraceFile(const std::string& path) {
+  DDPKIT_ASSIGN_OR_RETURN(json trace, ReadTraceJson(path));
   return ParseTrace(trace, path);
 }
 

@@ -88,6 +88,8 @@ struct TraceView {
 // Parses a trace written by WriteTraceFile (one rank's or every rank's). InvalidArgument naming
 // the file for anything else.
 absl::StatusOr<TraceView> ReadTraceFile(const std::string& path);
+// The file's JSON as written, after checking it is a ddpkit trace (for merging files whole).
+absl::StatusOr<nlohmann::json> ReadTraceJson(const std::string& path);
 absl::StatusOr<TraceView> ParseTrace(const nlohmann::json& json, const std::string& what);
 
 }  // namespace ddpkit::jobs
