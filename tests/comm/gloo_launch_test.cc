@@ -1,9 +1,6 @@
 // Multi-process Gloo jobs started with `ddpkit launch`, as a user would.
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,32 +9,18 @@
 #include "autograd/safetensors.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/run_command.h"
 
 namespace {
 
-// Failing jobs leave their flight-recorder dumps in the test's temporary folder, not the
-// working directory.
-const std::string kDumpDir = [] {
-  std::string dir = testing::TempDir() + "/ddpkit_fr_gloo_" + std::to_string(::getpid());
-  ::setenv("DDPKIT_FR_DUMP_DIR", dir.c_str(), 1);
-  return dir;
-}();
+using Result = ddpkit::testing_util::CommandResult;
 
-struct Result {
-  int status;
-  std::string output;  // stdout and stderr together
-};
+// Failing jobs leave their flight-recorder dumps in the test's temporary folder.
+const std::string kDumpDir = ddpkit::testing_util::SendFrDumpsToTempDir("ddpkit_fr_gloo");
 
+// The launcher and its ranks log to stderr between their output lines: keep them in order.
 Result RunShell(const std::string& command) {
-  Result result;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return ddpkit::testing_util::RunCommandMerged(command);
 }
 
 std::string Launch(int nproc, const std::string& mode, const std::string& env = "") {
@@ -65,11 +48,11 @@ class GlooLaunchTest : public testing::TestWithParam<int> {};
 
 TEST_P(GlooLaunchTest, EveryCollectiveMatchesTheLocalReference) {
   Result r = RunShell(Launch(GetParam(), "check"));
-  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.status, 0) << r.out;
   for (int rank = 0; rank < GetParam(); ++rank) {
     EXPECT_TRUE(
-        absl::StrContains(r.output, "[rank " + std::to_string(rank) + "] all collectives match"))
-        << r.output;
+        absl::StrContains(r.out, "[rank " + std::to_string(rank) + "] all collectives match"))
+        << r.out;
   }
 }
 
@@ -77,31 +60,30 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooLaunchTest, testing::Values(1, 2, 3, 4)
 
 TEST(GlooFaultTest, ARankThatDiesMakesTheOthersFailAndTheLauncherNamesIt) {
   Result r = RunShell(Launch(3, "die"));
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "ddpkit launch: job failed: rank 1")) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "exited with code 3")) << r.output;
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "ddpkit launch: job failed: rank 1")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "exited with code 3")) << r.out;
   // The survivors failed on their own, naming the collective, its sequence number and rank 1.
-  EXPECT_TRUE(absl::StrContains(r.output, "ALLREDUCE (sequence number 2, world size 3)"))
-      << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "rank 1 did not reach this collective")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.out, "ALLREDUCE (sequence number 2, world size 3)")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "rank 1 did not reach this collective")) << r.out;
 }
 
 TEST(GlooFaultTest, MismatchedCollectivesAreCaughtAtDetail) {
   Result r = RunShell(Launch(2, "mismatch", "DDPKIT_DEBUG=DETAIL"));
-  EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output,
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out,
                                 "rank 0 called ALLREDUCE(SUM, float32, 4 elements) but rank 1 "
                                 "called ALLREDUCE(SUM, float32, 5 elements)"))
-      << r.output;
+      << r.out;
 }
 
 TEST(GlooFaultTest, OutsideTheLauncherTheEnvironmentErrorSaysWhatToDo) {
   Result r = RunShell("env -u RANK -u MASTER_ADDR " DDPKIT_BINARY_DIR "/bin/gloo_worker check");
   EXPECT_EQ(r.status, 2);
-  EXPECT_TRUE(absl::StrContains(r.output,
+  EXPECT_TRUE(absl::StrContains(r.out,
                                 "env:// rendezvous: environment variable MASTER_ADDR expected, "
                                 "but not set; run under `ddpkit launch`"))
-      << r.output;
+      << r.out;
 }
 
 // DDP over Gloo processes trains exactly as the same world of threads: same rows, same
@@ -117,12 +99,12 @@ TEST(GlooDdpTest, TrainThroughTheLauncherMatchesTheThreadsWorld) {
       "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 2 -- " DDPKIT_BINARY_DIR
       "/bin/ddpkit" +
       train + "--backend gloo --save-weights " + gloo_weights);
-  ASSERT_EQ(g.status, 0) << g.output;
-  EXPECT_TRUE(absl::StrContains(g.output, "world: 2 ranks (gloo)")) << g.output;
-  EXPECT_TRUE(absl::StrContains(g.output, "buckets rebuilt")) << g.output;
+  ASSERT_EQ(g.status, 0) << g.out;
+  EXPECT_TRUE(absl::StrContains(g.out, "world: 2 ranks (gloo)")) << g.out;
+  EXPECT_TRUE(absl::StrContains(g.out, "buckets rebuilt")) << g.out;
   Result t = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit" + train + "--world-size 2 --save-weights " +
                       threads_weights);
-  ASSERT_EQ(t.status, 0) << t.output;
+  ASSERT_EQ(t.status, 0) << t.out;
   ExpectSameWeights(gloo_weights, threads_weights);
 }
 
@@ -139,11 +121,11 @@ TEST(GlooJoinTest, UnevenInputsThroughTheLauncher) {
       "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 3 -- " DDPKIT_BINARY_DIR
       "/bin/ddpkit" +
       join + "--backend gloo --save-weights " + gloo_weights);
-  ASSERT_EQ(g.status, 0) << g.output;
-  EXPECT_TRUE(absl::StrContains(g.output, "shadowing 0 2")) << g.output;
-  EXPECT_TRUE(absl::StrContains(g.output, "final models identical on all ranks: yes")) << g.output;
+  ASSERT_EQ(g.status, 0) << g.out;
+  EXPECT_TRUE(absl::StrContains(g.out, "shadowing 0 2")) << g.out;
+  EXPECT_TRUE(absl::StrContains(g.out, "final models identical on all ranks: yes")) << g.out;
   Result t = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit" + join + "--save-weights " + threads_weights);
-  ASSERT_EQ(t.status, 0) << t.output;
+  ASSERT_EQ(t.status, 0) << t.out;
   ExpectSameWeights(gloo_weights, threads_weights);
 
   Result n = RunShell(
@@ -151,9 +133,9 @@ TEST(GlooJoinTest, UnevenInputsThroughTheLauncher) {
       "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 2 -- " DDPKIT_BINARY_DIR
       "/bin/ddpkit join --backend gloo --inputs 3,1 --batch-size 4 "
       "--model mlp:6,8,3 --no-join --timeout 20");
-  EXPECT_NE(n.status, 0) << n.output;
-  EXPECT_TRUE(absl::StrContains(n.output, "rank 1 did not reach this collective")) << n.output;
-  EXPECT_TRUE(absl::StrContains(n.output, "ran out of inputs and left without Join")) << n.output;
+  EXPECT_NE(n.status, 0) << n.out;
+  EXPECT_TRUE(absl::StrContains(n.out, "rank 1 did not reach this collective")) << n.out;
+  EXPECT_TRUE(absl::StrContains(n.out, "ran out of inputs and left without Join")) << n.out;
 }
 
 // A rank that stops (SIGSTOP: alive, silent) cannot dump its recorder; its peers time out in
@@ -165,18 +147,18 @@ TEST(GlooFrTest, AStoppedRankIsNamedFromItsPeersDumps) {
                       " " DDPKIT_BINARY_DIR
                       "/bin/ddpkit launch --standalone --teardown-grace 1 --nproc-per-node 3 "
                       "-- " DDPKIT_BINARY_DIR "/bin/gloo_worker stop");
-  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 0) << r.out;
   Result a = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit fr analyze " + dir);
-  ASSERT_EQ(a.status, 0) << a.output;
-  EXPECT_TRUE(absl::StrContains(a.output, "2 of 3 rank(s) left a dump")) << a.output;
-  EXPECT_TRUE(absl::StrContains(a.output,
+  ASSERT_EQ(a.status, 0) << a.out;
+  EXPECT_TRUE(absl::StrContains(a.out, "2 of 3 rank(s) left a dump")) << a.out;
+  EXPECT_TRUE(absl::StrContains(a.out,
                                 "diagnosis: rank 2 left no dump: it was killed or stopped, or was "
                                 "still running; ranks 0, 1 waited"))
-      << a.output;
-  EXPECT_TRUE(absl::StrContains(a.output,
+      << a.out;
+  EXPECT_TRUE(absl::StrContains(a.out,
                                 "in ALLREDUCE float32[8] seq 2, which rank 2 never "
                                 "completed"))
-      << a.output;
+      << a.out;
   std::filesystem::remove_all(dir);
 }
 
@@ -191,11 +173,11 @@ TEST(GlooTraceTest, RankFilesMergeIntoOneTrace) {
                       "/bin/ddpkit train --backend "
                       "gloo --steps 3 --batch-size 8 --trace " +
                       base);
-  ASSERT_EQ(g.status, 0) << g.output;
-  EXPECT_TRUE(absl::StrContains(g.output, ".rank0.json on each rank")) << g.output;
+  ASSERT_EQ(g.status, 0) << g.out;
+  EXPECT_TRUE(absl::StrContains(g.out, ".rank0.json on each rank")) << g.out;
   Result m = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit trace merge " + base);
-  ASSERT_EQ(m.status, 0) << m.output;
-  EXPECT_TRUE(absl::StrContains(m.output, "merged 2 rank(s)")) << m.output;
+  ASSERT_EQ(m.status, 0) << m.out;
+  EXPECT_TRUE(absl::StrContains(m.out, "merged 2 rank(s)")) << m.out;
   std::ifstream in(base);
   const nlohmann::json trace = nlohmann::json::parse(in);
   const nlohmann::json& ranks = trace["otherData"]["ddpkit"]["ranks"];
@@ -207,8 +189,8 @@ TEST(GlooTraceTest, RankFilesMergeIntoOneTrace) {
   }
   EXPECT_FALSE(trace.contains("distributedInfo"));
   Result s = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit trace stats " + base + " --json");
-  ASSERT_EQ(s.status, 0) << s.output;
-  EXPECT_EQ(nlohmann::json::parse(s.output)["ranks"].size(), 2u);
+  ASSERT_EQ(s.status, 0) << s.out;
+  EXPECT_EQ(nlohmann::json::parse(s.out)["ranks"].size(), 2u);
   for (int r = 0; r < 2; ++r) {
     std::filesystem::remove(base.substr(0, base.size() - 5) + ".rank" + std::to_string(r) +
                             ".json");
@@ -223,16 +205,15 @@ TEST(GlooContrastiveTest, GradientCheckThroughTheLauncher) {
       DDPKIT_BINARY_DIR
       "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 3 -- " DDPKIT_BINARY_DIR
       "/bin/ddpkit contrastive --backend gloo --steps 2 --batch-size 4");
-  ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "3 ranks (gloo)")) << r.output;
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "3 ranks (gloo)")) << r.out;
   for (const char* line :
        {"local   sum", "local   allreduce_slice", "global  sum", "global  allreduce_slice"}) {
-    const size_t at = r.output.find(line);
-    ASSERT_NE(at, std::string::npos) << line << "\n" << r.output;
-    EXPECT_NE(r.output.substr(at, r.output.find('\n', at) - at).find("exact"), std::string::npos)
-        << line;
+    const size_t at = r.out.find(line);
+    ASSERT_NE(at, std::string::npos) << line << "\n" << r.out;
+    EXPECT_NE(r.out.substr(at, r.out.find('\n', at) - at).find("exact"), std::string::npos) << line;
   }
-  EXPECT_TRUE(absl::StrContains(r.output, "a rescale by 0.3333 (1/3)")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.out, "a rescale by 0.3333 (1/3)")) << r.out;
 }
 
 }  // namespace

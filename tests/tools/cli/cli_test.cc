@@ -1,9 +1,8 @@
 // The ddpkit binary, run as a user would: exit statuses, one-line errors, pure JSON on stdout.
-#include <sys/wait.h>
+
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -12,46 +11,18 @@
 #include "absl/strings/match.h"
 #include "autograd/safetensors.h"
 #include "gtest/gtest.h"
+#include "tests/run_command.h"
 
 namespace {
 
-// Failing jobs leave their flight-recorder dumps in the test's temporary folder, not the
-// working directory.
-const std::string kDumpDir = [] {
-  std::string dir = testing::TempDir() + "/ddpkit_fr_cli_" + std::to_string(::getpid());
-  ::setenv("DDPKIT_FR_DUMP_DIR", dir.c_str(), 1);
-  return dir;
-}();
+using Result = ddpkit::testing_util::CommandResult;
 
-struct Result {
-  int status;
-  std::string out;  // stdout only
-  std::string err;  // stderr only
-};
+// Failing jobs leave their flight-recorder dumps in the test's temporary folder.
+const std::string kDumpDir = ddpkit::testing_util::SendFrDumpsToTempDir("ddpkit_fr_cli");
 
 // Runs `ddpkit ARGS` from the build tree, capturing stdout and stderr separately.
 Result RunDdpkit(const std::string& args) {
-  // Unique per process and call: CTest runs tests of this binary in parallel processes.
-  static int calls = 0;
-  const std::string err_path = testing::TempDir() + "/ddpkit_cli_stderr." +
-                               std::to_string(::getpid()) + "." + std::to_string(calls++);
-  const std::string command =
-      std::string(DDPKIT_BINARY_DIR) + "/bin/ddpkit " + args + " 2>" + err_path;
-  Result result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.out.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (FILE* err = std::fopen(err_path.c_str(), "r")) {
-    while ((n = std::fread(buffer.data(), 1, buffer.size(), err)) > 0)
-      result.err.append(buffer.data(), n);
-    std::fclose(err);
-  }
-  std::remove(err_path.c_str());
-  return result;
+  return ddpkit::testing_util::RunCommand(std::string(DDPKIT_BINARY_DIR) + "/bin/ddpkit " + args);
 }
 
 int Lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
