@@ -118,13 +118,14 @@ absl::StatusOr<Measured> MeasureDdp(const BenchDdpConfig& config,
 absl::StatusOr<BenchDdpReport> BenchOnRank(const BenchDdpConfig& config,
                                            const std::vector<int64_t>& widths,
                                            comm::ProcessGroup& group, TraceSession& trace) {
-  // Every measurement runs warm-up and timed DDP steps, each a traced iteration.
+  // Every measurement runs warm-up and timed DDP steps, each a traced iteration: per step a few
+  // spans, and per parameter a hook and at most one bucket ready, launched and reduced.
   const size_t steps =
       (2 + config.bucket_caps.size()) * (std::max(2, config.warmup_iters) + config.iters);
   const size_t params = 2 * (widths.size() - 1);
   Tracing tracing;
   DDPKIT_ASSIGN_OR_RETURN(tracing.recorder,
-                          trace.BeginRank(group, {.compute = steps * (2 * params + 8) + 1024,
+                          trace.BeginRank(group, {.compute = steps * (4 * params + 8) + 1024,
                                                   .collectives = steps * (params + 8) + 1024}));
   Batch batch{Tensor::Empty({config.batch_size, widths.front()}),
               Tensor::Zeros({config.batch_size}, DType::kInt64)};

@@ -239,11 +239,11 @@ absl::StatusOr<Reference> RunReference(const Setup& s) {
 
 // One rank's share of the data-parallel runs: a gradient-check row and a training curve per
 // (layout, gather), after the reference curve.
-// Room for every traced step: per step three spans and a hook per parameter (two towers of two
-// layers each, and the logit scale), and a few collectives.
+// Room for every traced step: per step four spans, and per parameter (two towers of two layers
+// each, and the logit scale: 9) a hook and at most one bucket ready, launched and reduced.
 TraceCapacity TraceCapacityFor(const ContrastiveConfig& c) {
   const size_t runs = c.layouts.size() * c.gathers.size(), steps = std::max(1, c.steps);
-  return {.compute = runs * steps * 32 + 1024, .collectives = runs * steps * 32 + 4096};
+  return {.compute = runs * steps * 48 + 1024, .collectives = runs * steps * 32 + 4096};
 }
 
 ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::ProcessGroup& group,

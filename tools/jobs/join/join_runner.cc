@@ -123,10 +123,12 @@ struct Rank {
   int fewest() const { return *std::min_element(inputs.begin(), inputs.end()); }
 };
 
-// Room for the records of `iterations` iterations of a model with `params` parameters.
+// Room for the records of `iterations` iterations of a model with `params` parameters: per
+// iteration a few spans, and per parameter a hook and at most one bucket ready, launched and
+// reduced.
 TraceCapacity TraceCapacityFor(int iterations, size_t params) {
   const size_t t = std::max(1, iterations);
-  return {.compute = t * (2 * params + 8) + 1024, .collectives = t * (params + 16) + 1024};
+  return {.compute = t * (4 * params + 8) + 1024, .collectives = t * (params + 16) + 1024};
 }
 
 absl::StatusOr<std::unique_ptr<Rank>> SetUp(const JoinRunConfig& config,

@@ -49,14 +49,16 @@ void TraceRecorder::OnEvent(const reducer::TraceEvent& e) {
       r.bucket = static_cast<int32_t>(e.param_bucket);
       break;
     case TraceEventType::kBucketReady: r.kind = ComputeKind::kBucketReady; break;
+    // The reducer's own stamps of a bucket's communication: DDP's logging data is timed from
+    // these, so the trace's ddp_* figures (stats.cc) are computed from the very same instants.
+    case TraceEventType::kAllreduceStart: r.kind = ComputeKind::kBucketLaunched; break;
+    case TraceEventType::kAllreduceEnd: r.kind = ComputeKind::kBucketReduced; break;
     case TraceEventType::kRebuild: r.kind = ComputeKind::kRebuild; break;
     case TraceEventType::kFinalize: r.kind = ComputeKind::kFinalize; break;
     case TraceEventType::kNoSyncForward: r.kind = ComputeKind::kNoSync; break;
     case TraceEventType::kShadowBackward: r.kind = ComputeKind::kShadow; break;
-    // The job's forward span covers these; the listener sees the collectives themselves.
-    case TraceEventType::kForward:
-    case TraceEventType::kAllreduceStart:
-    case TraceEventType::kAllreduceEnd: return;
+    // The job's forward span covers this one.
+    case TraceEventType::kForward: return;
   }
   Add(r);
 }

@@ -23,16 +23,18 @@ using TraceClock = std::chrono::steady_clock;
 
 // What a compute-lane record is.
 enum class ComputeKind : uint8_t {
-  kForward,      // span: the job's forward (DDP forward and the loss)
-  kBackward,     // span: the job's backward call (finalize runs at its end)
-  kFinalize,     // span: the reducer waits for the buckets and writes .grad back
-  kOptimizer,    // span: the optimizer step (ZeRO: with its broadcasts)
-  kShadow,       // span: a joined rank shadowing one iteration of the active ranks
-  kHook,         // instant: a parameter's gradient is ready (param, bucket)
-  kBucketReady,  // instant: a bucket's last gradient arrived (bucket)
-  kRebuild,      // instant: buckets rebuilt in gradient-arrival order
-  kNoSync,       // instant: a forward under no_sync (its backward only accumulates)
-  kMarker,       // instant: the job says where it is ("bucket cap 5 MiB", "local + sum")
+  kForward,         // span: the job's forward (DDP forward and the loss)
+  kBackward,        // span: the job's backward call (finalize runs at its end)
+  kFinalize,        // span: the reducer waits for the buckets and writes .grad back
+  kOptimizer,       // span: the optimizer step (ZeRO: with its broadcasts)
+  kShadow,          // span: a joined rank shadowing one iteration of the active ranks
+  kHook,            // instant: a parameter's gradient is ready (param, bucket)
+  kBucketReady,     // instant: a bucket's last gradient arrived (bucket)
+  kBucketLaunched,  // instant: the reducer handed the bucket to its comm hook or allreduce
+  kBucketReduced,   // instant: the bucket's result completed, as finalize found it
+  kRebuild,         // instant: buckets rebuilt in gradient-arrival order
+  kNoSync,          // instant: a forward under no_sync (its backward only accumulates)
+  kMarker,          // instant: the job says where it is ("bucket cap 5 MiB", "local + sum")
 };
 
 struct ComputeEvent {

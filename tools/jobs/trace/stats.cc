@@ -14,6 +14,7 @@ bool IsCompute(const TraceItem& phase) {
 // One rank's items of one iteration.
 struct IterationItems {
   std::vector<const TraceItem*> phases, collectives;
+  std::vector<const TraceItem*> launched, reduced;  // the reducer's stamps per bucket
 };
 
 std::map<int, IterationItems> ByIteration(const RankView& rank) {
@@ -23,6 +24,11 @@ std::map<int, IterationItems> ByIteration(const RankView& rank) {
   }
   for (const TraceItem& c : rank.collectives) {
     if (c.iteration >= 0) out[c.iteration].collectives.push_back(&c);
+  }
+  for (const TraceItem& i : rank.instants) {
+    if (i.iteration < 0) continue;
+    if (i.event == "launched") out[i.iteration].launched.push_back(&i);
+    if (i.event == "reduced") out[i.iteration].reduced.push_back(&i);
   }
   return out;
 }
@@ -35,16 +41,15 @@ const TraceItem* Finalize(const IterationItems& items) {
   return found;
 }
 
-// DDP's logging-data figures: first bucket launched -> last bucket reduced, the part before
-// backward's compute ended (finalize's start), and finalize itself.
+// DDP's logging-data figures, from the instants the reducer times them by: first bucket
+// launched -> last bucket reduced, the part of that before backward's compute ended (finalize's
+// start), and finalize itself. A shadowing rank's iteration has no finalize, so none.
 void AddDdpFigures(const IterationItems& items, const TraceItem* finalize, IterationStats& s) {
+  if (finalize == nullptr || items.launched.empty() || items.reduced.empty()) return;
   double first_launch = std::numeric_limits<double>::max(), last_end = 0;
-  for (const TraceItem* c : items.collectives) {
-    if (c->purpose != "bucket" || c->shadow) continue;
-    first_launch = std::min(first_launch, c->queued_us);
-    last_end = std::max(last_end, c->end_us);
-  }
-  if (finalize == nullptr || last_end == 0) return;
+  for (const TraceItem* i : items.launched) first_launch = std::min(first_launch, i->start_us);
+  for (const TraceItem* i : items.reduced) last_end = std::max(last_end, i->start_us);
+  last_end = std::max(last_end, first_launch);
   s.set_ddp_comm_us(last_end - first_launch);
   s.set_ddp_overlap_us(std::max(0.0, std::min(finalize->start_us, last_end) - first_launch));
   s.set_ddp_exposed_us(finalize->end_us - finalize->start_us);

@@ -35,6 +35,15 @@ std::string_view PhaseName(ComputeKind kind) {
   }
 }
 
+std::string_view BucketEventName(ComputeKind kind) {
+  switch (kind) {
+    case ComputeKind::kBucketReady: return "ready";
+    case ComputeKind::kBucketLaunched: return "launched";
+    case ComputeKind::kBucketReduced: return "reduced";
+    default: return "";
+  }
+}
+
 // Parameter names by index, from DDP's logged plan.
 std::vector<std::string> ParamNames(const reducer::DdpLoggingData& ddp) {
   std::vector<std::string> names(ddp.num_parameter_tensors());
@@ -119,10 +128,15 @@ void AddCompute(const RankTraceData& data, const std::vector<std::string>& names
         break;
       }
       case ComputeKind::kBucketReady:
+      case ComputeKind::kBucketLaunched:
+      case ComputeKind::kBucketReduced: {
+        const std::string_view event = BucketEventName(r.kind);
         args["bucket"] = r.bucket;
+        args["event"] = event;
         events.push_back(
-            Instant(rank, StrCat("bucket ", r.bucket, " ready"), "bucket", r.start_ns, args));
+            Instant(rank, StrCat("bucket ", r.bucket, " ", event), "bucket", r.start_ns, args));
         break;
+      }
       case ComputeKind::kRebuild:
         events.push_back(Instant(rank, "rebuild", "ddp", r.start_ns, args, "p"));
         break;
@@ -250,6 +264,7 @@ TraceItem ItemOf(const json& e) {
   item.queued_us = Get<double>(args, "queued_us", item.start_us);
   item.shadow = Get<bool>(args, "shadow", false);
   item.ok = Get<bool>(args, "ok", true);
+  item.event = Get<std::string>(args, "event", "");
   return item;
 }
 

@@ -10,8 +10,8 @@
 //  * cat "collective": an X span per collective on the communication lane, from the moment the
 //    communication thread started it to its end — args {seq, op, dtype, count, bytes, purpose,
 //    bucket, iteration, shadow, queued_us, ok};
-//  * instants: "bucket b ready" (cat "bucket"), "rebuild" and "no_sync" (cat "ddp"), the job's
-//    markers (cat "marker");
+//  * instants: "bucket b ready|launched|reduced" (cat "bucket", args.event), "rebuild" and
+//    "no_sync" (cat "ddp"), the job's markers (cat "marker");
 //  * otherData.ddpkit: the job, its id, world size, backend, and per rank its clock offset, the
 //    parameters' names and DDP's bucket plans; per-rank files also carry HTA's distributedInfo.
 #pragma once
@@ -66,6 +66,7 @@ struct TraceItem {
   double queued_us = 0;
   bool shadow = false;
   bool ok = true;
+  std::string event;  // bucket instants: "ready", "launched" or "reduced"
 };
 
 struct RankView {
@@ -73,7 +74,7 @@ struct RankView {
   std::vector<TraceItem> phases;  // forward, backward, finalize, optimizer, shadow
   std::vector<TraceItem> hooks;
   std::vector<TraceItem> collectives;  // in sequence order
-  std::vector<TraceItem> instants;     // bucket ready, rebuild, no_sync, markers
+  std::vector<TraceItem> instants;     // bucket ready/launched/reduced, rebuild, no_sync, markers
 };
 
 struct TraceView {

@@ -36,12 +36,13 @@ absl::StatusOr<ClassificationData> LoadData(const TrainConfig& config,
   return LoadClassificationData(config.data_path, widths.front(), widths.back());
 }
 
-// Room for every record of the run: per micro-batch two spans and a hook per parameter (and
-// up to one bucket-ready per parameter); per step the optimizer and a few collectives each.
+// Room for every record of the run: per micro-batch two spans, a no_sync mark and a hook per
+// parameter; per step finalize, the optimizer, at most one bucket ready, launched and reduced
+// per parameter, and a few collectives.
 TraceCapacity TraceCapacityFor(const TrainConfig& config, const std::vector<int64_t>& widths) {
   const size_t params = 2 * (widths.size() - 1);
   const size_t steps = config.steps, micro = config.grad_accum;
-  return {.compute = steps * micro * (2 * params + 4) + steps * 2 + 1024,
+  return {.compute = steps * (micro * (params + 3) + 3 * params + 2) + 1024,
           .collectives = steps * (params + 8) + 1024};
 }
 

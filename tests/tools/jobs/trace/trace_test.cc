@@ -70,10 +70,42 @@ TEST(TraceTest, EveryHookOncePerSyncedIterationAndEachBucketAfterItsLastHook) {
   std::filesystem::remove(path);
 }
 
+// Each bucket of a synced iteration: ready, then launched by the reducer, then queued on the
+// process group; its result reduced only after its allreduce ended. One of each per bucket.
+TEST(TraceTest, EachBucketIsReadyLaunchedQueuedThenReduced) {
+  const std::string path = TempPath("bucket_order.json");
+  ASSERT_TRUE(Train(TracedTrain(path)).ok());
+  absl::StatusOr<TraceView> view = ReadTraceFile(path);
+  ASSERT_TRUE(view.ok()) << view.status();
+  for (const RankView& rank : view->ranks) {
+    std::map<std::pair<int, int>, std::map<std::string, std::vector<double>>> at;
+    for (const TraceItem& i : rank.instants) {
+      if (!i.event.empty()) at[{i.iteration, i.bucket}][i.event].push_back(i.start_us);
+    }
+    int checked = 0;
+    for (const TraceItem& c : rank.collectives) {
+      if (c.purpose != "bucket") continue;
+      SCOPED_TRACE("rank " + std::to_string(rank.rank) + ", " + c.name + ", iteration " +
+                   std::to_string(c.iteration));
+      auto& events = at[{c.iteration, c.bucket}];
+      ASSERT_EQ(events["ready"].size(), 1u);
+      ASSERT_EQ(events["launched"].size(), 1u);
+      ASSERT_EQ(events["reduced"].size(), 1u);
+      EXPECT_LE(events["ready"][0], events["launched"][0]);
+      EXPECT_LE(events["launched"][0], c.queued_us);
+      EXPECT_GE(events["reduced"][0], c.end_us);
+      ++checked;
+    }
+    EXPECT_GT(checked, 5);
+  }
+  std::filesystem::remove(path);
+}
+
 // The trace's DDP figures (first bucket launched -> last reduced, its overlap with backward,
-// finalize) against the reducer's own averages: the same events, timed a few microseconds apart
-// (the reducer stamps a launch before the collective is queued, a completion after the future
-// publishes it). Tolerance: 5% plus 50 us.
+// finalize) against the reducer's own averages. The trace records the very instants the reducer
+// times them by, so they agree to the microsecond; a trace that dropped, misplaced or re-timed
+// one of them would not. (Collectives' own spans are stamped by the communication thread, a
+// preemption away from the reducer's stamps on a loaded machine: they are not used here.)
 TEST(TraceTest, StatsAgreeWithTheLoggingData) {
   const std::string path = TempPath("stats.json");
   TrainConfig config = TracedTrain(path);
@@ -88,7 +120,7 @@ TEST(TraceTest, StatsAgreeWithTheLoggingData) {
   ASSERT_EQ(rank0.iterations(), log.num_timed_iterations());
   auto near = [](double trace_us, int64_t log_ns) {
     const double log_us = static_cast<double>(log_ns) / 1000;
-    return std::abs(trace_us - log_us) <= 0.05 * log_us + 50;
+    return std::abs(trace_us - log_us) <= 1.0;
   };
   EXPECT_TRUE(near(rank0.avg_ddp_comm_us(), log.avg_backward_comm_time()))
       << rank0.avg_ddp_comm_us() << " us vs " << log.avg_backward_comm_time() << " ns";
