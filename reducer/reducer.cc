@@ -394,7 +394,9 @@ void Reducer::LaunchLocalUsedMapAllreduce() {
 // ready, so reduce all buckets in order and finalize.
 void Reducer::DelayAllReduce() {
   LaunchLocalUsedMapAllreduce();
-  if (join_count_work_) ShareHookCounts("sharing static graph's hook counts with joined ranks");
+  if (join_count_work_) {
+    ShareHookCounts("sharing static graph's hook counts with joined ranks", /*adopt=*/false);
+  }
   UnusedFromHookCounts();
   std::fill(marked_ready_.begin(), marked_ready_.end(), 0);
   for (size_t i = 0; i < params_.size(); ++i) MarkVariableReady(i);  // launches in order
@@ -403,9 +405,10 @@ void Reducer::DelayAllReduce() {
 }
 
 // Under Join, ranks that ran out before static graph's first synced backward shadow it and
-// never count hooks of their own; every rank takes the largest count of each parameter (a joined
-// rank adds zeros), so a joined rank that trains later expects the graph the others recorded.
-void Reducer::ShareHookCounts(std::string_view what) {
+// never count hooks of their own. Every rank contributes its counts (a joined rank zeros) to a
+// MAX; only a joined rank `adopt`s the result, so that when it trains later it expects the graph
+// the others recorded. An active rank keeps its own counts: ranks' graphs may differ.
+void Reducer::ShareHookCounts(std::string_view what, bool adopt) {
   comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kHookCounts});
   const int64_t n = static_cast<int64_t>(params_.size());
   Tensor counts = Tensor::Empty({n}, DType::kInt32);
@@ -413,7 +416,9 @@ void Reducer::ShareHookCounts(std::string_view what) {
   if (absl::Status s = group_.Allreduce(counts, comm::ReduceOp::kMax)->Wait(); !s.ok()) {
     ThrowCommFailure(group_.rank(), what, s);
   }
-  std::copy(counts.data<int32_t>(), counts.data<int32_t>() + n, expected_hook_counts_.begin());
+  if (adopt) {
+    std::copy(counts.data<int32_t>(), counts.data<int32_t>() + n, expected_hook_counts_.begin());
+  }
 }
 
 // Parameters whose hook never fires in the static graph: marked ready at each backward's first
@@ -675,7 +680,7 @@ void Reducer::ShadowBackward(bool first_static_iteration) {
   if (first_static_iteration) {  // DelayAllReduce's order: the map, the hook counts, buckets
     shadow_used_map();
     std::fill(expected_hook_counts_.begin(), expected_hook_counts_.end(), 0);
-    ShareHookCounts("shadowing static graph's hook counts");
+    ShareHookCounts("shadowing static graph's hook counts", /*adopt=*/true);
     UnusedFromHookCounts();
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {

@@ -121,7 +121,7 @@ class Reducer {
   void MarkBucketReady(size_t bucket_index);
   void LaunchBucket(size_t bucket_index);
   void LaunchLocalUsedMapAllreduce();
-  void ShareHookCounts(std::string_view what);
+  void ShareHookCounts(std::string_view what, bool adopt);
   void UnusedFromHookCounts();
   void FinalizeBackward();
   // The end-of-backward steps finalize and ShadowBackward share.

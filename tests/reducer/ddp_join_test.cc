@@ -301,6 +301,43 @@ TEST(DdpJoinTest, ShadowedIterationsLeaveTheStateTrainedOnesWould) {
   }
 }
 
+// Static graph under Join with ranks whose graphs differ ("a" on rank 0, "b" elsewhere). The
+// active ranks share their hook counts for the sake of ranks that joined, but each must keep its
+// own: rank 0 never fires "b"'s hooks, and waiting for them would leave its bucket unreduced.
+TEST(DdpJoinTest, StaticGraphKeepsEachActiveRanksOwnHookCounts) {
+  const int world = 3;
+  const std::vector<int> inputs = {3, 3, 2};
+  std::vector<Grads> expected;  // one process: the active ranks' losses, each on its branch
+  BranchyNet reference(9);
+  Sgd reference_sgd(reference.Parameters(), {.lr = 0.1});
+  for (int t = 0; t < 3; ++t) {
+    reference_sgd.ZeroGrad();
+    for (int r = 0; r < world; ++r) {
+      if (inputs[r] <= t) continue;
+      reference.use_a = r == 0;
+      (CrossEntropy(reference.Forward(Rows(r, t, 0)), Targets(r, t)) * (1.0 / world)).Backward();
+    }
+    expected.push_back(GradsOf(reference));
+    reference_sgd.Step();
+  }
+  RunWorld(world, [&](comm::ProcessGroup& group) {
+    const int rank = group.rank();
+    auto model = std::make_shared<BranchyNet>(9);
+    model->use_a = rank == 0;
+    auto ddp = MakeDdp(model, group, {.static_graph = true});
+    Sgd sgd(model->Parameters(), {.lr = 0.1});
+    join::Join::Run({ddp.get()}, {}, [&] {
+      for (int t = 0; t < inputs[rank]; ++t) {
+        sgd.ZeroGrad();
+        CrossEntropy(ddp->Forward(Rows(rank, t, 0)), Targets(rank, t)).Backward();
+        EXPECT_TRUE(GradsClose(GradsOf(*model), expected[t], 1e-10, 1e-12))
+            << "rank " << rank << ", iteration " << t;
+        sgd.Step();
+      }
+    });
+  });
+}
+
 TEST(DdpJoinTest, ThrowOnEarlyTerminationStopsEveryRankInTheSameIteration) {
   std::mutex mu;
   std::vector<int> stopped_at(3, -1);
