@@ -312,12 +312,18 @@ void ThreadsWorld::Compute(int rank, const Collective& c,
 }
 
 ProcessGroupThreads::ProcessGroupThreads(std::shared_ptr<ThreadsWorld> world, int rank,
-                                         ProcessGroupOptions options)
-    : ProcessGroup(rank, world->size(), options), world_(std::move(world)) {
+                                         ProcessGroupOptions options,
+                                         std::function<void(const ProcessGroup&)> on_closed)
+    : ProcessGroup(rank, world->size(), options),
+      world_(std::move(world)),
+      on_closed_(std::move(on_closed)) {
   StartCommThread();
 }
 
-ProcessGroupThreads::~ProcessGroupThreads() { StopCommThread(); }
+ProcessGroupThreads::~ProcessGroupThreads() {
+  StopCommThread();
+  if (on_closed_) on_closed_(*this);
+}
 
 absl::Status ProcessGroupThreads::Execute(const Collective& c) {
   return world_->Exchange(rank(), c, options().timeout);
@@ -333,15 +339,15 @@ absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessG
     threads.emplace_back([&, rank] {
       SetThreadLogPrefix(StrCat("rank ", rank));
       absl::Status status;
+      // The recorder is taken once the group has run what the body left queued.
+      auto keep_record = [&records, rank](const ProcessGroup& g) {
+        records[rank] = RankRecord::Of(g);
+      };
       try {
-        ProcessGroupThreads group(world, rank, options);
-        try {
-          status = body(group);
-        } catch (...) {
-          records[rank] = RankRecord::Of(group);
-          throw;
-        }
-        records[rank] = RankRecord::Of(group);
+        ProcessGroupThreads group(
+            world, rank, options,
+            options.fr_dump_dir.empty() ? nullptr : std::function(keep_record));
+        status = body(group);
       } catch (const Error& e) {
         status = e.ToStatus();
       } catch (const std::exception& e) {

@@ -92,8 +92,11 @@ class ThreadsWorld {
 
 class ProcessGroupThreads final : public ProcessGroup {
  public:
+  // `on_closed`, if set, runs in the destructor once every queued collective has finished (so it
+  // sees the final flight recorder, failures during that drain included).
   ProcessGroupThreads(std::shared_ptr<ThreadsWorld> world, int rank,
-                      ProcessGroupOptions options = {});
+                      ProcessGroupOptions options = {},
+                      std::function<void(const ProcessGroup&)> on_closed = nullptr);
   ~ProcessGroupThreads() override;
   std::string_view backend_name() const override { return "threads"; }
 
@@ -103,6 +106,7 @@ class ProcessGroupThreads final : public ProcessGroup {
   absl::Status VerifyCallsMatch(const Collective&) override { return absl::OkStatus(); }
 
   std::shared_ptr<ThreadsWorld> world_;
+  std::function<void(const ProcessGroup&)> on_closed_;
 };
 
 // Runs body(group) for every rank on its own thread, each with its own group of one shared

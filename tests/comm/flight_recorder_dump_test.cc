@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "comm/threads/threads_world.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -99,6 +100,33 @@ TEST(FlightRecorderDumpTest, EveryRankDumpsWhenOneCollectiveFails) {
       EXPECT_EQ(dump["entries"][1]["state"], "failed");
     }
   }
+  std::filesystem::remove_all(dir);
+}
+
+// A rank that leaves a collective queued and returns: the collective fails while its group
+// drains, and the dump it writes then (with the failure) is the one that stays.
+TEST(FlightRecorderDumpTest, ACollectiveThatFailsWhileTheGroupDrainsKeepsItsDump) {
+  const std::string dir = TempDir("drain");
+  ProcessGroupOptions options;
+  options.timeout = absl::Seconds(20);
+  options.fr_dump_dir = dir;
+  const absl::Status status = RunThreadsWorld(
+      2,
+      [](ProcessGroup& group) -> absl::Status {
+        if (group.rank() == 0) {
+          group.Allreduce(Tensor::Full({2}, 1.0));  // not waited for
+          return absl::OkStatus();
+        }
+        absl::SleepFor(absl::Milliseconds(100));  // rank 0 is draining by now
+        return absl::InternalError("rank 1 gives up");
+      },
+      options);
+  ASSERT_FALSE(status.ok());
+  const nlohmann::json dump = ReadJson(FlightRecorderDumpPath(dir, 0));
+  ASSERT_EQ(dump["entries"].size(), 1u);
+  EXPECT_EQ(dump["entries"][0]["state"], "failed");
+  EXPECT_FALSE(absl::StrContains(std::string(dump["reason"]), "without an error"))
+      << dump["reason"];
   std::filesystem::remove_all(dir);
 }
 
