@@ -75,6 +75,9 @@ nlohmann::json EntryJson(const FlightRecorder::Entry& e, const FlightRecorderDum
       {"duration_ms", nullptr},
       {"timeout_ms", absl::ToDoubleMilliseconds(info.timeout)},
       {"frames", nlohmann::json::array()},
+      // ddpkit's own names beside PyTorch's, for reading the call back (`ddpkit fr analyze`).
+      {"op", OpTypeName(e.op)},
+      {"dtype", DTypeName(e.dtype)},
       {"reduce_op", ReduceOpName(e.reduce_op)},
       {"root", e.root},
       {"purpose", CollectivePurposeName(e.tag.purpose)},

@@ -14,6 +14,21 @@ std::string_view ReduceOpName(ReduceOp op) {
   return "?";
 }
 
+absl::StatusOr<ReduceOp> ParseReduceOp(std::string_view name) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax}) {
+    if (ReduceOpName(op) == name) return op;
+  }
+  return absl::InvalidArgumentError(StrCat("unknown reduce op '", name, "'"));
+}
+
+absl::StatusOr<OpType> ParseOpType(std::string_view name) {
+  for (OpType op : {OpType::kAllreduce, OpType::kBroadcast, OpType::kAllgather, OpType::kAllgatherV,
+                    OpType::kReduceScatter, OpType::kAllToAllV, OpType::kBarrier}) {
+    if (OpTypeName(op) == name) return op;
+  }
+  return absl::InvalidArgumentError(StrCat("unknown collective '", name, "'"));
+}
+
 std::string_view OpTypeName(OpType op) {
   switch (op) {
     case OpType::kAllreduce: return "ALLREDUCE";
@@ -88,6 +103,33 @@ CollectiveFingerprint CollectiveFingerprint::Decode(const int64_t* words, int wo
   return f;
 }
 
+std::optional<std::string_view> CallDifference(const CollectiveFingerprint& a,
+                                               const CollectiveFingerprint& b) {
+  if (b.op != a.op) return "different operations";
+  if (b.dtype != a.dtype && a.op != OpType::kBarrier) return "different dtypes";
+  if ((a.op == OpType::kAllreduce || a.op == OpType::kReduceScatter) &&
+      b.reduce_op != a.reduce_op) {
+    return "different reduce ops";
+  }
+  switch (a.op) {
+    case OpType::kAllreduce:
+    case OpType::kAllgather:
+      if (b.input_numel != a.input_numel) return "different element counts";
+      break;
+    case OpType::kBroadcast:
+      if (b.root != a.root) return "different roots";
+      if (b.input_numel != a.input_numel) return "different element counts";
+      break;
+    case OpType::kAllgatherV:
+    case OpType::kReduceScatter:
+      if (b.counts != a.counts) return "different per-rank counts";
+      break;
+    case OpType::kAllToAllV:
+    case OpType::kBarrier: break;
+  }
+  return std::nullopt;
+}
+
 absl::Status CheckCollectivesMatch(const std::vector<CollectiveFingerprint>& per_rank) {
   const int size = static_cast<int>(per_rank.size());
   const CollectiveFingerprint& first = per_rank[0];
@@ -98,29 +140,8 @@ absl::Status CheckCollectivesMatch(const std::vector<CollectiveFingerprint>& per
         "; every rank must issue the same collectives in the same order with matching shapes"));
   };
   for (int r = 1; r < size; ++r) {
-    const CollectiveFingerprint& f = per_rank[r];
-    if (f.op != first.op) return mismatch(0, r, "different operations");
-    if (f.dtype != first.dtype && first.op != OpType::kBarrier)
-      return mismatch(0, r, "different dtypes");
-    if ((first.op == OpType::kAllreduce || first.op == OpType::kReduceScatter) &&
-        f.reduce_op != first.reduce_op) {
-      return mismatch(0, r, "different reduce ops");
-    }
-    switch (first.op) {
-      case OpType::kAllreduce:
-      case OpType::kAllgather:
-        if (f.input_numel != first.input_numel) return mismatch(0, r, "different element counts");
-        break;
-      case OpType::kBroadcast:
-        if (f.root != first.root) return mismatch(0, r, "different roots");
-        if (f.input_numel != first.input_numel) return mismatch(0, r, "different element counts");
-        break;
-      case OpType::kAllgatherV:
-      case OpType::kReduceScatter:
-        if (f.counts != first.counts) return mismatch(0, r, "different per-rank counts");
-        break;
-      case OpType::kAllToAllV:
-      case OpType::kBarrier: break;
+    if (std::optional<std::string_view> what = CallDifference(first, per_rank[r])) {
+      return mismatch(0, r, *what);
     }
   }
   if (first.op == OpType::kAllToAllV) {  // what i sends to j is what j expects from i

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "autograd/tensor.h"
 #include "comm/collective_tag.h"
 
@@ -25,6 +27,9 @@ enum class OpType : uint8_t {
 
 std::string_view ReduceOpName(ReduceOp op);  // "SUM", "AVG", ...
 std::string_view OpTypeName(OpType op);      // "ALLREDUCE", "BROADCAST", ...
+// The inverses (InvalidArgument for a name these do not print).
+absl::StatusOr<ReduceOp> ParseReduceOp(std::string_view name);
+absl::StatusOr<OpType> ParseOpType(std::string_view name);
 
 // One collective as a rank issued it. Tensors are flat views of contiguous data; the handles
 // keep the data alive until the collective completes.
@@ -63,6 +68,12 @@ struct CollectiveFingerprint {
   static CollectiveFingerprint Decode(const int64_t* words, int world_size);
   static size_t EncodedSize(int world_size) { return 8 + 2 * static_cast<size_t>(world_size); }
 };
+
+// How rank b's call differs from rank a's ("different operations", "different roots", ...), or
+// nullopt when they fit together: the same op and dtype, and what the op needs to agree (reduce
+// op, root, element count, per-rank counts). An empty `counts` on both sides compares equal.
+std::optional<std::string_view> CallDifference(const CollectiveFingerprint& a,
+                                               const CollectiveFingerprint& b);
 
 // OK when the ranks' calls fit together; otherwise FailedPrecondition naming the sequence
 // number, the disagreeing ranks and what each called. Every rank computes the same verdict

@@ -2,14 +2,15 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "autograd/dtype.h"
 #include "autograd/error.h"
+#include "autograd/file_util.h"
 #include "comm/flight_recorder_dump.h"
+#include "comm/types.h"
 #include "nlohmann/json.hpp"
 
 namespace ddpkit::jobs {
@@ -23,38 +24,19 @@ struct Dump {
   int world_size = 1;
   std::string reason;
   std::map<int64_t, FrEntry> entries;
+  std::map<int64_t, comm::CollectiveFingerprint> calls;  // the same entries, for comparing
 };
-
-// PyTorch's names back to ddpkit's.
-std::string OpName(const std::string& profiling_name) {
-  const std::string op = profiling_name.substr(profiling_name.find(':') + 1);
-  static const std::map<std::string, std::string> kOps = {{"all_reduce", "ALLREDUCE"},
-                                                          {"broadcast", "BROADCAST"},
-                                                          {"all_gather", "ALLGATHER"},
-                                                          {"all_gather_v", "ALLGATHER_V"},
-                                                          {"reduce_scatter", "REDUCE_SCATTER"},
-                                                          {"all_to_all_v", "ALL_TO_ALL_V"},
-                                                          {"barrier", "BARRIER"}};
-  auto it = kOps.find(op);
-  return it == kOps.end() ? op : it->second;
-}
-
-std::string DtypeName(const std::string& torch_name) {
-  static const std::map<std::string, std::string> kDtypes = {
-      {"Float", "float32"},     {"Double", "float64"}, {"Half", "float16"},
-      {"BFloat16", "bfloat16"}, {"Int", "int32"},      {"Long", "int64"}};
-  auto it = kDtypes.find(torch_name);
-  return it == kDtypes.end() ? torch_name : it->second;
-}
 
 double NsToMs(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
 FrEntry EntryOf(const json& e, int64_t dump_time_ns) {
   FrEntry entry;
   entry.set_seq(e.at("collective_seq_id").get<int64_t>());
-  entry.set_op(OpName(e.at("profiling_name").get<std::string>()));
-  entry.set_dtype(DtypeName(e.at("input_dtypes").at(0).get<std::string>()));
+  entry.set_op(e.at("op").get<std::string>());
+  entry.set_dtype(e.at("dtype").get<std::string>());
   entry.set_count(e.at("input_sizes").at(0).at(0).get<int64_t>());
+  entry.set_reduce_op(e.at("reduce_op").get<std::string>());
+  entry.set_root(e.at("root").get<int>());
   entry.set_purpose(e.value("purpose", "untagged"));
   entry.set_bucket(e.value("bucket", -1));
   entry.set_shadow(e.value("shadow", false));
@@ -71,11 +53,22 @@ FrEntry EntryOf(const json& e, int64_t dump_time_ns) {
   return entry;
 }
 
+// The call an entry records, as the process group's own check compares calls. The dump holds no
+// per-rank counts, so the variable-size collectives compare equal on them.
+absl::StatusOr<comm::CollectiveFingerprint> CallOf(const FrEntry& e) {
+  comm::CollectiveFingerprint call;
+  call.sequence_number = static_cast<uint64_t>(e.seq());
+  DDPKIT_ASSIGN_OR_RETURN(call.op, comm::ParseOpType(e.op()));
+  DDPKIT_ASSIGN_OR_RETURN(call.reduce_op, comm::ParseReduceOp(e.reduce_op()));
+  DDPKIT_ASSIGN_OR_RETURN(call.dtype, ParseDType(e.dtype()));
+  call.root = e.root();
+  call.input_numel = e.count();
+  return call;
+}
+
 absl::StatusOr<Dump> ReadDump(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  DDPKIT_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("entries")) {
     return absl::InvalidArgumentError(StrCat(path, ": not a flight-recorder dump"));
   }
@@ -87,6 +80,10 @@ absl::StatusOr<Dump> ReadDump(const std::string& path) {
     const int64_t dump_time = j.value("dump_time_ns", int64_t{0});
     for (const json& e : j.at("entries")) {
       FrEntry entry = EntryOf(e, dump_time);
+      absl::StatusOr<comm::CollectiveFingerprint> call = CallOf(entry);
+      if (!call.ok())
+        return absl::InvalidArgumentError(StrCat(path, ": ", call.status().message()));
+      dump.calls[entry.seq()] = *call;
       dump.entries[entry.seq()] = entry;
     }
   } catch (const json::exception& e) {
@@ -155,11 +152,13 @@ std::optional<FrFinding> FirstDisagreement(const std::map<int, Dump>& dumps) {
     }
     const FrEntry& first = dumps.at(ranks[0]).entries.at(seq);
     std::vector<int> differ;
+    std::string_view how;
     for (int r : ranks) {
-      const FrEntry& e = dumps.at(r).entries.at(seq);
-      if (e.op() != first.op() || e.dtype() != first.dtype() || e.count() != first.count()) {
-        differ.push_back(r);
-      }
+      const auto what =
+          comm::CallDifference(dumps.at(ranks[0]).calls.at(seq), dumps.at(r).calls.at(seq));
+      if (!what) continue;
+      if (differ.empty()) how = *what;
+      differ.push_back(r);
     }
     if (missing.empty() && differ.empty()) continue;
     FrFinding f;
@@ -172,8 +171,8 @@ std::optional<FrFinding> FirstDisagreement(const std::map<int, Dump>& dumps) {
       f.add_ranks(ranks[0]);
       for (int r : differ) f.add_ranks(r);
       f.set_text(absl::StrFormat(
-          "ranks disagree at seq %d: rank %d issued %s but rank %d issued %s", seq, ranks[0],
-          Describe(first), differ[0], Describe(dumps.at(differ[0]).entries.at(seq))));
+          "ranks disagree at seq %d: rank %d issued %s but rank %d issued %s (%s)", seq, ranks[0],
+          Describe(first), differ[0], Describe(dumps.at(differ[0]).entries.at(seq)), how));
       return f;
     }
     f.set_kind("missing");

@@ -1,10 +1,8 @@
 #include "tools/jobs/trace/trace_file.h"
 
 #include <algorithm>
-#include <cctype>
-#include <fstream>
-#include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "autograd/error.h"
 #include "autograd/file_util.h"
 
@@ -16,13 +14,6 @@ using nlohmann::json;
 constexpr int kComputeLane = 0, kCommLane = 1;
 
 double Us(int64_t ns) { return static_cast<double>(ns) / 1000.0; }
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  return out;
-}
 
 std::string_view PhaseName(ComputeKind kind) {
   switch (kind) {
@@ -152,7 +143,7 @@ void AddCompute(const RankTraceData& data, const std::vector<std::string>& names
 }
 
 std::string CollectiveName(const CollectiveEvent& c) {
-  std::string name = Lower(comm::OpTypeName(c.op));
+  std::string name = absl::AsciiStrToLower(std::string(comm::OpTypeName(c.op)));
   if (c.tag.purpose == comm::CollectivePurpose::kGradientBucket) {
     return StrCat(name, " bucket ", c.tag.bucket);
   }
@@ -336,11 +327,8 @@ absl::StatusOr<TraceView> ParseTrace(const json& trace, const std::string& what)
 }
 
 absl::StatusOr<json> ReadTraceJson(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(StrCat("cannot open trace '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  json trace = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  DDPKIT_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  json trace = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (trace.is_discarded()) {
     return absl::InvalidArgumentError(StrCat(path, ": not JSON (a Chrome trace is JSON)"));
   }

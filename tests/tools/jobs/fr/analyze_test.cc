@@ -59,6 +59,32 @@ TEST(FrAnalyzeTest, MismatchedCallsAreNamedWithBothRanks) {
   std::filesystem::remove_all(dir);
 }
 
+// Calls are compared as the process group compares them: ranks gather different row counts
+// (ALLGATHER_V) without disagreeing, and a broadcast from different roots is a mismatch.
+TEST(FrAnalyzeTest, CallsCompareByWhatTheOpNeedsToAgree) {
+  const std::string dir = FreshDir("roots");
+  EXPECT_FALSE(comm::RunThreadsWorld(
+                   2,
+                   [](ProcessGroup& group) -> absl::Status {
+                     const std::vector<int64_t> counts = {3, 5};
+                     DDPKIT_RETURN_IF_ERROR(
+                         group
+                             .AllgatherV(Tensor::Full({counts[group.rank()]}, 1.0),
+                                         Tensor::Zeros({8}), counts)
+                             ->Wait());
+                     return group.Broadcast(Tensor::Full({4}, 1.0), group.rank())->Wait();
+                   },
+                   DumpInto(dir, absl::Seconds(20)))
+                   .ok());
+  absl::StatusOr<FlightRecorderAnalysis> a = AnalyzeFlightRecorders(dir);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_GE(a->findings_size(), 1);
+  EXPECT_EQ(a->findings(0).kind(), "mismatch");
+  EXPECT_EQ(a->findings(0).seq(), 2);
+  EXPECT_TRUE(absl::StrContains(a->diagnosis(), "(different roots)")) << a->diagnosis();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(FrAnalyzeTest, ARankThatFailedOutsideACollectiveNeverIssuedTheNext) {
   const std::string dir = FreshDir("failed");
   EXPECT_FALSE(comm::RunThreadsWorld(
