@@ -145,6 +145,18 @@ absl::StatusOr<std::vector<int64_t>> ParseMlpSpec(std::string_view std_spec) {
     return absl::InvalidArgumentError(StrCat(
         "model spec '", spec, "' needs at least an input and an output width, e.g. mlp:32,10"));
   }
+  // Bounded, so that every shape and element count below stays far inside int64 (found by
+  // tests/fuzz/model_spec_fuzz.cc: mlp:9223372036854775807,2 overflowed them and crashed).
+  int64_t parameters = 0;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    const int64_t in = widths[i], out = widths[i + 1];
+    if (in > kMaxMlpParameters / out || in * out + out > kMaxMlpParameters - parameters) {
+      return absl::InvalidArgumentError(StrCat("model spec '", spec, "' has more than ",
+                                               kMaxMlpParameters, " parameters (from layer ", i,
+                                               ": ", in, " x ", out, "); use smaller widths"));
+    }
+    parameters += in * out + out;
+  }
   return widths;
 }
 

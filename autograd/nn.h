@@ -106,7 +106,11 @@ class Sequential : public Module {
   std::vector<std::shared_ptr<Module>> layers_;
 };
 
-// "mlp:IN,H1,...,OUT" -> {IN, H1, ..., OUT}: at least two positive widths.
+// The most parameters (elements) a model spec may describe: 2^36, 256 GiB as float32.
+inline constexpr int64_t kMaxMlpParameters = int64_t{1} << 36;
+
+// "mlp:IN,H1,...,OUT" -> {IN, H1, ..., OUT}: at least two positive widths, and at most
+// kMaxMlpParameters parameters in all.
 absl::StatusOr<std::vector<int64_t>> ParseMlpSpec(std::string_view spec);
 // Linear(IN,H1), ReLU, Linear(H1,H2), ReLU, ..., Linear(Hk,OUT): parameters "0.weight",
 // "0.bias", "2.weight", ... as PyTorch's nn.Sequential of the same layers.

@@ -137,7 +137,7 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::st
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(header);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999
     return Malformed(source, "header is not valid JSON (", e.what(), ")");
   }
   if (!root.is_object()) return Malformed(source, "header is not a JSON object");
@@ -257,7 +257,8 @@ absl::Status LoadStateDict(nn::Module& module, const std::string& path) {
   }
   if (file->tensors.size() != targets.size()) {
     std::vector<std::string> unexpected;
-    for (const auto& [name, source] : file->tensors) {
+    for (const NamedTensor& entry : file->tensors) {  // no structured binding: clang 14
+      const std::string& name = entry.first;          // cannot capture one in a lambda
       bool known = std::any_of(targets.begin(), targets.end(),
                                [&](const NamedTensor& t) { return t.first == name; });
       if (!known) unexpected.push_back(name);

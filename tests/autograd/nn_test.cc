@@ -75,6 +75,17 @@ TEST(NnTest, ParseMlpSpec) {
   EXPECT_FALSE(nn::ParseMlpSpec("mlp:4,x").ok());
 }
 
+// Found by tests/fuzz/model_spec_fuzz.cc: widths whose products overflow int64 were accepted
+// (and `ddpkit buckets --model mlp:9223372036854775807,2` crashed).
+TEST(NnTest, ParseMlpSpecRefusesModelsTooLargeToCount) {
+  EXPECT_EQ(nn::ParseMlpSpec("mlp:9223372036854775807,2").status().message(),
+            "model spec 'mlp:9223372036854775807,2' has more than 68719476736 parameters (from "
+            "layer 0: 9223372036854775807 x 2); use smaller widths");
+  EXPECT_FALSE(nn::ParseMlpSpec("mlp:4294967296,4294967296").ok());  // 2^64 wraps to 0
+  EXPECT_FALSE(nn::ParseMlpSpec("mlp:10,262144,262144,10").ok());    // the sum is too large
+  EXPECT_TRUE(nn::ParseMlpSpec("mlp:262143,262144").ok());           // exactly 2^36
+}
+
 TEST(NnTest, EmbeddingModule) {
   Generator gen(3);
   nn::Embedding embedding(10, 4, gen);
