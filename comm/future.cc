@@ -10,6 +10,8 @@ std::shared_ptr<Future> Future::Completed(Tensor value) {
 
 std::shared_ptr<Future> Future::FromWork(const std::shared_ptr<Work>& work, Tensor value) {
   auto future = std::make_shared<Future>();
+  future->awaiting_ =
+      StrCat(OpTypeName(work->op()), " (sequence number ", work->sequence_number(), ")");
   work->OnCompletion([future, value = std::move(value)](const absl::Status& status) {
     if (status.ok()) {
       future->SetValue(value);
@@ -22,6 +24,7 @@ std::shared_ptr<Future> Future::FromWork(const std::shared_ptr<Work>& work, Tens
 
 std::shared_ptr<Future> Future::Then(std::function<Tensor(const Tensor&)> fn) {
   auto next = std::make_shared<Future>();
+  next->awaiting_ = awaiting_;
   done_.OnCompletion([next, fn = std::move(fn)](const absl::StatusOr<Tensor>& result) {
     if (!result.ok()) {
       next->SetError(result.status());
@@ -49,8 +52,14 @@ absl::StatusOr<Tensor> Future::Wait() const { return done_.Wait(); }
 absl::StatusOr<Tensor> Future::Wait(absl::Duration timeout) const {
   std::optional<absl::StatusOr<Tensor>> result = done_.Wait(timeout);
   if (result) return *std::move(result);
+  if (awaiting_.empty()) {
+    return absl::DeadlineExceededError(
+        StrCat("the future did not complete within ", absl::FormatDuration(timeout)));
+  }
   return absl::DeadlineExceededError(
-      StrCat("the future did not complete within ", absl::FormatDuration(timeout)));
+      StrCat(awaiting_, " did not complete within ", absl::FormatDuration(timeout),
+             ": a peer is stuck or gone (the other ranks' errors and the flight recorder say "
+             "which)"));
 }
 
 Future::Clock::time_point Future::completed_at() const { return done_.completed_at(); }

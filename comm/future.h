@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -50,6 +51,8 @@ class Future : public std::enable_shared_from_this<Future> {
   void Complete(absl::StatusOr<Tensor> result);
 
   Completion<absl::StatusOr<Tensor>> done_;
+  std::string awaiting_;  // the collective it waits for, "ALLREDUCE (sequence number 7)"; set
+                          // before the future is shared, so read without a lock
 };
 
 }  // namespace ddpkit::comm

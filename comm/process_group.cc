@@ -29,6 +29,14 @@ void CheckSameDtype(std::string_view op, const Tensor& input, const Tensor& outp
 
 }  // namespace
 
+absl::Duration DiagnosisTime(const ProcessGroupOptions& options) {
+  return std::min(absl::Seconds(1), options.timeout);
+}
+
+absl::Duration CompletionBound(const ProcessGroupOptions& options) {
+  return options.timeout + DiagnosisTime(options) + absl::Seconds(1);  // + 1 s: scheduling
+}
+
 ProcessGroup::ProcessGroup(int rank, int size, ProcessGroupOptions options)
     : rank_(rank), size_(size), options_(options), recorder_(options.flight_recorder_size) {
   DDPKIT_CHECK(size >= 1 && rank >= 0 && rank < size, "[ProcessGroup] rank ", rank,
@@ -139,6 +147,11 @@ void ProcessGroup::RecordFailure(const absl::Status& status) {
                                recorder_.Dump(), where));
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_.ok()) broken_ = status;
+}
+
+absl::Status ProcessGroup::health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broken_;
 }
 
 std::string ProcessGroup::flight_recorder_dump_path() const {

@@ -43,6 +43,15 @@ struct ProcessGroupOptions {
   std::string fr_dump_dir = FlightRecorderDumpDirFromEnv();
 };
 
+// One deadline per operation: a collective that has started completes its Work within
+// CompletionBound() — its timeout, then at most DiagnosisTime() to find out which ranks did not
+// arrive. Collectives queued behind a failed one fail at once. So a wait on a Work (or on a
+// Future built on one) needs no clock of its own; where one is kept (against a hook that never
+// completes its future) it is CompletionBound(), which the collective's own, better diagnosed
+// error always beats.
+absl::Duration DiagnosisTime(const ProcessGroupOptions& options);  // min(1 s, timeout)
+absl::Duration CompletionBound(const ProcessGroupOptions& options);
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup();
@@ -54,6 +63,8 @@ class ProcessGroup {
   virtual std::string_view backend_name() const = 0;
   const ProcessGroupOptions& options() const { return options_; }
   const FlightRecorder& flight_recorder() const { return recorder_; }
+  // OK while the group is usable; after a failure, that first failure.
+  absl::Status health() const;
   // The flight-recorder dump this rank wrote after its first failure ("" if none).
   std::string flight_recorder_dump_path() const;
 

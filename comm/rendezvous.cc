@@ -6,8 +6,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "autograd/log.h"
 #include "comm/gloo/process_group_gloo.h"
+#include "comm/store/token.h"
 
 namespace ddpkit::comm {
 namespace {
@@ -33,6 +35,33 @@ absl::StatusOr<int> Integer(const char* name, const std::string& text, int low, 
   return value;
 }
 
+// How long rank 0 keeps the store up for its peers' check-out after a failure.
+constexpr absl::Duration kCheckOutAfterFailure = absl::Milliseconds(500);
+
+std::string ArrivedKey(int rank) { return StrCat("ddpkit/arrived/", rank); }
+
+// The ranks that have not checked in at the rendezvous (empty when the store cannot say).
+std::vector<int> MissingRanks(Store& store, int world_size, absl::Duration reply_timeout) {
+  std::vector<int> missing;
+  for (int r = 0; r < world_size; ++r) {
+    absl::StatusOr<bool> there = store.Check({ArrivedKey(r)}, reply_timeout);
+    if (!there.ok()) return {};
+    if (!*there) missing.push_back(r);
+  }
+  return missing;
+}
+
+// A failed rendezvous, with the ranks that never arrived named where the store can tell.
+absl::Status RendezvousFailure(const absl::Status& status, Store& store, int world_size,
+                               absl::Duration reply_timeout) {
+  std::vector<int> missing = MissingRanks(store, world_size, reply_timeout);
+  if (missing.empty()) return status;
+  return absl::Status(status.code(),
+                      StrCat(status.message(), "; rank", missing.size() > 1 ? "s " : " ",
+                             absl::StrJoin(missing, ", "),
+                             " did not arrive at the rendezvous (dead, stuck, or not started)"));
+}
+
 }  // namespace
 
 absl::StatusOr<EnvRendezvous> ReadEnvRendezvous() {
@@ -51,6 +80,7 @@ absl::StatusOr<EnvRendezvous> ReadEnvRendezvous() {
   if (const char* v = std::getenv("LOCAL_RANK")) {
     DDPKIT_ASSIGN_OR_RETURN(env.local_rank, Integer("LOCAL_RANK", v, 0, env.local_world_size - 1));
   }
+  if (const char* v = std::getenv(kStoreTokenEnv)) env.store_token = v;
   return env;
 }
 
@@ -60,29 +90,46 @@ absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitGloo(
   world->world_size_ = env.world_size;
   world->timeout_ = options.timeout;
   if (env.rank == 0) {
-    DDPKIT_ASSIGN_OR_RETURN(world->server_,
-                            TcpStoreServer::Start(env.master_addr, env.master_port));
+    DDPKIT_ASSIGN_OR_RETURN(
+        world->server_, TcpStoreServer::Start(env.master_addr, env.master_port, env.store_token));
   }
-  DDPKIT_ASSIGN_OR_RETURN(world->store_,
-                          TcpStore::Connect(env.master_addr, env.master_port, options.timeout));
+  absl::StatusOr<std::unique_ptr<TcpStore>> store =
+      TcpStore::Connect(env.master_addr, env.master_port, options.timeout, env.store_token);
+  if (!store.ok()) {
+    if (env.rank == 0 || absl::IsPermissionDenied(store.status())) return store.status();
+    return absl::Status(store.status().code(),
+                        StrCat(store.status().message(),
+                               "; rank 0, which hosts the store, did not answer (dead, stuck, or "
+                               "not started)"));
+  }
+  world->store_ = *std::move(store);
+  DDPKIT_RETURN_IF_ERROR(world->store_->Set(ArrivedKey(env.rank), "1"));
   // Gloo listens on the address peers reach this host by: loopback for a local job.
   const bool local = env.master_addr == "localhost" || absl::StartsWith(env.master_addr, "127.");
   char host[256] = "localhost";
   if (!local) ::gethostname(host, sizeof(host));
-  DDPKIT_ASSIGN_OR_RETURN(world->group_,
-                          CreateGlooProcessGroup(env.rank, env.world_size, world->store_,
-                                                 local ? "127.0.0.1" : host, options));
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group = CreateGlooProcessGroup(
+      env.rank, env.world_size, world->store_, local ? "127.0.0.1" : host, options);
+  if (!group.ok()) {
+    return RendezvousFailure(group.status(), *world->store_, env.world_size,
+                             DiagnosisTime(options));
+  }
+  world->group_ = *std::move(group);
   return world;
 }
 
 DistributedWorld::~DistributedWorld() {
+  // After a failure nobody waits long: the peers that failed too have diagnosed it in the same
+  // window as this rank, and a stuck one would never check out.
+  const bool healthy = group_ && group_->health().ok();
+  const absl::Duration bound = healthy ? timeout_ : kCheckOutAfterFailure;
   group_.reset();
   if (!store_) return;
-  // Everyone checks out; rank 0 keeps serving the store until all have (or the timeout).
-  if (store_->Add("ddpkit/exited", 1).ok() && server_) {
-    const absl::Time deadline = absl::Now() + timeout_;
+  // Everyone checks out; rank 0 keeps serving the store until all have (or `bound`).
+  if (store_->Add("ddpkit/exited", 1, bound).ok() && server_) {
+    const absl::Time deadline = absl::Now() + bound;
     while (absl::Now() < deadline) {
-      absl::StatusOr<int64_t> exited = store_->Add("ddpkit/exited", 0);
+      absl::StatusOr<int64_t> exited = store_->Add("ddpkit/exited", 0, bound);
       if (!exited.ok() || *exited >= world_size_) break;
       absl::SleepFor(absl::Milliseconds(20));
     }

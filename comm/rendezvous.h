@@ -1,5 +1,5 @@
 // env:// rendezvous, as torchrun: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (required),
-// LOCAL_RANK, LOCAL_WORLD_SIZE (optional). `ddpkit launch` sets them.
+// LOCAL_RANK, LOCAL_WORLD_SIZE and DDPKIT_STORE_TOKEN (optional). `ddpkit launch` sets them.
 #pragma once
 
 #include <memory>
@@ -18,13 +18,15 @@ struct EnvRendezvous {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
+  std::string store_token;  // DDPKIT_STORE_TOKEN; empty: rank 0's store admits anyone
 };
 
 // Reads and validates the variables; a missing or malformed one is an InvalidArgument that
 // names it and says how to set it.
 absl::StatusOr<EnvRendezvous> ReadEnvRendezvous();
 
-// A process's membership of a multi-process world: the store (served by rank 0) and the
+// A process's membership of a multi-process world: the store (served by rank 0 on MASTER_ADDR
+// only, requiring the token when there is one) and the
 // process group. Destroying it waits (bounded) until every rank is done with the store, so
 // rank 0 does not take the store away from ranks still shutting down.
 class DistributedWorld {

@@ -10,8 +10,12 @@ absl::Status ValidateWorldSpec(const WorldSpec& world) {
     return absl::InvalidArgumentError(
         StrCat("--backend must be threads or gloo, got '", world.backend, "'"));
   }
-  if (world.backend == "threads" && world.world_size < 1) {
-    return absl::InvalidArgumentError(StrCat("--world-size must be >= 1, got ", world.world_size));
+  if (world.backend == "threads" &&
+      (world.world_size < 1 || world.world_size > kMaxThreadsWorldSize)) {
+    return absl::InvalidArgumentError(
+        StrCat("--world-size must be in [1, ", kMaxThreadsWorldSize,
+               "] for the threads backend (one thread per rank), got ", world.world_size,
+               "; for more ranks use --backend gloo under `ddpkit launch`"));
   }
   if (!(world.options.timeout > absl::ZeroDuration())) {
     return absl::InvalidArgumentError(StrCat("--timeout must be > 0 seconds, got ",

@@ -11,6 +11,9 @@
 
 namespace ddpkit::comm {
 
+// More rank threads than this in one process is a typing error, not a job.
+inline constexpr int kMaxThreadsWorldSize = 1024;
+
 // A world to run on, as the --backend, --world-size and --timeout flags describe it.
 struct WorldSpec {
   std::string backend = "threads";  // "threads": ranks as threads of this process; or "gloo"

@@ -460,7 +460,7 @@ void Reducer::FinalizeBackward() {
 // result in the bucket's buffer. `what` ("reducing", ...) begins the error message.
 void Reducer::WaitForBucket(size_t b, std::string_view what) {
   Bucket& bucket = buckets_[b];
-  absl::StatusOr<Tensor> result = bucket.future_work->Wait(group_.options().timeout);
+  absl::StatusOr<Tensor> result = bucket.future_work->Wait(comm::CompletionBound(group_.options()));
   if (!result.ok()) {
     ThrowCommFailure(group_.rank(),
                      StrCat(what, " gradient bucket ", b, " (parameters ",
@@ -477,7 +477,8 @@ void Reducer::WaitForBucket(size_t b, std::string_view what) {
 // Waits for the used-parameter map's allreduce, when one is in flight and not yet collected.
 void Reducer::CollectUsedMap(std::string_view what) {
   if (local_used_map_reduced_ready_ || !local_used_work_) return;
-  if (absl::StatusOr<Tensor> r = local_used_work_->Wait(group_.options().timeout); !r.ok()) {
+  if (absl::StatusOr<Tensor> r = local_used_work_->Wait(comm::CompletionBound(group_.options()));
+      !r.ok()) {
     ThrowCommFailure(group_.rank(), what, r.status());
   }
   local_used_map_reduced_ready_ = true;

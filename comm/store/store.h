@@ -12,16 +12,24 @@
 
 namespace ddpkit::comm {
 
+// How long a call that does not wait for keys (set, add, check) waits for the store's reply
+// by default. A healthy store answers in microseconds; a caller on a deadline (a failure's
+// diagnosis, shutting down) passes less, so a stuck store host cannot stretch its deadline.
+inline constexpr absl::Duration kStoreReplyTimeout = absl::Seconds(10);
+
 class Store {
  public:
   virtual ~Store() = default;
-  virtual absl::Status Set(const std::string& key, const std::string& value) = 0;
+  virtual absl::Status Set(const std::string& key, const std::string& value,
+                           absl::Duration reply_timeout = kStoreReplyTimeout) = 0;
   // Waits until `key` exists, then returns its value.
   virtual absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) = 0;
   // Adds `delta` to the integer at `key` (0 when absent) and returns the sum.
-  virtual absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) = 0;
+  virtual absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta,
+                                      absl::Duration reply_timeout = kStoreReplyTimeout) = 0;
   virtual absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) = 0;
-  virtual absl::StatusOr<bool> Check(const std::vector<std::string>& keys) = 0;
+  virtual absl::StatusOr<bool> Check(const std::vector<std::string>& keys,
+                                     absl::Duration reply_timeout = kStoreReplyTimeout) = 0;
 };
 
 }  // namespace ddpkit::comm

@@ -20,6 +20,7 @@
 #include "autograd/error.h"
 #include "autograd/log.h"
 #include "comm/store/store.pb.h"
+#include "comm/store/token.h"
 
 namespace ddpkit::comm {
 namespace {
@@ -31,17 +32,12 @@ std::string Errno() { return std::strerror(errno); }
 
 int64_t Millis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
 
-std::string EncodeLength(uint32_t n) {
-  std::string out(4, '\0');
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  return out;
-}
+// Before a connection has shown its token, its frames stay this small: a Hello is tiny, and a
+// stranger gets no room to make the server buffer megabytes.
+constexpr uint32_t kMaxHelloFrameBytes = 4096;
 
-uint32_t DecodeLength(const char* p) {
-  uint32_t n = 0;
-  for (int i = 3; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(p[i]);
-  return n;
-}
+// The least a connecting client waits for the answer to its Hello.
+constexpr absl::Duration kHelloWait = absl::Seconds(5);
 
 absl::Status WriteAll(int fd, std::string_view bytes) {
   size_t done = 0;
@@ -83,7 +79,8 @@ std::string SerializeResponse(const StoreResponse& response) {
 struct Connection {
   int fd;
   std::string peer;
-  std::string buffer;  // bytes received, not yet a whole frame
+  std::string buffer;     // bytes received, not yet a whole frame
+  bool admitted = false;  // presented the token (or none is required)
 };
 
 struct Parked {  // a get or wait whose keys are not all there yet
@@ -101,19 +98,16 @@ absl::Status WriteFrame(int fd, const std::string& payload) {
                                              "-byte message exceeds the ", kMaxFrameBytes,
                                              "-byte frame limit"));
   }
-  return WriteAll(fd, EncodeLength(static_cast<uint32_t>(payload.size())) + payload);
+  return WriteAll(fd, EncodeFrame(payload));
 }
 
 absl::StatusOr<std::string> ReadFrame(int fd, absl::Time deadline) {
   char header[4];
   DDPKIT_RETURN_IF_ERROR(ReadExactly(fd, header, 4, deadline));
-  const uint32_t n = DecodeLength(header);
-  if (n > kMaxFrameBytes) {
-    return absl::DataLossError(StrCat("store: peer announced a ", n, "-byte frame, over the ",
-                                      kMaxFrameBytes, "-byte limit"));
-  }
-  std::string payload(n, '\0');
-  DDPKIT_RETURN_IF_ERROR(ReadExactly(fd, payload.data(), n, deadline));
+  absl::StatusOr<uint32_t> n = DecodeFrameLength(std::string_view(header, 4));
+  if (!n.ok()) return absl::DataLossError(StrCat("store: peer sent a ", n.status().message()));
+  std::string payload(*n, '\0');
+  DDPKIT_RETURN_IF_ERROR(ReadExactly(fd, payload.data(), *n, deadline));
   return payload;
 }
 
@@ -190,18 +184,46 @@ class StoreServerLoop {
       return;
     }
     c->buffer.append(chunk, static_cast<size_t>(n));
-    while (c != nullptr && c->buffer.size() >= 4) {
-      const uint32_t length = DecodeLength(c->buffer.data());
-      if (length > kMaxFrameBytes) {
-        Drop(fd, StrCat("frame of ", length, " bytes exceeds the ", kMaxFrameBytes, "-byte limit"));
+    while (c != nullptr) {
+      const bool hello_only = !c->admitted && !server_.token_.empty();
+      absl::StatusOr<std::optional<Frame>> frame =
+          DecodeFrame(c->buffer, hello_only ? kMaxHelloFrameBytes : kMaxFrameBytes);
+      if (!frame.ok()) {
+        Drop(fd, StrCat(frame.status().message(), hello_only ? " (before its token)" : ""));
         return;
       }
-      if (c->buffer.size() < 4 + static_cast<size_t>(length)) return;  // wait for the rest
-      std::string payload = c->buffer.substr(4, length);
-      c->buffer.erase(0, 4 + static_cast<size_t>(length));
-      if (!Handle(fd, payload)) return;  // dropped
+      if (!frame->has_value()) return;  // wait for the rest
+      absl::StatusOr<StoreRequest> request = DecodeRequest((*frame)->payload);
+      c->buffer.erase(0, (*frame)->size);
+      if (!request.ok()) {
+        Drop(fd, std::string(request.status().message()));
+        return;
+      }
+      if (!Handle(*c, *request)) return;  // dropped
       c = Find(fd);
     }
+  }
+
+  // Admits the connection, or answers its missing or wrong token with an error, logs the peer
+  // and closes it (returning false).
+  bool Admit(Connection& c, const StoreRequest& request) {
+    const std::string& token = server_.token_;
+    const bool has_token =
+        request.op_case() == StoreRequest::kHello && !request.hello().token().empty();
+    if (token.empty() || (has_token && TokensEqual(token, request.hello().token()))) {
+      c.admitted = true;
+      return true;
+    }
+    Log(LogLevel::kWarning,
+        StrCat("store server: rejected peer ", c.peer, ": its store token is ",
+               has_token ? "wrong" : "missing",
+               " (every rank must have this job's DDPKIT_STORE_TOKEN); connection closed"));
+    ++server_.rejected_;
+    StoreResponse response;
+    response.set_error(has_token ? "store token rejected: wrong" : "store token rejected: missing");
+    (void)WriteFrame(c.fd, SerializeResponse(response));
+    Drop(c.fd, "");
+    return false;
   }
 
   bool Reply(int fd, const StoreResponse& response) {
@@ -218,12 +240,9 @@ class StoreServerLoop {
   }
 
   // Returns false when the peer was dropped.
-  bool Handle(int fd, const std::string& payload) {
-    StoreRequest request;
-    if (!request.ParseFromString(payload)) {
-      Drop(fd, StrCat("a ", payload.size(), "-byte frame is not a valid store request"));
-      return false;
-    }
+  bool Handle(Connection& c, const StoreRequest& request) {
+    if (!c.admitted && !Admit(c, request)) return false;
+    const int fd = c.fd;
     StoreResponse response;
     switch (request.op_case()) {
       case StoreRequest::kSet:
@@ -257,6 +276,7 @@ class StoreServerLoop {
         response.set_done(AllPresent(keys));
         return Reply(fd, response);
       }
+      case StoreRequest::kHello: response.set_done(true); return Reply(fd, response);
       case StoreRequest::OP_NOT_SET: break;
     }
     Drop(fd, "request has no known operation");
@@ -315,7 +335,7 @@ class StoreServerLoop {
 // --- Server -----------------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& host,
-                                                                      int port) {
+                                                                      int port, std::string token) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -359,11 +379,17 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std:
     ::close(fd);
     return absl::UnavailableError(StrCat("store server: pipe failed: ", Errno()));
   }
-  return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(fd, actual_port, wake[0], wake[1]));
+  return std::unique_ptr<TcpStoreServer>(
+      new TcpStoreServer(fd, actual_port, wake[0], wake[1], std::move(token)));
 }
 
-TcpStoreServer::TcpStoreServer(int listen_fd, int port, int wake_read, int wake_write)
-    : listen_fd_(listen_fd), port_(port), wake_read_(wake_read), wake_write_(wake_write) {
+TcpStoreServer::TcpStoreServer(int listen_fd, int port, int wake_read, int wake_write,
+                               std::string token)
+    : listen_fd_(listen_fd),
+      port_(port),
+      wake_read_(wake_read),
+      wake_write_(wake_write),
+      token_(std::move(token)) {
   thread_ = std::thread([this] {
     SetThreadLogPrefix("store");
     StoreServerLoop(*this).Run();
@@ -380,11 +406,13 @@ TcpStoreServer::~TcpStoreServer() {
 }
 
 int TcpStoreServer::dropped_peers() const { return dropped_; }
+int TcpStoreServer::rejected_peers() const { return rejected_; }
 
 // --- Client -----------------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& host, int port,
-                                                            absl::Duration timeout) {
+                                                            absl::Duration timeout,
+                                                            const std::string& token) {
   const absl::Time deadline = absl::Now() + timeout;
   const std::string address = StrCat(host, ":", port);
   std::string last_error;
@@ -404,7 +432,9 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& h
           ::freeaddrinfo(result);
           const int one = 1;
           ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-          return std::unique_ptr<TcpStore>(new TcpStore(fd, address));
+          std::unique_ptr<TcpStore> store(new TcpStore(fd, address));
+          DDPKIT_RETURN_IF_ERROR(store->Hello(token, std::max(deadline - absl::Now(), kHelloWait)));
+          return store;
         }
         last_error = Errno();
         ::close(fd);
@@ -423,30 +453,50 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& h
 
 TcpStore::~TcpStore() { ::close(fd_); }
 
+absl::Status TcpStore::Hello(const std::string& token, absl::Duration timeout) {
+  StoreRequest request;
+  request.mutable_hello()->set_token(token);
+  absl::StatusOr<std::string> reply = RoundTrip(request.SerializeAsString(), timeout);
+  if (!reply.ok()) return reply.status();
+  DDPKIT_ASSIGN_OR_RETURN(StoreResponse response, DecodeResponse(*reply));
+  if (response.result_case() == StoreResponse::kError) {
+    return absl::PermissionDeniedError(
+        StrCat("the store at ", address_, " rejected this process's token",
+               token.empty() ? " (it has none)" : "", "; every rank must have the same ",
+               kStoreTokenEnv, " (ddpkit launch sets it)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> TcpStore::RoundTrip(const std::string& request,
                                                 absl::Duration timeout) {
   std::lock_guard<std::mutex> lock(mu_);
-  DDPKIT_RETURN_IF_ERROR(WriteFrame(fd_, request));
-  absl::StatusOr<std::string> reply = ReadFrame(fd_, absl::Now() + timeout);
+  if (!broken_.ok()) {
+    return absl::Status(broken_.code(), StrCat("the connection to the store at ", address_,
+                                               " failed earlier: ", broken_.message()));
+  }
+  absl::Status written = WriteFrame(fd_, request);
+  absl::StatusOr<std::string> reply =
+      written.ok() ? ReadFrame(fd_, absl::Now() + timeout) : absl::StatusOr<std::string>(written);
   if (!reply.ok()) {
-    return absl::Status(reply.status().code(),
-                        StrCat(reply.status().message(), " (store at ", address_, ")"));
+    broken_ = absl::Status(reply.status().code(),
+                           StrCat(reply.status().message(), " (store at ", address_, ")"));
+    return broken_;
   }
   return reply;
 }
 
 namespace {
-// Server-side waits answer by their own deadline; give the reply this long on top to arrive.
-constexpr absl::Duration kReplyGrace = absl::Seconds(10);
-
+// `wait` is how long the server may park the request (get, wait; zero for the others), and
+// `reply_timeout` how long its reply may take to arrive on top.
 absl::StatusOr<StoreResponse> Call(
-    const StoreRequest& request, absl::Duration timeout,
+    const StoreRequest& request, absl::Duration timeout, absl::Duration reply_timeout,
     const std::function<absl::StatusOr<std::string>(const std::string&, absl::Duration)>&
         round_trip,
     std::string_view what, const std::string& address) {
   std::string payload;
   request.SerializeToString(&payload);
-  absl::StatusOr<std::string> reply = round_trip(payload, timeout + kReplyGrace);
+  absl::StatusOr<std::string> reply = round_trip(payload, timeout + reply_timeout);
   if (!reply.ok()) return reply.status();
   StoreResponse response;
   if (!response.ParseFromString(*reply)) {
@@ -463,12 +513,13 @@ absl::StatusOr<StoreResponse> Call(
 }
 }  // namespace
 
-absl::Status TcpStore::Set(const std::string& key, const std::string& value) {
+absl::Status TcpStore::Set(const std::string& key, const std::string& value,
+                           absl::Duration reply_timeout) {
   StoreRequest request;
   request.mutable_set()->set_key(key);
   request.mutable_set()->set_value(value);
   auto rt = [this](const std::string& p, absl::Duration t) { return RoundTrip(p, t); };
-  return Call(request, absl::ZeroDuration(), rt, "set", address_).status();
+  return Call(request, absl::ZeroDuration(), reply_timeout, rt, "set", address_).status();
 }
 
 absl::StatusOr<std::string> TcpStore::Get(const std::string& key, absl::Duration timeout) {
@@ -476,17 +527,20 @@ absl::StatusOr<std::string> TcpStore::Get(const std::string& key, absl::Duration
   request.mutable_get()->set_key(key);
   request.mutable_get()->set_timeout_ms(Millis(timeout));
   auto rt = [this](const std::string& p, absl::Duration t) { return RoundTrip(p, t); };
-  absl::StatusOr<StoreResponse> response = Call(request, timeout, rt, "get", address_);
+  absl::StatusOr<StoreResponse> response =
+      Call(request, timeout, kStoreReplyTimeout, rt, "get", address_);
   if (!response.ok()) return response.status();
   return response->value();
 }
 
-absl::StatusOr<int64_t> TcpStore::Add(const std::string& key, int64_t delta) {
+absl::StatusOr<int64_t> TcpStore::Add(const std::string& key, int64_t delta,
+                                      absl::Duration reply_timeout) {
   StoreRequest request;
   request.mutable_add()->set_key(key);
   request.mutable_add()->set_delta(delta);
   auto rt = [this](const std::string& p, absl::Duration t) { return RoundTrip(p, t); };
-  absl::StatusOr<StoreResponse> response = Call(request, absl::ZeroDuration(), rt, "add", address_);
+  absl::StatusOr<StoreResponse> response =
+      Call(request, absl::ZeroDuration(), reply_timeout, rt, "add", address_);
   if (!response.ok()) return response.status();
   return response->number();
 }
@@ -496,15 +550,16 @@ absl::Status TcpStore::Wait(const std::vector<std::string>& keys, absl::Duration
   for (const std::string& k : keys) request.mutable_wait()->add_keys(k);
   request.mutable_wait()->set_timeout_ms(Millis(timeout));
   auto rt = [this](const std::string& p, absl::Duration t) { return RoundTrip(p, t); };
-  return Call(request, timeout, rt, "wait", address_).status();
+  return Call(request, timeout, kStoreReplyTimeout, rt, "wait", address_).status();
 }
 
-absl::StatusOr<bool> TcpStore::Check(const std::vector<std::string>& keys) {
+absl::StatusOr<bool> TcpStore::Check(const std::vector<std::string>& keys,
+                                     absl::Duration reply_timeout) {
   StoreRequest request;
   for (const std::string& k : keys) request.mutable_check()->add_keys(k);
   auto rt = [this](const std::string& p, absl::Duration t) { return RoundTrip(p, t); };
   absl::StatusOr<StoreResponse> response =
-      Call(request, absl::ZeroDuration(), rt, "check", address_);
+      Call(request, absl::ZeroDuration(), reply_timeout, rt, "check", address_);
   if (!response.ok()) return response.status();
   return response->done();
 }
