@@ -3,8 +3,11 @@
 // update the parameters in place.
 #pragma once
 
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "autograd/tensor.h"
 
 namespace ddpkit {
@@ -19,6 +22,14 @@ class Optimizer {
   // stays a bucket view).
   void ZeroGrad(bool set_to_none = true);
   const TensorList& parameters() const { return parameters_; }
+
+  // The optimizer's state as (key, tensor) pairs, keyed "<parameter index>.<name>" like
+  // PyTorch's state_dict()["state"] ("3.momentum_buffer", "0.exp_avg", "0.step"); only the
+  // parameters that have state so far. The tensors are the live state: copy before changing.
+  virtual std::vector<std::pair<std::string, Tensor>> StateTensors() const { return {}; }
+  // Restores what StateTensors returned (copied in). InvalidArgument naming the key for an
+  // unknown key or a wrong shape or dtype; nothing changes unless all of it fits.
+  virtual absl::Status LoadStateTensors(const std::vector<std::pair<std::string, Tensor>>& state);
 
  protected:
   TensorList parameters_;
@@ -36,6 +47,8 @@ class Sgd : public Optimizer {
  public:
   Sgd(TensorList parameters, SgdOptions options);
   void Step() override;
+  std::vector<std::pair<std::string, Tensor>> StateTensors() const override;
+  absl::Status LoadStateTensors(const std::vector<std::pair<std::string, Tensor>>& state) override;
 
  private:
   SgdOptions options_;
@@ -54,6 +67,8 @@ class Adam : public Optimizer {
  public:
   Adam(TensorList parameters, AdamOptions options);
   void Step() override;
+  std::vector<std::pair<std::string, Tensor>> StateTensors() const override;
+  absl::Status LoadStateTensors(const std::vector<std::pair<std::string, Tensor>>& state) override;
 
  private:
   AdamOptions options_;

@@ -1,7 +1,9 @@
 #include "reducer/zero_redundancy_optimizer.h"
 
 #include <algorithm>
+#include <charconv>
 #include <numeric>
+#include <optional>
 
 #include "autograd/error.h"
 #include "autograd/grad_mode.h"
@@ -76,7 +78,9 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(NamedTensors parameters, comm::
       group_(group),
       owner_(std::move(owner)) {
   for (size_t i = 0; i < named_.size(); ++i) {
-    if (owner_[i] == group_.rank()) shard_.push_back(named_[i].second);
+    if (owner_[i] != group_.rank()) continue;
+    shard_.push_back(named_[i].second);
+    shard_indices_.push_back(i);
   }
   local_ = factory(shard_);
 }
@@ -91,6 +95,47 @@ int64_t ZeroRedundancyOptimizer::total_elements() const {
   int64_t n = 0;
   for (const auto& [name, p] : named_) n += p.numel();
   return n;
+}
+
+namespace {
+// "<index>.<name>" with the index mapped through `map`; nullopt when it has no image.
+std::optional<std::string> Rekey(const std::string& key,
+                                 const std::function<int64_t(size_t)>& map) {
+  const size_t dot = key.find('.');
+  size_t index = 0;
+  const auto [ptr, ec] = std::from_chars(key.data(), key.data() + dot, index);
+  if (dot == std::string::npos || ec != std::errc() || ptr != key.data() + dot) return std::nullopt;
+  const int64_t mapped = map(index);
+  if (mapped < 0) return std::nullopt;
+  return StrCat(mapped, key.substr(dot));
+}
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor>> ZeroRedundancyOptimizer::StateTensors() const {
+  std::vector<std::pair<std::string, Tensor>> state = local_->StateTensors();
+  for (auto& [key, tensor] : state) {
+    key = *Rekey(key, [&](size_t j) { return static_cast<int64_t>(shard_indices_[j]); });
+  }
+  return state;
+}
+
+absl::Status ZeroRedundancyOptimizer::LoadStateTensors(
+    const std::vector<std::pair<std::string, Tensor>>& state) {
+  std::vector<std::pair<std::string, Tensor>> local;
+  for (const auto& [key, tensor] : state) {
+    std::optional<std::string> local_key = Rekey(key, [&](size_t i) -> int64_t {
+      const auto it = std::find(shard_indices_.begin(), shard_indices_.end(), i);
+      return it == shard_indices_.end() ? -1 : it - shard_indices_.begin();
+    });
+    if (!local_key) {
+      return absl::InvalidArgumentError(
+          StrCat("[zero] rank ", group_.rank(), ": state '", key,
+                 "' is not for a parameter of this rank's shard; was it saved with another "
+                 "world size or model?"));
+    }
+    local.emplace_back(*std::move(local_key), tensor);
+  }
+  return local_->LoadStateTensors(local);
 }
 
 void ZeroRedundancyOptimizer::Step() {

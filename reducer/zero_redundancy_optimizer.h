@@ -58,6 +58,13 @@ class ZeroRedundancyOptimizer final : public Optimizer, public join::Joinable {
   int64_t shard_elements() const;
   int64_t total_elements() const;
 
+  // This rank's shard's optimizer state, keyed by the index among all parameters (as a plain
+  // optimizer over every parameter would key it): each rank returns and restores only its own.
+  std::vector<std::pair<std::string, Tensor>> StateTensors() const override;
+  // InvalidArgument for a key of a parameter another rank owns (a different world size or
+  // model wrote it).
+  absl::Status LoadStateTensors(const std::vector<std::pair<std::string, Tensor>>& state) override;
+
   std::unique_ptr<join::JoinHook> MakeJoinHook() override;
   comm::ProcessGroup& join_process_group() const override { return group_; }
 
@@ -71,6 +78,7 @@ class ZeroRedundancyOptimizer final : public Optimizer, public join::Joinable {
   comm::ProcessGroup& group_;
   std::vector<int> owner_;  // by parameter index
   TensorList shard_;
+  std::vector<size_t> shard_indices_;  // shard_[j] is parameter shard_indices_[j]
   std::unique_ptr<Optimizer> local_;
 };
 

@@ -20,6 +20,15 @@ ABSL_FLAG(int32_t, grad_accum, 1,
           "micro-batches per optimizer step; all but the last run under no_sync");
 ABSL_FLAG(std::string, save_grads, "",
           "write rank 0's gradients after the last backward, before its update (safetensors)");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "resume from the latest intact checkpoint in DIR (if any) and write one there every "
+          "--checkpoint-every steps and after the last; a folder all ranks can reach "
+          "(docs/reliability.md)");
+ABSL_FLAG(int32_t, checkpoint_every, ddpkit::jobs::CheckpointOptions{}.every,
+          "with --checkpoint-dir: optimizer steps between checkpoints (>= 1)");
+ABSL_FLAG(int32_t, checkpoint_keep, ddpkit::jobs::CheckpointOptions{}.keep,
+          "with --checkpoint-dir: committed checkpoints to keep; older ones are deleted once a "
+          "newer one is committed (>= 1)");
 
 namespace ddpkit::cli {
 namespace {
@@ -45,6 +54,15 @@ absl::StatusOr<jobs::TrainConfig> ConfigFromFlags() {
   config.save_grads_path = absl::GetFlag(FLAGS_save_grads);
   config.steps = absl::GetFlag(FLAGS_steps);
   config.grad_accum = absl::GetFlag(FLAGS_grad_accum);
+  config.checkpoint = {.dir = absl::GetFlag(FLAGS_checkpoint_dir),
+                       .every = absl::GetFlag(FLAGS_checkpoint_every),
+                       .keep = absl::GetFlag(FLAGS_checkpoint_keep)};
+  const jobs::CheckpointOptions defaults;
+  if (config.checkpoint.dir.empty() &&
+      (config.checkpoint.every != defaults.every || config.checkpoint.keep != defaults.keep)) {
+    return absl::InvalidArgumentError(
+        "--checkpoint-every and --checkpoint-keep need --checkpoint-dir DIR");
+  }
   return config;
 }
 
@@ -115,6 +133,10 @@ void PrintSummary(const jobs::TrainReport& report, const jobs::TrainConfig& conf
   if (!config.save_grads_path.empty()) {
     std::cout << "saved gradients to " << config.save_grads_path << "\n";
   }
+  if (const auto& written = report.checkpoints_written(); !written.empty()) {
+    std::cout << absl::StrFormat("checkpoints: %d written, the last %s\n", written.size(),
+                                 written[written.size() - 1]);
+  }
   if (!config.trace_path.empty()) {
     std::cout << TraceWrittenLine(config.trace_path, report.backend(), report.rank()) << "\n";
   }
@@ -124,6 +146,14 @@ void PrintSummary(const jobs::TrainReport& report, const jobs::TrainConfig& conf
 jobs::TrainObserver ObserverFor(bool json, bool& rebuilt_shown) {
   jobs::TrainObserver observer;
   const bool terminal = ::isatty(STDERR_FILENO);
+  // Warnings always to stderr; the resume line beside the story (stdout) unless --json.
+  observer.on_checkpoint = [json](const std::string& line, bool warning) {
+    if (warning) {
+      std::cerr << "ddpkit train: warning: " << line << std::endl;
+    } else {
+      (json ? std::cerr : std::cout) << "ddpkit train: " << line << std::endl;
+    }
+  };
   if (!json) {
     observer.on_start = PrintSetup;
     observer.on_step = [&rebuilt_shown](const jobs::StepProgress& p) {
@@ -152,7 +182,9 @@ int RunTrain(const std::vector<std::string>&) {
 }  // namespace
 
 Subcommand TrainSubcommand() {
-  std::vector<std::string> flags = {"data", "steps", "grad_accum", "save_grads"};
+  std::vector<std::string> flags = {"data",           "steps",          "grad_accum",
+                                    "save_grads",     "checkpoint_dir", "checkpoint_every",
+                                    "checkpoint_keep"};
   flags.insert(flags.end(), kDdpTrainingFlagNames.begin(), kDdpTrainingFlagNames.end());
   return {.name = "train",
           .summary = "data-parallel training of an MLP with DDP (synthetic data by default)",

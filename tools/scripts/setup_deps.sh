@@ -8,6 +8,7 @@ DDPKIT_DEBIAN_PACKAGES=(
   libabsl-dev                          # flags, strings, containers, Status
   libprotobuf-dev protobuf-compiler    # typed reports
   nlohmann-json3-dev                   # safetensors headers
+  zlib1g-dev                           # checkpoint checksums (crc32)
   libopenblas-dev                      # matmul
   libgloo-dev                          # the gloo backend
   libgtest-dev libgmock-dev            # tests

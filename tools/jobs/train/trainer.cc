@@ -6,6 +6,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/safetensors.h"
+#include "tools/jobs/checkpoint/train_checkpoint.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/trace/session.h"
 
@@ -24,7 +25,13 @@ struct Rank {
 
 absl::Status Validate(const TrainConfig& config) {
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--steps", config.steps, 0));
-  return RequireAtLeast("--grad-accum", config.grad_accum, 1);
+  if (config.steps > kMaxSteps) {
+    return absl::InvalidArgumentError(
+        StrCat("--steps ", config.steps, " is more than ", kMaxSteps,
+               " (the report keeps a loss per step); run in parts with --checkpoint-dir"));
+  }
+  DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--grad-accum", config.grad_accum, 1));
+  return ValidateCheckpointOptions(config.checkpoint);
 }
 
 absl::StatusOr<ClassificationData> LoadData(const TrainConfig& config,
@@ -133,11 +140,11 @@ double Median(std::vector<double> values) {
 
 // After the loop: each step's loss as the mean over all ranks (equal batches: the global mean),
 // the accuracy on all rows, the median step time, and rank 0's saved weights.
-absl::Status Finish(const TrainConfig& config, Rank& rank, Tensor& losses,
+absl::Status Finish(const TrainConfig& config, Rank& rank, int first_step, Tensor& losses,
                     const std::vector<double>& step_ms, TrainReport& report) {
   comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
   if (config.steps > 0) DDPKIT_RETURN_IF_ERROR(rank.group.Allreduce(losses)->Wait());
-  for (int step = 0; step < config.steps; ++step) {
+  for (int step = first_step; step < config.steps; ++step) {
     report.add_losses(losses.data<double>()[step] / rank.group.size());
   }
   report.set_final_accuracy(Accuracy(*rank.model, rank.data));
@@ -156,13 +163,15 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
   DDPKIT_ASSIGN_OR_RETURN(Rank rank, SetUp(config, widths, group, trace));
   TrainReport report = DescribeSetup(config, rank);
   const bool lead = group.rank() == 0;
+  DDPKIT_ASSIGN_OR_RETURN(const int first_step, ResumeTraining(config, group, *rank.model,
+                                                               rank.optimizer, report, observer));
   if (lead && observer.on_start) observer.on_start(report);
 
   Tensor x = Tensor::Empty({config.batch_size, widths.front()});
   Tensor y = Tensor::Empty({config.batch_size}, DType::kInt64);
   Tensor losses = Tensor::Zeros({config.steps}, DType::kFloat64);
   std::vector<double> step_ms;
-  for (int step = 0; step < config.steps; ++step) {
+  for (int step = first_step; step < config.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     DDPKIT_ASSIGN_OR_RETURN(const double loss, TrainStep(config, rank, step, x, y));
     step_ms.push_back(
@@ -172,9 +181,11 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
     if (lead && observer.on_step) {
       observer.on_step({step + 1, config.steps, loss, step_ms.back(), &rank.ddp->LoggingData()});
     }
+    DDPKIT_RETURN_IF_ERROR(
+        CheckpointIfDue(config, group, *rank.model, rank.optimizer, step + 1, report));
   }
   trace.EndRank(group, rank.ddp->LoggingData());
-  DDPKIT_RETURN_IF_ERROR(Finish(config, rank, losses, step_ms, report));
+  DDPKIT_RETURN_IF_ERROR(Finish(config, rank, first_step, losses, step_ms, report));
   return report;
 }
 
@@ -183,6 +194,13 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
 absl::StatusOr<TrainReport> Train(const TrainConfig& config, const TrainObserver& observer) {
   DDPKIT_ASSIGN_OR_RETURN(const std::vector<int64_t> widths, ValidateDdpTraining(config));
   DDPKIT_RETURN_IF_ERROR(Validate(config));
+  const double data_bytes = config.data_path.empty()
+                                ? 4.0 * static_cast<double>(config.synthetic_rows) *
+                                      static_cast<double>(widths.front() + 2)
+                                : 0;  // a file's size is checked as it is read
+  DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
+                                           config.backend == "threads" ? config.world_size : 1,
+                                           "--model, --batch-size and --world-size"));
   TraceSession trace(config.trace_path, "train", config.world());
   DDPKIT_ASSIGN_OR_RETURN(
       TrainReport report,

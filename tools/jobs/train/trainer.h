@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "tools/jobs/checkpoint/checkpoint.h"
 #include "tools/jobs/train/train_report.pb.h"
 #include "tools/jobs/training.h"
 
@@ -25,6 +26,7 @@ struct TrainConfig : DdpTrainingConfig {
   int steps = 60;
   int grad_accum = 1;  // micro-batches per optimizer step
   int64_t synthetic_rows = 4096;
+  CheckpointOptions checkpoint;  // --checkpoint-dir: resume from the latest, save every K steps
 };
 
 struct StepProgress {
@@ -36,10 +38,13 @@ struct StepProgress {
 };
 
 // Optional callbacks, called on rank 0 only: on_start once the model and data are ready (the
-// report holds the setup and DDP's initial state, no losses yet), on_step after every step.
+// report holds the setup and DDP's initial state, no losses yet), on_checkpoint after a resume,
+// on_step after every step.
 struct TrainObserver {
   std::function<void(const TrainReport& setup)> on_start;
   std::function<void(const StepProgress&)> on_step;
+  // A line about checkpoints: the step resumed from, or (warning) one skipped or cleaned up.
+  std::function<void(const std::string& line, bool warning)> on_checkpoint;
 };
 
 // Runs on every rank of the configured world and returns rank 0's report, with rank 0's DDP
