@@ -13,5 +13,6 @@ Subcommand LaunchSubcommand();
 Subcommand BenchSubcommand();
 Subcommand TraceSubcommand();
 Subcommand FrSubcommand();
+Subcommand ChaosSubcommand();
 
 }  // namespace ddpkit::cli

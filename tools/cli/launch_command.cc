@@ -12,9 +12,13 @@ ABSL_FLAG(std::string, master_addr, "127.0.0.1", "host of rank 0, where the rend
 ABSL_FLAG(int32_t, master_port, 29500, "port of the rendezvous store");
 ABSL_FLAG(bool, standalone, false,
           "single node on a free local port (ignores --master-addr/--master-port)");
-ABSL_FLAG(double, teardown_grace, 3.0,
+ABSL_FLAG(double, teardown_grace, 2.0,
           "seconds the other ranks get to report their own errors after one fails, before they "
           "are stopped");
+
+ABSL_FLAG(int32_t, max_restarts, 0,
+          "times to start every rank again after one fails (as torchrun's --max-restarts); "
+          "pair with `ddpkit train --checkpoint-dir` so a restart resumes where the job left off");
 
 namespace ddpkit::cli {
 namespace {
@@ -28,11 +32,14 @@ int RunLaunch(const std::vector<std::string>& positionals) {
   options.master_port = absl::GetFlag(FLAGS_master_port);
   options.standalone = absl::GetFlag(FLAGS_standalone);
   options.teardown_grace = absl::Seconds(absl::GetFlag(FLAGS_teardown_grace));
+  options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   options.command = positionals;
   absl::StatusOr<jobs::LaunchResult> result = jobs::Launch(options);
   if (!result.ok()) return Fail("launch", result.status());
   if (!result->ok) {
-    std::cerr << "ddpkit launch: job failed: " << result->failure << "\n";
+    std::cerr << "ddpkit launch: job failed: " << result->failure;
+    if (result->restarts > 0) std::cerr << " (after " << result->restarts << " restart(s))";
+    std::cerr << "\n";
     return kExitFailure;
   }
   return kExitOk;
@@ -45,9 +52,9 @@ Subcommand LaunchSubcommand() {
           .summary = "start one process per rank with torchrun's environment (env:// rendezvous)",
           .usage =
               "ddpkit launch --nproc-per-node N [--nnodes M --node-rank K --master-addr A "
-              "--master-port P | --standalone] -- PROGRAM ARGS...",
+              "--master-port P | --standalone] [--max-restarts R] -- PROGRAM ARGS...",
           .flag_names = {"nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port",
-                         "standalone", "teardown_grace"},
+                         "standalone", "teardown_grace", "max_restarts"},
           .takes_positionals = true,
           .run = RunLaunch};
 }

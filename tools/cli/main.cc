@@ -6,5 +6,6 @@ int main(int argc, char** argv) {
                            {ddpkit::cli::TrainSubcommand(), ddpkit::cli::BucketsSubcommand(),
                             ddpkit::cli::JoinSubcommand(), ddpkit::cli::ContrastiveSubcommand(),
                             ddpkit::cli::LaunchSubcommand(), ddpkit::cli::BenchSubcommand(),
-                            ddpkit::cli::TraceSubcommand(), ddpkit::cli::FrSubcommand()});
+                            ddpkit::cli::TraceSubcommand(), ddpkit::cli::FrSubcommand(),
+                            ddpkit::cli::ChaosSubcommand()});
 }

@@ -31,7 +31,7 @@ ClassificationData MakeSyntheticClassification(int64_t rows, int64_t features, i
 }
 
 absl::StatusOr<ClassificationData> LoadClassificationData(const std::string& path, int64_t features,
-                                                          int64_t classes) {
+                                                          int64_t classes, EmptyData empty) {
   absl::StatusOr<SafetensorsFile> file = ReadSafetensors(path);
   if (!file.ok()) return file.status();
   const Tensor* x = file->Find("x");
@@ -54,7 +54,11 @@ absl::StatusOr<ClassificationData> LoadClassificationData(const std::string& pat
     return invalid("tensor 'y' must be int64 [", x->size(0), "] to match 'x', got ",
                    DTypeName(y->dtype()), ShapeString(y->shape()));
   }
-  if (x->size(0) == 0) return invalid("tensor 'x' has no rows");
+  if (x->size(0) == 0 && empty == EmptyData::kRefuse) {
+    return invalid(
+        "tensor 'x' has no rows: there is nothing to train on (a rank of `ddpkit join` "
+        "may have no data; `ddpkit train` shares one dataset among all ranks)");
+  }
   for (int64_t r = 0; r < y->numel(); ++r) {
     const int64_t label = y->data<int64_t>()[r];
     if (label < 0 || label >= classes) {

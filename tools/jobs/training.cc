@@ -1,7 +1,9 @@
 #include "tools/jobs/training.h"
 
 #include <algorithm>
+#include <fstream>
 
+#include "absl/strings/str_format.h"
 #include "autograd/grad_mode.h"
 #include "autograd/safetensors.h"
 
@@ -16,6 +18,50 @@ absl::StatusOr<std::vector<int64_t>> ValidateDdpTraining(const DdpTrainingConfig
     DDPKIT_RETURN_IF_ERROR(reducer::ParseBuiltinCommHook(config.comm_hook).status());
   }
   return widths;
+}
+
+double EstimateRankBytes(const std::vector<int64_t>& widths, int64_t batch_size,
+                         double data_bytes) {
+  double parameters = 0, activations = 0;
+  for (size_t l = 0; l + 1 < widths.size(); ++l) {
+    parameters += static_cast<double>(widths[l]) * static_cast<double>(widths[l + 1]) +
+                  static_cast<double>(widths[l + 1]);
+    activations += 2.0 * static_cast<double>(widths[l + 1]);  // Linear's output, then ReLU's
+  }
+  activations += static_cast<double>(widths.front());
+  const double kFloat = 4;
+  return kFloat * (4 * parameters + 2 * activations * static_cast<double>(batch_size)) + data_bytes;
+}
+
+namespace {
+
+// MemAvailable from /proc/meminfo, in bytes (0 when unknown).
+double AvailableMemory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string name;
+  double kib = 0;
+  std::string unit;
+  while (meminfo >> name >> kib >> unit) {
+    if (name == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+std::string GiB(double bytes) { return absl::StrFormat("%.1f GiB", bytes / (1 << 30)); }
+
+}  // namespace
+
+absl::Status CheckFitsInMemory(double bytes_per_rank, int ranks_here, std::string_view flags) {
+  const double needed = bytes_per_rank * ranks_here;
+  const double available = AvailableMemory();
+  if (available <= 0 || needed <= available) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat(
+      flags, " need about ", GiB(needed),
+      ranks_here > 1
+          ? StrCat(" (", GiB(bytes_per_rank), " per rank, ", ranks_here, " ranks in this process)")
+          : "",
+      " but this machine has ", GiB(available),
+      " available; use a smaller model, batch or dataset, or fewer ranks in this process"));
 }
 
 absl::StatusOr<std::shared_ptr<nn::Module>> BuildModel(const DdpTrainingConfig& config,

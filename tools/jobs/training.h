@@ -36,6 +36,21 @@ struct DdpTrainingConfig : WorldConfig {
 // optimizer or comm hook.
 absl::StatusOr<std::vector<int64_t>> ValidateDdpTraining(const DdpTrainingConfig& config);
 
+// --- Bounds: a size a user typed that cannot run is refused at once, before any allocation --
+
+// Iterations a job may run: its report keeps a few numbers per step.
+inline constexpr int64_t kMaxSteps = 10'000'000;
+
+// Bytes one rank of a DDP job holds, roughly: the parameters four times over (weights,
+// gradients, bucket buffers, momentum), each layer's activations and their gradients for a
+// micro-batch, and `data_bytes` of data. In double: the inputs may be absurd.
+double EstimateRankBytes(const std::vector<int64_t>& widths, int64_t batch_size, double data_bytes);
+
+// OK when `ranks_here` ranks of `bytes_per_rank` fit in this machine's available memory
+// (MemAvailable); otherwise InvalidArgument saying how much is needed, how much there is, and
+// which flags set it.
+absl::Status CheckFitsInMemory(double bytes_per_rank, int ranks_here, std::string_view flags);
+
 // The MLP of `widths`, initialised from the seed, then from the weights file when one is set.
 absl::StatusOr<std::shared_ptr<nn::Module>> BuildModel(const DdpTrainingConfig& config,
                                                        const std::vector<int64_t>& widths);

@@ -222,6 +222,29 @@ TEST(CliTest, JoinReadsPerRankFilesAndSavesTheFinalWeights) {
   EXPECT_TRUE(absl::StrContains(r.err, prefix + ".rank3.safetensors")) << r.err;
 }
 
+// A rank whose file has no rows joins at once and shadows every iteration (as PyTorch's Join
+// allows); `ddpkit train` has nothing to train on and says so.
+TEST(CliTest, ARankWithNoDataJoinsAtOnceButTrainRefusesEmptyData) {
+  const std::string prefix = testing::TempDir() + "/empty_rank_" + std::to_string(::getpid());
+  const int rows[] = {8, 0, 12};  // batch 4: 2, 0, 3 iterations
+  for (int r = 0; r < 3; ++r) {
+    ddpkit::Tensor x = ddpkit::Tensor::Zeros({rows[r], 6});
+    ddpkit::Tensor y = ddpkit::Tensor::Zeros({rows[r]}, ddpkit::DType::kInt64);
+    ASSERT_TRUE(ddpkit::WriteSafetensors(prefix + ".rank" + std::to_string(r) + ".safetensors",
+                                         {{"x", x}, {"y", y}})
+                    .ok());
+  }
+  Result r = RunDdpkit("join --json --data-per-rank " + prefix +
+                       " --world-size 3 --batch-size 4 --model mlp:6,8,3");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["inputs"], nlohmann::json::parse("[2, 0, 3]"));
+  EXPECT_EQ(report["models_identical"], true);
+  r = RunDdpkit("train --data " + prefix + ".rank1.safetensors --world-size 2 --model mlp:6,8,3");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "has no rows: there is nothing to train on")) << r.err;
+}
+
 TEST(CliTest, ContrastiveReportsTheCheckTheCurvesAndTheMemory) {
   const std::string dir = testing::TempDir() + "/contrastive_" + std::to_string(::getpid());
   Result r = RunDdpkit(

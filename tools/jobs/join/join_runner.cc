@@ -22,9 +22,10 @@ absl::Status Validate(const JoinRunConfig& config) {
         "--data-per-rank PREFIX (rank r reads PREFIX.rank<r>.safetensors)");
   }
   for (size_t r = 0; r < config.inputs.size(); ++r) {
-    if (config.inputs[r] < 0) {
+    if (config.inputs[r] < 0 || config.inputs[r] > kMaxSteps) {
       return absl::InvalidArgumentError(StrCat("--inputs: rank ", r, " has ", config.inputs[r],
-                                               " iterations; counts must be >= 0"));
+                                               " iterations; counts must be in [0, ", kMaxSteps,
+                                               "]"));
     }
   }
   if (config.backend != "threads") return absl::OkStatus();
@@ -84,7 +85,7 @@ absl::StatusOr<RankRows> LoadRankRows(const JoinRunConfig& config,
   if (config.data_prefix.empty()) return SyntheticRows(config, widths, rank);
   const std::string path = StrCat(config.data_prefix, ".rank", rank, ".safetensors");
   absl::StatusOr<ClassificationData> loaded =
-      LoadClassificationData(path, widths.front(), widths.back());
+      LoadClassificationData(path, widths.front(), widths.back(), EmptyData::kAllow);
   if (!loaded.ok()) {
     return absl::Status(loaded.status().code(),
                         StrCat("rank ", rank, ": ", loaded.status().message()));
@@ -307,6 +308,17 @@ absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config,
 absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
   DDPKIT_ASSIGN_OR_RETURN(const std::vector<int64_t> widths, ValidateDdpTraining(config));
   DDPKIT_RETURN_IF_ERROR(Validate(config));
+  const int64_t most =
+      config.inputs.empty() ? 0 : *std::max_element(config.inputs.begin(), config.inputs.end());
+  const double data_bytes = 4.0 * static_cast<double>(most) *
+                            static_cast<double>(config.batch_size) *
+                            static_cast<double>(widths.front() + 2);  // synthetic rows
+  DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
+                                           config.backend != "threads" ? 1
+                                           : config.world_size > 0
+                                               ? config.world_size
+                                               : static_cast<int>(config.inputs.size()),
+                                           "--model, --batch-size and --inputs"));
   TraceSession trace(config.trace_path, "join", WorldOf(config));
   DDPKIT_ASSIGN_OR_RETURN(JoinReport report, RunOnEveryRank<JoinReport>(
                                                  WorldOf(config), [&](comm::ProcessGroup& group) {

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,9 +14,11 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 
 #include "autograd/error.h"
+#include "comm/store/token.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -57,6 +60,7 @@ struct Rendezvous {
   std::string master_addr;
   int master_port = 0;
   int world_size = 1;
+  std::string store_token;  // DDPKIT_STORE_TOKEN: the user's (shared by every node), or drawn here
 };
 
 // Writes complete lines from `partial` + `data` with the rank prefix; keeps the unfinished tail.
@@ -87,6 +91,19 @@ std::string Describe(const Child& c) {
 
 bool Failed(const Child& c) { return !WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0; }
 
+// Whether `pid` is stopped (SIGSTOP, a debugger): state 'T' or 't' in /proc/PID/stat.
+bool IsStopped(pid_t pid) {
+  std::ifstream stat(StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');  // the command name may hold spaces and parentheses
+  return paren != std::string::npos && paren + 2 < line.size() &&
+         (line[paren + 2] == 'T' || line[paren + 2] == 't');
+}
+
+// How long a rank has between SIGTERM and SIGKILL when the launcher tears the job down.
+constexpr absl::Duration kKillAfterTerm = absl::Seconds(2);
+
 absl::Status Validate(const LaunchOptions& options) {
   if (options.command.empty()) {
     return absl::InvalidArgumentError(
@@ -99,6 +116,15 @@ absl::Status Validate(const LaunchOptions& options) {
         StrCat("need --nproc-per-node >= 1, --nnodes >= 1 and 0 <= "
                "--node-rank < --nnodes (got ",
                options.nproc_per_node, ", ", options.nnodes, ", ", options.node_rank, ")"));
+  }
+  if (options.nproc_per_node > kMaxLocalRanks) {
+    return absl::InvalidArgumentError(
+        StrCat("--nproc-per-node ", options.nproc_per_node, " is more than ", kMaxLocalRanks,
+               " processes on one node; start at most one rank per core (or per GPU)"));
+  }
+  if (options.max_restarts < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("--max-restarts must be 0 or more (got ", options.max_restarts, ")"));
   }
   if (options.standalone && options.nnodes != 1) {
     return absl::InvalidArgumentError("--standalone runs on one node: drop --nnodes");
@@ -113,12 +139,22 @@ absl::StatusOr<Rendezvous> ResolveRendezvous(const LaunchOptions& options) {
     rendezvous.master_addr = "127.0.0.1";
     DDPKIT_ASSIGN_OR_RETURN(rendezvous.master_port, PickFreePort());
   }
+  if (const char* token = std::getenv(comm::kStoreTokenEnv); token != nullptr && *token != '\0') {
+    rendezvous.store_token = token;
+  } else {
+    DDPKIT_ASSIGN_OR_RETURN(rendezvous.store_token, comm::NewStoreToken());
+  }
   return rendezvous;
 }
 
 // In the forked child: torchrun's environment, then the program. Never returns.
 [[noreturn]] void ExecRank(const LaunchOptions& options, const Rendezvous& rendezvous, int rank,
-                           int local_rank, int out_fd, int err_fd) {
+                           int local_rank, int restart, pid_t launcher, int out_fd, int err_fd) {
+  // A process group of its own, so the launcher can end the rank with whatever it started; and
+  // death with the launcher, so a killed launcher leaves no rank holding the job's ports.
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(1);  // the launcher died before prctl took effect
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(err_fd, STDERR_FILENO);
   ::signal(SIGINT, SIG_DFL);
@@ -130,6 +166,8 @@ absl::StatusOr<Rendezvous> ResolveRendezvous(const LaunchOptions& options) {
   ::setenv("LOCAL_RANK", std::to_string(local_rank).c_str(), 1);
   ::setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node).c_str(), 1);
   ::setenv("GROUP_RANK", std::to_string(options.node_rank).c_str(), 1);
+  ::setenv("DDPKIT_RESTART_COUNT", std::to_string(restart).c_str(), 1);
+  ::setenv(comm::kStoreTokenEnv, rendezvous.store_token.c_str(), 1);
   std::vector<char*> argv;
   for (const std::string& arg : options.command) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
@@ -139,7 +177,8 @@ absl::StatusOr<Rendezvous> ResolveRendezvous(const LaunchOptions& options) {
 }
 
 // Starts the local rank `local` with its stdout and stderr on pipes the launcher reads.
-absl::StatusOr<Child> Spawn(const LaunchOptions& options, const Rendezvous& rendezvous, int local) {
+absl::StatusOr<Child> Spawn(const LaunchOptions& options, const Rendezvous& rendezvous, int local,
+                            int restart) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) {
     return absl::UnavailableError(StrCat("pipe: ", std::strerror(errno)));
@@ -151,8 +190,12 @@ absl::StatusOr<Child> Spawn(const LaunchOptions& options, const Rendezvous& rend
   }
   Child child;
   child.rank = options.node_rank * options.nproc_per_node + local;
+  const pid_t launcher = ::getpid();
   child.pid = ::fork();
-  if (child.pid == 0) ExecRank(options, rendezvous, child.rank, local, out[1], err[1]);
+  if (child.pid == 0) {
+    ExecRank(options, rendezvous, child.rank, local, restart, launcher, out[1], err[1]);
+  }
+  if (child.pid > 0) ::setpgid(child.pid, child.pid);  // also here: no signal races the child's
   ::close(out[1]);
   ::close(err[1]);
   if (child.pid < 0) {
@@ -247,32 +290,42 @@ class Supervisor {
                        [](const Child& c) { return c.out_fd >= 0 || c.err_fd >= 0; });
   }
 
-  // SIGINT/SIGTERM to the launcher go to every rank; SIGKILL follows 5 s later.
+  // SIGINT/SIGTERM to the launcher go to every rank; SIGKILL follows kKillAfterTerm later.
   void ForwardSignals() {
     if (pending_signal == 0) return;
     const int signal = pending_signal;
     pending_signal = 0;
     Signal(signal);
+    result_.interrupted = true;
     if (result_.ok) {
       result_.ok = false;
       result_.failure = StrCat("interrupted by signal ", signal, " (", strsignal(signal), ")");
     }
-    kill_at_ = std::min(kill_at_, absl::Now() + absl::Seconds(5));
+    Signal(SIGCONT);
+    kill_at_ = std::min(kill_at_, absl::Now() + kKillAfterTerm);
   }
 
-  // After a failure and the grace: SIGTERM to the rest, SIGKILL 5 s later.
+  // After a failure and the grace (cut short when every rank still running is stopped, since a
+  // stopped rank reports nothing): SIGTERM to the rest, SIGKILL kKillAfterTerm later.
   void EnforceTeardown() {
-    if (!terminated_ && absl::Now() >= teardown_at_) {
+    if (!terminated_ && (absl::Now() >= teardown_at_ || (!result_.ok && OnlyStoppedRemain()))) {
       terminated_ = true;
       Signal(SIGTERM);
-      kill_at_ = absl::Now() + absl::Seconds(5);
+      Signal(SIGCONT);  // a stopped rank acts on SIGTERM only once continued
+      kill_at_ = absl::Now() + kKillAfterTerm;
     }
     if (absl::Now() >= kill_at_) Signal(SIGKILL);
   }
 
+  bool OnlyStoppedRemain() const {
+    return std::all_of(children_.begin(), children_.end(),
+                       [](const Child& c) { return !c.running || IsStopped(c.pid); });
+  }
+
+  // To the rank's whole process group: whatever the rank started ends with it.
   void Signal(int signal) {
     for (Child& c : children_) {
-      if (c.running) ::kill(c.pid, signal);
+      if (c.running) ::kill(-c.pid, signal);
     }
   }
 
@@ -300,13 +353,14 @@ absl::StatusOr<int> PickFreePort() {
   return static_cast<int>(ntohs(addr.sin_port));
 }
 
-absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options) {
-  DDPKIT_RETURN_IF_ERROR(Validate(options));
-  DDPKIT_ASSIGN_OR_RETURN(const Rendezvous rendezvous, ResolveRendezvous(options));
-  SignalRecorder signals;
+namespace {
+
+// One run of the job: every local rank started, then supervised until all have exited.
+absl::StatusOr<LaunchResult> RunOnce(const LaunchOptions& options, const Rendezvous& rendezvous,
+                                     int restart) {
   std::vector<Child> children;
   for (int local = 0; local < options.nproc_per_node; ++local) {
-    absl::StatusOr<Child> child = Spawn(options, rendezvous, local);
+    absl::StatusOr<Child> child = Spawn(options, rendezvous, local, restart);
     if (!child.ok()) {
       Supervisor(std::move(children), options.teardown_grace).KillAll();
       return child.status();
@@ -314,6 +368,26 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options) {
     children.push_back(*std::move(child));
   }
   return Supervisor(std::move(children), options.teardown_grace).Run();
+}
+
+}  // namespace
+
+absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options) {
+  DDPKIT_RETURN_IF_ERROR(Validate(options));
+  DDPKIT_ASSIGN_OR_RETURN(Rendezvous rendezvous, ResolveRendezvous(options));
+  SignalRecorder signals;
+  for (int restart = 0;; ++restart) {
+    DDPKIT_ASSIGN_OR_RETURN(LaunchResult result, RunOnce(options, rendezvous, restart));
+    result.restarts = restart;
+    if (result.ok || result.interrupted || restart == options.max_restarts || pending_signal != 0) {
+      return result;
+    }
+    std::cerr << "ddpkit launch: " << result.failure << "; restarting every rank (restart "
+              << restart + 1 << " of " << options.max_restarts << ")" << std::endl;
+    if (options.standalone) {  // the old port may linger in TIME_WAIT
+      DDPKIT_ASSIGN_OR_RETURN(rendezvous.master_port, PickFreePort());
+    }
+  }
 }
 
 }  // namespace ddpkit::jobs

@@ -1,0 +1,136 @@
+// `ddpkit launch` when things go wrong: no orphans when the launcher dies, restarts that resume
+// from a checkpoint and lose nothing, and `ddpkit chaos` — signalled ranks end the job clearly,
+// in time, with nothing left over.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/run_command.h"
+
+namespace {
+
+using Result = ddpkit::testing_util::CommandResult;
+const std::string kDdpkit = DDPKIT_BINARY_DIR "/bin/ddpkit";
+
+Result RunShell(const std::string& command) {
+  return ddpkit::testing_util::RunCommandMerged(command);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Alive and not a zombie (an orphan's zombie waits for a reaper, but holds no ports).
+bool Alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && line[paren + 2] != 'Z';
+}
+
+TEST(LaunchTest, KillingTheLauncherEndsEveryRank) {
+  const std::string dir = ::testing::TempDir() + "/orphans_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  // The ranks write their pids, then wait; the launcher is killed with SIGKILL (no handler).
+  const std::string command = kDdpkit +
+                              " launch --standalone --nproc-per-node 3 -- sh -c 'echo $$ > " + dir +
+                              "/pid.$RANK; exec sleep 60' > /dev/null 2>&1 & echo $!";
+  Result started = RunShell(command);
+  const pid_t launcher = std::stoi(started.out);
+  std::vector<pid_t> ranks;
+  for (int attempt = 0; attempt < 200 && ranks.size() < 3; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ranks.clear();
+    for (int r = 0; r < 3; ++r) {
+      const std::string text = ReadFile(dir + "/pid." + std::to_string(r));
+      if (!text.empty()) ranks.push_back(std::stoi(text));
+    }
+  }
+  ASSERT_EQ(ranks.size(), 3u);
+  ASSERT_EQ(::kill(launcher, SIGKILL), 0);
+  for (pid_t pid : ranks) {
+    for (int attempt = 0; attempt < 100 && Alive(pid); ++attempt) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_FALSE(Alive(pid)) << "rank pid " << pid << " outlived its launcher";
+  }
+}
+
+TEST(LaunchTest, MaxRestartsStartsEveryRankAgainUntilTheJobSucceeds) {
+  // Rank 1 fails in the first run only; the ranks see which run they are in.
+  const std::string flaky =
+      " -- sh -c 'if [ $DDPKIT_RESTART_COUNT = 0 ] && [ $RANK = 1 ]; then exit 3; fi; "
+      "echo run $DDPKIT_RESTART_COUNT'";
+  Result r = RunShell(kDdpkit + " launch --standalone --nproc-per-node 2 --max-restarts 2" + flaky);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(
+      absl::StrContains(r.out, "exited with code 3; restarting every rank (restart 1 of 2)"))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "[rank 0] run 1")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "[rank 1] run 1")) << r.out;
+
+  r = RunShell(kDdpkit +
+               " launch --standalone --nproc-per-node 2 --max-restarts 1 -- sh -c 'exit 4'");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "exited with code 4 (after 1 restart(s))")) << r.out;
+  r = RunShell(kDdpkit + " launch --max-restarts -1 -- true");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "--max-restarts must be 0 or more")) << r.out;
+}
+
+// The whole story: a rank dies mid-training (after step 3), the launcher restarts every rank,
+// they resume from the last checkpoint, and the job ends with exactly the weights of a run that
+// was never interrupted.
+TEST(LaunchTest, ARestartResumesFromTheCheckpointAndEndsBitwiseEqual) {
+  const std::string dir = ::testing::TempDir() + "/restart_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string train = kDdpkit +
+                            " train --backend gloo --model mlp:8,16,4 --batch-size 8 "
+                            "--momentum 0.9 --timeout 20 ";
+  Result whole = RunShell(kDdpkit + " launch --standalone --nproc-per-node 2 -- " + train +
+                          "--steps 6 --save-weights " + dir + "/whole.safetensors");
+  ASSERT_EQ(whole.status, 0) << whole.out;
+  // First run: rank 1 trains 3 steps (every step checkpointed), then dies; rank 0 fails at its
+  // 4th step. The restart runs both to step 6 from the step-3 checkpoint.
+  const std::string run = train + "--checkpoint-dir " + dir + "/ckpt --checkpoint-every 1 " +
+                          "--save-weights " + dir + "/restarted.safetensors --steps";
+  const std::string script = "if [ $DDPKIT_RESTART_COUNT = 0 ] && [ $RANK = 1 ]; then " + run +
+                             " 3 && exit 1; fi; exec " + run + " 6";
+  Result restarted =
+      RunShell(kDdpkit + " launch --standalone --nproc-per-node 2 --max-restarts 1 -- sh -c '" +
+               script + "'");
+  ASSERT_EQ(restarted.status, 0) << restarted.out;
+  EXPECT_TRUE(absl::StrContains(restarted.out, "restarting every rank (restart 1 of 1)"))
+      << restarted.out;
+  EXPECT_TRUE(absl::StrContains(restarted.out, "step 3")) << restarted.out;
+  const std::string a = ReadFile(dir + "/whole.safetensors");
+  const std::string b = ReadFile(dir + "/restarted.safetensors");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the restarted job's weights differ from the uninterrupted job's";
+}
+
+// CI's short chaos run: every signalled job ends with a clear error within timeout + 5 s and
+// leaves no process behind (`ddpkit chaos` exits 0 only then).
+TEST(ChaosTest, SignalledJobsEndClearlyInTimeWithNothingLeftOver) {
+  const std::string dir = ::testing::TempDir() + "/chaos_" + std::to_string(::getpid());
+  Result r = RunShell(kDdpkit +
+                      " chaos --trials 4 --job-timeout 3 --chaos-seed 11 --max-delay 2 "
+                      "--log-dir " +
+                      dir);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "4 trials: 4 ended with a clear error")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "0 over); 0 process(es) left over")) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,103 @@
+// `ddpkit chaos`: N trials of a gloo job under the launcher, a random rank signalled at a random
+// moment in each; one row per trial and a summary (trials, clear errors, the longest time from
+// the signal to the job's end, processes left over).
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "autograd/error.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/print_json.h"
+#include "tools/jobs/chaos/chaos.h"
+
+ABSL_FLAG(int32_t, trials, 50, "jobs to start, one signal each");
+ABSL_FLAG(uint64_t, chaos_seed, 1, "seed for every random choice (job, ranks, signal, moment)");
+ABSL_FLAG(int32_t, job_timeout, 10, "each job's --timeout, in seconds");
+ABSL_FLAG(std::string, ranks, "2-4", "MIN-MAX ranks per job");
+ABSL_FLAG(std::string, jobs, "train,join", "jobs to draw from: train, join");
+ABSL_FLAG(std::string, signals, "KILL,STOP,TERM", "signals to draw from: KILL, STOP, TERM");
+ABSL_FLAG(double, max_delay, 4, "the signal comes uniformly within this many seconds of the start");
+ABSL_FLAG(std::string, log_dir, "ddpkit_chaos", "each trial's output: LOG_DIR/trial-N.log");
+ABSL_FLAG(bool, chaos_json, false, "print only a JSON report on stdout");
+
+namespace ddpkit::cli {
+namespace {
+
+constexpr char kRowFormat[] = "%5s  %-5s  %5s  %-6s  %6s  %6s  %8s  %4s  %5s  %4s  %s\n";
+
+void PrintRow(const jobs::ChaosTrial& t) {
+  std::cout << absl::StrFormat(
+      kRowFormat, StrCat(t.trial()), t.job(), StrCat(t.ranks()), t.signal(), StrCat(t.victim()),
+      absl::StrFormat("%.2f", t.signal_at_s()), absl::StrFormat("%.2f", t.ended_after_s()),
+      StrCat(t.exit_code()), t.clear_error() ? "yes" : "NO", StrCat(t.left_over()), t.diagnosis());
+  std::cout.flush();
+}
+
+absl::StatusOr<jobs::ChaosConfig> ConfigFromFlags() {
+  jobs::ChaosConfig config;
+  config.trials = absl::GetFlag(FLAGS_trials);
+  config.seed = absl::GetFlag(FLAGS_chaos_seed);
+  config.timeout_s = absl::GetFlag(FLAGS_job_timeout);
+  config.max_delay_s = absl::GetFlag(FLAGS_max_delay);
+  config.log_dir = absl::GetFlag(FLAGS_log_dir);
+  const std::string ranks = absl::GetFlag(FLAGS_ranks);
+  std::vector<std::string> bounds = absl::StrSplit(ranks, '-');
+  if (bounds.size() == 1) bounds.push_back(bounds[0]);
+  if (bounds.size() != 2 || !absl::SimpleAtoi(bounds[0], &config.min_ranks) ||
+      !absl::SimpleAtoi(bounds[1], &config.max_ranks)) {
+    return absl::InvalidArgumentError(
+        StrCat("--ranks must be MIN-MAX, e.g. 2-4, got '", ranks, "'"));
+  }
+  config.jobs = absl::StrSplit(absl::GetFlag(FLAGS_jobs), ',', absl::SkipEmpty());
+  config.signals = absl::StrSplit(absl::GetFlag(FLAGS_signals), ',', absl::SkipEmpty());
+  return config;
+}
+
+void PrintSummary(const jobs::ChaosReport& r) {
+  std::cout << absl::StrFormat(
+      "\n%d trials: %d ended with a clear error; longest from the signal to the job's end "
+      "%.2f s (target: timeout %d s + 5 s, %d over); %d process(es) left over\n",
+      r.trials(), r.clear_errors(), r.longest_end_s(), r.timeout_s(), r.over_deadline(),
+      r.left_over());
+}
+
+int RunChaos(const std::vector<std::string>&) {
+  absl::StatusOr<jobs::ChaosConfig> config = ConfigFromFlags();
+  if (!config.ok()) return Fail("chaos", config.status());
+  const bool json = absl::GetFlag(FLAGS_chaos_json);
+  if (!json) {
+    std::cout << "ddpkit chaos: " << config->trials
+              << " gloo jobs under `ddpkit launch`, --timeout " << config->timeout_s
+              << " s; logs in " << config->log_dir << "/\n\n"
+              << absl::StrFormat(kRowFormat, "trial", "job", "ranks", "signal", "victim", "at_s",
+                                 "ended_s", "exit", "clear", "left", "diagnosis");
+  }
+  absl::StatusOr<jobs::ChaosReport> report =
+      jobs::RunChaos(*config, json ? jobs::ChaosObserver() : PrintRow);
+  if (!report.ok()) return Fail("chaos", report.status());
+  if (json) {
+    PrintJson(*report);
+  } else {
+    PrintSummary(*report);
+  }
+  const bool clean = report->clear_errors() == report->trials() && report->over_deadline() == 0 &&
+                     report->left_over() == 0;
+  return clean ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+Subcommand ChaosSubcommand() {
+  return {.name = "chaos",
+          .summary = "signal a random rank of gloo jobs at random moments; measure how they end",
+          .usage =
+              "ddpkit chaos [--trials N] [--job-timeout S] [--ranks 2-4] [--jobs train,join] "
+              "[--signals KILL,STOP,TERM] [--max-delay S] [--log-dir DIR]",
+          .flag_names = {"trials", "chaos_seed", "job_timeout", "ranks", "jobs", "signals",
+                         "max_delay", "log_dir", "chaos_json"},
+          .run = RunChaos};
+}
+
+}  // namespace ddpkit::cli
