@@ -4,8 +4,10 @@
 #   1. the normal build, all tests;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, all tests;
 #   3. a ThreadSanitizer build, the threaded tests (labels comm, join, reducer; not gloo, because
-#      Debian's libgloo is not TSan-instrumented and its own threads would be misreported).
-# Skip 2 and 3 with DDPKIT_SKIP_SANITIZERS=1 for a quick local run.
+#      Debian's libgloo is not TSan-instrumented and its own threads would be misreported);
+#   4. the fuzzers: the parsers of untrusted bytes under libFuzzer, 30 s each
+#      (tools/scripts/fuzz.sh; a clang build of only what they need, in build-fuzz/).
+# Skip 2 and 3 with DDPKIT_SKIP_SANITIZERS=1, and 4 with DDPKIT_SKIP_FUZZ=1, for a quick local run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 jobs="$(nproc)"
@@ -32,4 +34,9 @@ if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
     -DDDPKIT_SANITIZE=thread -DDDPKIT_BUILD_BENCHMARKS=OFF
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --test-dir "$root/build-tsan" -L 'comm|join|reducer' --output-on-failure --parallel "$jobs"
+fi
+
+if [ "${DDPKIT_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== ddpkit: fuzz the parsers (build-fuzz/, 30 s per harness)"
+  bash "$root/tools/scripts/fuzz.sh" 30
 fi

@@ -14,6 +14,7 @@ DDPKIT_DEBIAN_PACKAGES=(
   libgtest-dev libgmock-dev            # tests
   libbenchmark-dev                     # benchmarks
   clang-format                         # the format check (tools/scripts/check_format.sh)
+  clang libclang-rt-14-dev             # the fuzz build: clang and libFuzzer (tools/scripts/fuzz.sh)
 )
 
 missing=()
