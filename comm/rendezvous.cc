@@ -81,6 +81,7 @@ absl::StatusOr<EnvRendezvous> ReadEnvRendezvous() {
     DDPKIT_ASSIGN_OR_RETURN(env.local_rank, Integer("LOCAL_RANK", v, 0, env.local_world_size - 1));
   }
   if (const char* v = std::getenv(kStoreTokenEnv)) env.store_token = v;
+  if (const char* v = std::getenv("DDPKIT_LOCAL_ADDR")) env.local_addr = v;
   return env;
 }
 
@@ -104,12 +105,14 @@ absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitGloo(
   }
   world->store_ = *std::move(store);
   DDPKIT_RETURN_IF_ERROR(world->store_->Set(ArrivedKey(env.rank), "1"));
-  // Gloo listens on the address peers reach this host by: loopback for a local job.
+  // Gloo listens on the address peers reach this host by: the one given, else loopback for a
+  // local job, else the host name.
   const bool local = env.master_addr == "localhost" || absl::StartsWith(env.master_addr, "127.");
   char host[256] = "localhost";
   if (!local) ::gethostname(host, sizeof(host));
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> group = CreateGlooProcessGroup(
-      env.rank, env.world_size, world->store_, local ? "127.0.0.1" : host, options);
+  const std::string listen = !env.local_addr.empty() ? env.local_addr : local ? "127.0.0.1" : host;
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      CreateGlooProcessGroup(env.rank, env.world_size, world->store_, listen, options);
   if (!group.ok()) {
     return RendezvousFailure(group.status(), *world->store_, env.world_size,
                              DiagnosisTime(options));

@@ -1,6 +1,9 @@
 // Running a command (usually build/bin/ddpkit) from a test: its exit status and its output.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -63,6 +66,19 @@ inline std::string SendFrDumpsToTempDir(const std::string& name) {
   std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid());
   ::setenv("DDPKIT_FR_DUMP_DIR", dir.c_str(), 1);
   return dir;
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago (for a job given --master-port).
+inline int FreeLocalPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
 }
 
 }  // namespace ddpkit::testing_util

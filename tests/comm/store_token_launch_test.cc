@@ -1,8 +1,5 @@
 // A guarded store in a real job: `ddpkit launch` hands its ranks a token, and a stranger that
 // connects to MASTER_PORT while the job trains is turned away without disturbing it.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,22 +15,9 @@
 namespace ddpkit::comm {
 namespace {
 
-// A port on 127.0.0.1 that was free a moment ago.
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST(StoreTokenLaunchTest, AStrangerIsRejectedWhileTheJobTrainsOn) {
   ::unsetenv(kStoreTokenEnv);  // the launcher draws one
-  const int port = FreePort();
+  const int port = testing_util::FreeLocalPort();
   testing_util::CommandResult job;
   std::atomic<bool> finished = false;
   std::thread launcher([&] {

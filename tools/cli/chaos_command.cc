@@ -8,19 +8,18 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "autograd/error.h"
+#include "tools/cli/comm_flags.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/job_flags.h"
 #include "tools/cli/print_json.h"
 #include "tools/jobs/chaos/chaos.h"
 
 ABSL_FLAG(int32_t, trials, 50, "jobs to start, one signal each");
-ABSL_FLAG(uint64_t, chaos_seed, 1, "seed for every random choice (job, ranks, signal, moment)");
-ABSL_FLAG(int32_t, job_timeout, 10, "each job's --timeout, in seconds");
 ABSL_FLAG(std::string, ranks, "2-4", "MIN-MAX ranks per job");
 ABSL_FLAG(std::string, jobs, "train,join", "jobs to draw from: train, join");
 ABSL_FLAG(std::string, signals, "KILL,STOP,TERM", "signals to draw from: KILL, STOP, TERM");
 ABSL_FLAG(double, max_delay, 4, "the signal comes uniformly within this many seconds of the start");
 ABSL_FLAG(std::string, log_dir, "ddpkit_chaos", "each trial's output: LOG_DIR/trial-N.log");
-ABSL_FLAG(bool, chaos_json, false, "print only a JSON report on stdout");
 
 namespace ddpkit::cli {
 namespace {
@@ -38,8 +37,15 @@ void PrintRow(const jobs::ChaosTrial& t) {
 absl::StatusOr<jobs::ChaosConfig> ConfigFromFlags() {
   jobs::ChaosConfig config;
   config.trials = absl::GetFlag(FLAGS_trials);
-  config.seed = absl::GetFlag(FLAGS_chaos_seed);
-  config.timeout_s = absl::GetFlag(FLAGS_job_timeout);
+  // The shared flags, with chaos's own defaults: seed 1 (any fixed seed repeats a run), and a
+  // 10 s timeout for each job (a trial with a stopped rank lasts about that long).
+  config.seed = FlagDiffersFromDefault("seed") ? absl::GetFlag(FLAGS_seed) : 1;
+  const double timeout = FlagDiffersFromDefault("timeout") ? absl::GetFlag(FLAGS_timeout) : 10;
+  if (timeout != static_cast<int>(timeout) || timeout < 1) {
+    return absl::InvalidArgumentError(
+        StrCat("--timeout must be a whole number of seconds >= 1 for chaos, got ", timeout));
+  }
+  config.timeout_s = static_cast<int>(timeout);
   config.max_delay_s = absl::GetFlag(FLAGS_max_delay);
   config.log_dir = absl::GetFlag(FLAGS_log_dir);
   const std::string ranks = absl::GetFlag(FLAGS_ranks);
@@ -66,7 +72,7 @@ void PrintSummary(const jobs::ChaosReport& r) {
 int RunChaos(const std::vector<std::string>&) {
   absl::StatusOr<jobs::ChaosConfig> config = ConfigFromFlags();
   if (!config.ok()) return Fail("chaos", config.status());
-  const bool json = absl::GetFlag(FLAGS_chaos_json);
+  const bool json = absl::GetFlag(FLAGS_json);
   if (!json) {
     std::cout << "ddpkit chaos: " << config->trials
               << " gloo jobs under `ddpkit launch`, --timeout " << config->timeout_s
@@ -93,10 +99,10 @@ Subcommand ChaosSubcommand() {
   return {.name = "chaos",
           .summary = "signal a random rank of gloo jobs at random moments; measure how they end",
           .usage =
-              "ddpkit chaos [--trials N] [--job-timeout S] [--ranks 2-4] [--jobs train,join] "
+              "ddpkit chaos [--trials N] [--timeout S] [--ranks 2-4] [--jobs train,join] "
               "[--signals KILL,STOP,TERM] [--max-delay S] [--log-dir DIR]",
-          .flag_names = {"trials", "chaos_seed", "job_timeout", "ranks", "jobs", "signals",
-                         "max_delay", "log_dir", "chaos_json"},
+          .flag_names = {"trials", "seed", "timeout", "ranks", "jobs", "signals", "max_delay",
+                         "log_dir", "json"},
           .run = RunChaos};
 }
 

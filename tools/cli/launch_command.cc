@@ -10,6 +10,10 @@ ABSL_FLAG(int32_t, nnodes, 1, "nodes in the job");
 ABSL_FLAG(int32_t, node_rank, 0, "this node's index, 0 .. nnodes-1");
 ABSL_FLAG(std::string, master_addr, "127.0.0.1", "host of rank 0, where the rendezvous store runs");
 ABSL_FLAG(int32_t, master_port, 29500, "port of the rendezvous store");
+ABSL_FLAG(std::string, local_addr, "",
+          "this node's address, where its ranks listen for their peers (default: 127.0.0.1 for "
+          "a loopback --master-addr, else the host name); e.g. 127.0.0.2 for a second node on "
+          "one machine");
 ABSL_FLAG(bool, standalone, false,
           "single node on a free local port (ignores --master-addr/--master-port)");
 ABSL_FLAG(double, teardown_grace, 2.0,
@@ -29,6 +33,7 @@ int RunLaunch(const std::vector<std::string>& positionals) {
   options.nnodes = absl::GetFlag(FLAGS_nnodes);
   options.node_rank = absl::GetFlag(FLAGS_node_rank);
   options.master_addr = absl::GetFlag(FLAGS_master_addr);
+  options.local_addr = absl::GetFlag(FLAGS_local_addr);
   options.master_port = absl::GetFlag(FLAGS_master_port);
   options.standalone = absl::GetFlag(FLAGS_standalone);
   options.teardown_grace = absl::Seconds(absl::GetFlag(FLAGS_teardown_grace));
@@ -54,7 +59,7 @@ Subcommand LaunchSubcommand() {
               "ddpkit launch --nproc-per-node N [--nnodes M --node-rank K --master-addr A "
               "--master-port P | --standalone] [--max-restarts R] -- PROGRAM ARGS...",
           .flag_names = {"nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port",
-                         "standalone", "teardown_grace", "max_restarts"},
+                         "local_addr", "standalone", "teardown_grace", "max_restarts"},
           .takes_positionals = true,
           .run = RunLaunch};
 }

@@ -167,6 +167,7 @@ absl::StatusOr<Rendezvous> ResolveRendezvous(const LaunchOptions& options) {
   ::setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node).c_str(), 1);
   ::setenv("GROUP_RANK", std::to_string(options.node_rank).c_str(), 1);
   ::setenv("DDPKIT_RESTART_COUNT", std::to_string(restart).c_str(), 1);
+  if (!options.local_addr.empty()) ::setenv("DDPKIT_LOCAL_ADDR", options.local_addr.c_str(), 1);
   ::setenv(comm::kStoreTokenEnv, rendezvous.store_token.c_str(), 1);
   std::vector<char*> argv;
   for (const std::string& arg : options.command) argv.push_back(const_cast<char*>(arg.c_str()));

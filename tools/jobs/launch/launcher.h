@@ -27,6 +27,7 @@ struct LaunchOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
+  std::string local_addr;  // this node's address for the ranks' sockets (DDPKIT_LOCAL_ADDR)
   int master_port = 29500;
   bool standalone = false;  // single node, a free local port
   absl::Duration teardown_grace = absl::Seconds(2);

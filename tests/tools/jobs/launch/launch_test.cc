@@ -120,12 +120,62 @@ TEST(LaunchTest, ARestartResumesFromTheCheckpointAndEndsBitwiseEqual) {
   EXPECT_TRUE(a == b) << "the restarted job's weights differ from the uninterrupted job's";
 }
 
+// `ddpkit launch` for node `node` of two, two ranks each, the second node on 127.0.0.2.
+std::string NodeLauncher(int node, int port, const std::string& program) {
+  return absl::StrCat("DDPKIT_STORE_TOKEN=two-nodes-", port, " ", kDdpkit,
+                      " launch --nnodes 2 --nproc-per-node 2 --node-rank ", node,
+                      " --master-addr 127.0.0.1 --master-port ", port, " --local-addr 127.0.0.",
+                      node + 1, " -- ", program);
+}
+
+// Two launchers on one machine (loopback addresses 127.0.0.1 and 127.0.0.2) form one job of 4
+// ranks, which trains exactly as 4 ranks on one node.
+TEST(TwoNodesTest, TwoLaunchersFormOneJobThatEqualsTheSingleNodeRun) {
+  const std::string dir = ::testing::TempDir() + "/two_nodes_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string train = kDdpkit +
+                            " train --backend gloo --model mlp:8,16,4 --batch-size 8 --steps 5 "
+                            "--timeout 30 --save-weights ";
+  Result one = RunShell(kDdpkit + " launch --standalone --nproc-per-node 4 -- " + train + dir +
+                        "/one_node.safetensors");
+  ASSERT_EQ(one.status, 0) << one.out;
+  const int port = ddpkit::testing_util::FreeLocalPort();
+  Result two = RunShell("(" + NodeLauncher(1, port, train + dir + "/unused.safetensors") + " > " +
+                        dir + "/node1.log 2>&1 &) ; " +
+                        NodeLauncher(0, port, train + dir + "/two_nodes.safetensors"));
+  ASSERT_EQ(two.status, 0) << two.out << ReadFile(dir + "/node1.log");
+  EXPECT_TRUE(absl::StrContains(two.out, "world: 4 ranks (gloo)")) << two.out;
+  const std::string a = ReadFile(dir + "/one_node.safetensors");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == ReadFile(dir + "/two_nodes.safetensors"));
+}
+
+// Killing one node's launcher (its ranks die with it) ends the other node's job within the
+// timeout + 5 s, with an error.
+TEST(TwoNodesTest, KillingOneNodesLauncherEndsTheOtherWithinTheTimeout) {
+  const int port = ddpkit::testing_util::FreeLocalPort();
+  const std::string train = kDdpkit + " train --backend gloo --steps 10000000 --timeout 5";
+  const std::string log = ::testing::TempDir() + "/node0_" + std::to_string(::getpid()) + ".log";
+  Result r = RunShell("(" + NodeLauncher(1, port, train) +
+                      " > /dev/null 2>&1 & pid=$!; sleep 2; kill -9 $pid) & start=$(date +%s%N); " +
+                      NodeLauncher(0, port, train) + " > " + log +
+                      " 2>&1; status=$?; echo status=$status ms=$(( ($(date +%s%N) - start) / "
+                      "1000000 ))");
+  const std::string node0 = ReadFile(log);
+  EXPECT_TRUE(absl::StrContains(node0, "world: 4 ranks (gloo)")) << node0;  // it had started
+  EXPECT_TRUE(absl::StrContains(node0, "ddpkit launch: job failed")) << node0;
+  EXPECT_TRUE(absl::StrContains(r.out, "status=1")) << r.out;
+  const size_t at = r.out.find("ms=");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_LT(std::stod(r.out.substr(at + 3)), 1000 * (2 + 5 + 5)) << r.out;  // kill at 2 s, +5+5
+}
+
 // CI's short chaos run: every signalled job ends with a clear error within timeout + 5 s and
 // leaves no process behind (`ddpkit chaos` exits 0 only then).
 TEST(ChaosTest, SignalledJobsEndClearlyInTimeWithNothingLeftOver) {
   const std::string dir = ::testing::TempDir() + "/chaos_" + std::to_string(::getpid());
   Result r = RunShell(kDdpkit +
-                      " chaos --trials 4 --job-timeout 3 --chaos-seed 11 --max-delay 2 "
+                      " chaos --trials 4 --timeout 3 --seed 11 --max-delay 2 "
                       "--log-dir " +
                       dir);
   EXPECT_EQ(r.status, 0) << r.out;
