@@ -487,6 +487,10 @@ absl::StatusOr<std::string> TcpStore::RoundTrip(const std::string& request,
 }
 
 namespace {
+// A parked get or wait is answered by the server at its own deadline; the reply may take this
+// long on top. Short, so a store host that stops mid-wait costs the wait's timeout, not 10 s more.
+constexpr absl::Duration kParkedReplyGrace = absl::Seconds(1);
+
 // `wait` is how long the server may park the request (get, wait; zero for the others), and
 // `reply_timeout` how long its reply may take to arrive on top.
 absl::StatusOr<StoreResponse> Call(
@@ -528,7 +532,7 @@ absl::StatusOr<std::string> TcpStore::Get(const std::string& key, absl::Duration
   request.mutable_get()->set_timeout_ms(Millis(timeout));
   auto rt = [this](const std::string& p, absl::Duration t) { return RoundTrip(p, t); };
   absl::StatusOr<StoreResponse> response =
-      Call(request, timeout, kStoreReplyTimeout, rt, "get", address_);
+      Call(request, timeout, kParkedReplyGrace, rt, "get", address_);
   if (!response.ok()) return response.status();
   return response->value();
 }
@@ -550,7 +554,7 @@ absl::Status TcpStore::Wait(const std::vector<std::string>& keys, absl::Duration
   for (const std::string& k : keys) request.mutable_wait()->add_keys(k);
   request.mutable_wait()->set_timeout_ms(Millis(timeout));
   auto rt = [this](const std::string& p, absl::Duration t) { return RoundTrip(p, t); };
-  return Call(request, timeout, kStoreReplyTimeout, rt, "wait", address_).status();
+  return Call(request, timeout, kParkedReplyGrace, rt, "wait", address_).status();
 }
 
 absl::StatusOr<bool> TcpStore::Check(const std::vector<std::string>& keys,

@@ -19,6 +19,8 @@ ABSL_FLAG(std::string, ranks, "2-4", "MIN-MAX ranks per job");
 ABSL_FLAG(std::string, jobs, "train,join", "jobs to draw from: train, join");
 ABSL_FLAG(std::string, signals, "KILL,STOP,TERM", "signals to draw from: KILL, STOP, TERM");
 ABSL_FLAG(double, max_delay, 4, "the signal comes uniformly within this many seconds of the start");
+ABSL_FLAG(double, slack, 5,
+          "the target: every job ends within its --timeout + this many seconds of the signal");
 ABSL_FLAG(std::string, log_dir, "ddpkit_chaos", "each trial's output: LOG_DIR/trial-N.log");
 
 namespace ddpkit::cli {
@@ -48,6 +50,7 @@ absl::StatusOr<jobs::ChaosConfig> ConfigFromFlags() {
   config.timeout_s = static_cast<int>(timeout);
   config.max_delay_s = absl::GetFlag(FLAGS_max_delay);
   config.log_dir = absl::GetFlag(FLAGS_log_dir);
+  config.slack = absl::Seconds(absl::GetFlag(FLAGS_slack));
   const std::string ranks = absl::GetFlag(FLAGS_ranks);
   std::vector<std::string> bounds = absl::StrSplit(ranks, '-');
   if (bounds.size() == 1) bounds.push_back(bounds[0]);
@@ -64,9 +67,9 @@ absl::StatusOr<jobs::ChaosConfig> ConfigFromFlags() {
 void PrintSummary(const jobs::ChaosReport& r) {
   std::cout << absl::StrFormat(
       "\n%d trials: %d ended with a clear error; longest from the signal to the job's end "
-      "%.2f s (target: timeout %d s + 5 s, %d over); %d process(es) left over\n",
-      r.trials(), r.clear_errors(), r.longest_end_s(), r.timeout_s(), r.over_deadline(),
-      r.left_over());
+      "%.2f s (target: timeout %d s + %g s, %d over); %d process(es) left over\n",
+      r.trials(), r.clear_errors(), r.longest_end_s(), r.timeout_s(), r.slack_s(),
+      r.over_deadline(), r.left_over());
 }
 
 int RunChaos(const std::vector<std::string>&) {
@@ -102,7 +105,7 @@ Subcommand ChaosSubcommand() {
               "ddpkit chaos [--trials N] [--timeout S] [--ranks 2-4] [--jobs train,join] "
               "[--signals KILL,STOP,TERM] [--max-delay S] [--log-dir DIR]",
           .flag_names = {"trials", "seed", "timeout", "ranks", "jobs", "signals", "max_delay",
-                         "log_dir", "json"},
+                         "slack", "log_dir", "json"},
           .run = RunChaos};
 }
 

@@ -69,7 +69,9 @@ std::vector<std::string> JobCommand(const ChaosConfig& config, const TrialPlan& 
                                    "--backend",
                                    "gloo",
                                    "--timeout",
-                                   std::to_string(config.timeout_s)};
+                                   std::to_string(config.timeout_s),
+                                   "--batch-size",
+                                   "8"};  // small data: quick to set up, even under sanitizers
   if (plan.job == "train") {
     argv.insert(argv.end(), {"--steps", std::to_string(kMaxSteps)});
   } else {  // join: uneven inputs, so the Join protocol runs too
@@ -282,6 +284,7 @@ absl::Status Validate(const ChaosConfig& config) {
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--trials", config.trials));
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--timeout", config.timeout_s));
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--max-delay", config.max_delay_s, 0));
+  DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--slack", Seconds(config.slack), 0));
   if (config.min_ranks < 2 || config.max_ranks < config.min_ranks || config.max_ranks > 16) {
     return absl::InvalidArgumentError(
         StrCat("--ranks must be MIN-MAX with 2 <= MIN <= MAX <= 16, got ", config.min_ranks, "-",
@@ -319,6 +322,7 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosConfig& given, const ChaosObserv
   ChaosReport report;
   report.set_timeout_s(config.timeout_s);
   report.set_seed(config.seed);
+  report.set_slack_s(Seconds(config.slack));
   const double deadline = config.timeout_s + Seconds(config.slack);
   for (int t = 1; t <= config.trials; ++t) {
     const TrialPlan plan = Draw(config, rng);
