@@ -118,6 +118,11 @@ int RunBenchDdp() {
 int RunBenchAllreduce() {
   jobs::BenchAllreduceConfig config;
   if (absl::Status s = WorldFromFlags(config); !s.ok()) return Fail("bench", s);
+  if (!absl::GetFlag(FLAGS_trace).empty()) {
+    return Fail("bench", absl::InvalidArgumentError(
+                             "--trace records DDP's steps, and `bench allreduce` runs none: use "
+                             "it with `ddpkit bench ddp` (or `ddpkit train`)"));
+  }
   config.min_bytes = absl::GetFlag(FLAGS_min_bytes);
   config.max_bytes = absl::GetFlag(FLAGS_max_bytes);
   config.iters = absl::GetFlag(FLAGS_iters);

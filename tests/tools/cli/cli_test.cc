@@ -272,9 +272,9 @@ TEST(CliTest, ContrastiveReportsTheCheckTheCurvesAndTheMemory) {
 // The readers of --trace files and flight-recorder dumps: one line and exit 2 for a wrong
 // command line, exit 1 naming the file when it cannot be read.
 TEST(CliTest, TraceAndFrUsageErrors) {
-  for (const char* args :
-       {"trace", "trace stats", "trace frobnicate t.json", "trace svg t.json",
-        "trace svg t.json --out x.svg --iterations 3:1", "fr", "fr analyze", "fr look /tmp"}) {
+  for (const char* args : {"trace", "trace stats", "trace frobnicate t.json", "trace svg t.json",
+                           "trace svg t.json --out x.svg --iterations 3:1", "fr", "fr analyze",
+                           "fr look /tmp", "bench allreduce --trace t.json"}) {
     Result r = RunDdpkit(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;

@@ -27,6 +27,10 @@ void TraceRecorder::Span(ComputeKind kind, TraceClock::time_point start, TraceCl
 }
 
 void TraceRecorder::Marker(std::string label) {
+  if (compute_.size() == compute_.capacity()) {  // dropped: keep no label for it either
+    ++dropped_compute_;
+    return;
+  }
   const int64_t now = Since(TraceClock::now());
   labels_.push_back(std::move(label));
   Add({.kind = ComputeKind::kMarker,
