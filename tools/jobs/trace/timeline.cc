@@ -175,7 +175,8 @@ absl::StatusOr<std::string> TimelineSvg(const TraceView& view, const TimelineOpt
   const double rank_height = kComputeLane + kCommLane + kStrip + kRankGap + 4;
   const double lanes_height = rank_height * view.ranks.size();
   const int buckets = MaxBucket(view, o);
-  const double legend_rows = std::ceil((buckets + 7) / 3.0);
+  // The legend: 4 phases, buckets 0..buckets, 3 communication kinds; 3 to a row.
+  const double legend_rows = std::ceil((4 + (buckets + 1) + 3) / 3.0);
   plot::Svg svg(o.width, kTop + lanes_height + 50 + 18 * legend_rows + 10);
   // The time axis in milliseconds from the window's start.
   const double span_ms = (window.end - window.start) / 1000;

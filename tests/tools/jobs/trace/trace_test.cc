@@ -6,8 +6,10 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "autograd/file_util.h"
 #include "gtest/gtest.h"
+#include "tools/jobs/trace/merge.h"
 #include "tools/jobs/trace/stats.h"
 #include "tools/jobs/trace/timeline.h"
 #include "tools/jobs/trace/trace_file.h"
@@ -197,6 +199,42 @@ TEST(IntervalsTest, UnionAndOverlap) {
   EXPECT_DOUBLE_EQ(TotalLength(merged), 7);
   EXPECT_DOUBLE_EQ(OverlapLength(merged, MergeIntervals({{2, 6}, {8, 20}})), 1 + 1 + 1);
   EXPECT_DOUBLE_EQ(OverlapLength(merged, {}), 0);
+}
+
+// Files that are not a job's rank traces are refused naming the file, never thrown past.
+TEST(TraceMergeTest, FilesThatDoNotBelongAreRefusedNamingThem) {
+  const std::string dir = ::testing::TempDir() + "/merge_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    EXPECT_TRUE(WriteFileAtomically(path, text).ok());
+    return path;
+  };
+  const std::string rank0 = write(
+      "r0.json", R"({"traceEvents": [], "otherData": {"ddpkit": {"job_id": "a", "world_size": 2,)"
+                 R"( "ranks": [{"rank": 0}]}}})");
+  const std::string other_job = write(
+      "r1.json", R"({"traceEvents": [], "otherData": {"ddpkit": {"job_id": "b", "world_size": 2,)"
+                 R"( "ranks": [{"rank": 1}]}}})");
+  const std::string no_ranks =
+      write("bad.json", R"({"traceEvents": [], "otherData": {"ddpkit": {"job_id": "a"}}})");
+  const std::string out = dir + "/merged.json";
+  absl::StatusOr<int> merged = MergeTraceFiles({rank0, other_job}, out);
+  ASSERT_FALSE(merged.ok());
+  EXPECT_TRUE(absl::StrContains(merged.status().message(), other_job + " belongs to another job"))
+      << merged.status();
+  merged = MergeTraceFiles({rank0, no_ranks}, out);
+  ASSERT_FALSE(merged.ok());
+  EXPECT_TRUE(absl::StrContains(merged.status().message(), no_ranks + ": not a ddpkit rank trace"))
+      << merged.status();
+  merged = MergeTraceFiles({no_ranks}, out);
+  ASSERT_FALSE(merged.ok());
+  EXPECT_TRUE(absl::StrContains(merged.status().message(), "not a ddpkit rank trace"))
+      << merged.status();
+  merged = MergeTraceFiles({rank0}, out);
+  ASSERT_FALSE(merged.ok());
+  EXPECT_TRUE(absl::StrContains(merged.status().message(), "no file holds rank 1"))
+      << merged.status();
 }
 
 }  // namespace
