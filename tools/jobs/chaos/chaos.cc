@@ -9,17 +9,16 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <random>
 #include <regex>
-#include <sstream>
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "autograd/error.h"
 #include "autograd/file_util.h"
 #include "tools/jobs/job.h"
+#include "tools/jobs/launch/proc_stat.h"
 #include "tools/jobs/training.h"
 
 namespace ddpkit::jobs {
@@ -122,10 +121,9 @@ std::vector<pid_t> AllPids() {
 
 // /proc/PID/environ as NAME=VALUE strings (empty for a zombie or a process that is gone).
 std::vector<std::string> Environment(pid_t pid) {
-  std::ifstream in(StrCat("/proc/", pid, "/environ"), std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return absl::StrSplit(text.str(), '\0', absl::SkipEmpty());
+  absl::StatusOr<std::string> text = ReadFileToString(StrCat("/proc/", pid, "/environ"));
+  if (!text.ok()) return {};
+  return absl::StrSplit(*text, '\0', absl::SkipEmpty());
 }
 
 std::optional<std::string> EnvValue(pid_t pid, std::string_view name) {
@@ -136,24 +134,12 @@ std::optional<std::string> EnvValue(pid_t pid, std::string_view name) {
   return std::nullopt;
 }
 
-pid_t ParentOf(pid_t pid) {
-  std::ifstream stat(StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  std::getline(stat, line);
-  const size_t paren = line.rfind(')');
-  if (paren == std::string::npos) return -1;
-  std::istringstream rest(line.substr(paren + 2));
-  char state;
-  pid_t parent = -1;
-  rest >> state >> parent;
-  return parent;
-}
-
 // The launcher's children that have become ranks (RANK set), by rank.
 std::vector<std::pair<int, pid_t>> RanksOf(pid_t launcher) {
   std::vector<std::pair<int, pid_t>> ranks;
   for (pid_t pid : AllPids()) {
-    if (ParentOf(pid) != launcher) continue;
+    const std::optional<ProcStat> stat = ReadProcStat(pid);
+    if (!stat || stat->parent != launcher) continue;
     if (std::optional<std::string> rank = EnvValue(pid, "RANK")) {
       ranks.push_back({std::atoi(rank->c_str()), pid});
     }

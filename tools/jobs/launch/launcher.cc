@@ -14,11 +14,11 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 
 #include "autograd/error.h"
 #include "comm/store/token.h"
+#include "tools/jobs/launch/proc_stat.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -91,14 +91,10 @@ std::string Describe(const Child& c) {
 
 bool Failed(const Child& c) { return !WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0; }
 
-// Whether `pid` is stopped (SIGSTOP, a debugger): state 'T' or 't' in /proc/PID/stat.
+// Whether `pid` is stopped (SIGSTOP, a debugger).
 bool IsStopped(pid_t pid) {
-  std::ifstream stat(StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  std::getline(stat, line);
-  const size_t paren = line.rfind(')');  // the command name may hold spaces and parentheses
-  return paren != std::string::npos && paren + 2 < line.size() &&
-         (line[paren + 2] == 'T' || line[paren + 2] == 't');
+  const std::optional<ProcStat> stat = ReadProcStat(pid);
+  return stat && (stat->state == 'T' || stat->state == 't');
 }
 
 // How long a rank has between SIGTERM and SIGKILL when the launcher tears the job down.
