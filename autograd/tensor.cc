@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "autograd/accumulate_grad.h"
 #include "autograd/engine.h"
+#include "autograd/memory_stats.h"
 
 namespace ddpkit {
 namespace {
@@ -73,9 +74,13 @@ Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
       static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded));
   DDPKIT_CHECK(data_ != nullptr, "[Storage] out of memory allocating ", nbytes, " bytes");
   std::memset(data_, 0, nbytes);
+  NoteStorageAllocated(static_cast<int64_t>(nbytes));
 }
 
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() {
+  NoteStorageFreed(static_cast<int64_t>(nbytes_));
+  std::free(data_);
+}
 
 AutogradMeta& TensorImpl::meta() {
   if (!autograd) autograd = std::make_unique<AutogradMeta>();
