@@ -14,5 +14,6 @@ Subcommand BenchSubcommand();
 Subcommand TraceSubcommand();
 Subcommand FrSubcommand();
 Subcommand ChaosSubcommand();
+Subcommand RecomputeSubcommand();
 
 }  // namespace ddpkit::cli

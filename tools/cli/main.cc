@@ -7,5 +7,5 @@ int main(int argc, char** argv) {
                             ddpkit::cli::JoinSubcommand(), ddpkit::cli::ContrastiveSubcommand(),
                             ddpkit::cli::LaunchSubcommand(), ddpkit::cli::BenchSubcommand(),
                             ddpkit::cli::TraceSubcommand(), ddpkit::cli::FrSubcommand(),
-                            ddpkit::cli::ChaosSubcommand()});
+                            ddpkit::cli::ChaosSubcommand(), ddpkit::cli::RecomputeSubcommand()});
 }

@@ -63,7 +63,10 @@ TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
                            "contrastive --gather mean",
                            "contrastive --layout diag",
                            "contrastive --optimizer zero-sgd",
-                           "contrastive --steps -1"}) {
+                           "contrastive --steps -1",
+                           "recompute --blocks 0",
+                           "recompute --width -3",
+                           "recompute --world-size 2 --steps 0"}) {
     Result r = RunDdpkit(args);
     EXPECT_EQ(r.status, 2) << args;
     if (*args == '\0') continue;  // bare `ddpkit` prints the overview on stderr
@@ -267,6 +270,24 @@ TEST(CliTest, ContrastiveReportsTheCheckTheCurvesAndTheMemory) {
     ASSERT_NE(f, nullptr) << file;
     std::fclose(f);
   }
+}
+
+// Recompute under DDP as a user meets it: the error text, then the two fixes in the text table.
+TEST(CliTest, RecomputeShowsTheErrorAndBothFixes) {
+  Result r = RunDdpkit("recompute --world-size 2 --blocks 2 --width 8 --batch-size 4 --steps 3");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* text :
+       {"1. plain DDP (find_unused_parameters=true): stopped at the first backward", "('blocks.",
+        "marked ready twice", "static_graph     ", "no_sync_fused    ",
+        "final parameters are bitwise equal", "checkpointing 2 blocks saves"}) {
+    EXPECT_TRUE(absl::StrContains(r.out, text)) << text << " not in\n" << r.out;
+  }
+  r = RunDdpkit("recompute --json --world-size 2 --blocks 1 --width 4 --batch-size 2 --steps 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  ASSERT_EQ(report["runs"].size(), 3u);
+  EXPECT_EQ(report["runs"][0]["ok"], false);
+  EXPECT_EQ(report["runs"][2]["bitwise_equal_to_static_graph"], true);
 }
 
 // The readers of --trace files and flight-recorder dumps: one line and exit 2 for a wrong

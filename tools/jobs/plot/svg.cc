@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "autograd/error.h"
 
 namespace ddpkit::jobs::plot {
 namespace {
@@ -77,6 +80,26 @@ void Svg::Text(double x, double y, const std::string& text, double size, const s
       &body_, R"(<text x="%.2f" y="%.2f" font-size="%g" text-anchor="%s" fill="%s"%s%s>%s</text>)",
       x, y, size, anchor, fill, bold ? R"( font-weight="bold")" : "", transform, Escape(text));
   body_ += "\n";
+}
+
+void Svg::Embed(double x, double y, const std::string& finished) {
+  // A nested <svg> is placed by its own x and y; its viewBox keeps its coordinates.
+  constexpr std::string_view kOpen = "<svg ";
+  const size_t at = finished.find(kOpen);
+  if (at == std::string::npos) return;
+  body_ += finished.substr(0, at);
+  absl::StrAppendFormat(&body_, R"(<svg x="%.2f" y="%.2f" )", x, y);
+  body_ += finished.substr(at + kOpen.size());
+}
+
+std::pair<double, double> SvgSize(const std::string& finished) {
+  const size_t end = finished.find('>', finished.find("<svg "));
+  const std::string root = finished.substr(0, end);
+  auto attribute = [&root](std::string_view name) {
+    const size_t at = root.find(ddpkit::StrCat(" ", name, "=\""));
+    return at == std::string::npos ? 0.0 : std::atof(root.c_str() + at + name.size() + 3);
+  };
+  return {attribute("width"), attribute("height")};
 }
 
 std::string Svg::Finish() const {

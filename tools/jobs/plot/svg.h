@@ -44,12 +44,17 @@ class Svg {
   void Text(double x, double y, const std::string& text, double size = 11,
             const std::string& anchor = "start", const std::string& fill = "#222222",
             bool bold = false, double rotate = 0);
+  // Draws a finished picture (another Svg's Finish()) with its top left corner at (x, y).
+  void Embed(double x, double y, const std::string& finished);
   std::string Finish() const;
 
  private:
   double width_, height_;
   std::string body_;
 };
+
+// The width and height a finished picture declares ({0, 0} when it declares none).
+std::pair<double, double> SvgSize(const std::string& finished);
 
 // About `count` round tick values (1, 2 or 5 times a power of ten) covering [lo, hi].
 std::vector<double> NiceTicks(double lo, double hi, int count = 5);

@@ -165,8 +165,13 @@ double DrawTimelineLegend(plot::Svg& svg, double y, int buckets) {
 
 }  // namespace
 
+double TimelineSpanMs(const TraceView& view, const TimelineOptions& options) {
+  const Window window = WindowOf(view, options);
+  return window.end > window.start ? (window.end - window.start) / 1000 : 0;
+}
+
 absl::StatusOr<std::string> TimelineSvg(const TraceView& view, const TimelineOptions& o) {
-  const Window window = WindowOf(view, o);
+  Window window = WindowOf(view, o);
   if (!(window.end > window.start)) {
     return absl::InvalidArgumentError(StrCat("the trace has no phase in iterations ",
                                              o.first_iteration, ":", o.end_iteration,
@@ -174,6 +179,7 @@ absl::StatusOr<std::string> TimelineSvg(const TraceView& view, const TimelineOpt
   }
   const double rank_height = kComputeLane + kCommLane + kStrip + kRankGap + 4;
   const double lanes_height = rank_height * view.ranks.size();
+  if (o.span_ms > 0) window.end = window.start + o.span_ms * 1000;
   const int buckets = MaxBucket(view, o);
   // The legend: 4 phases, buckets 0..buckets, 3 communication kinds; 3 to a row.
   const double legend_rows = std::ceil((4 + (buckets + 1) + 3) / 3.0);

@@ -15,7 +15,13 @@ struct TimelineOptions {
   int first_iteration = 0;  // iterations [first, end) are drawn
   int end_iteration = 3;
   double width = 1200;  // pixels
+  // > 0: the time axis is this many milliseconds long, so pictures drawn with the same span
+  // and width share one scale; 0: it fits the iterations drawn.
+  double span_ms = 0;
 };
+
+// How long the iterations drawn last, first phase start to last phase end (0 when none).
+double TimelineSpanMs(const TraceView& view, const TimelineOptions& options);
 
 // InvalidArgument when no rank has a phase in the range.
 absl::StatusOr<std::string> TimelineSvg(const TraceView& view, const TimelineOptions& options);
