@@ -43,7 +43,10 @@ absl::Status Validate(const RecomputeConfig& config) {
   }
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--batch-size", config.batch_size));
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--steps", config.steps, 1));
-  DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--steps", -config.steps, -kMaxSteps));
+  if (config.steps > kMaxSteps) {
+    return absl::InvalidArgumentError(
+        StrCat("--steps must be at most ", kMaxSteps, ", got ", config.steps));
+  }
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--lr", config.lr));
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--bucket-cap-mb", config.bucket_cap_mb));
   std::vector<int64_t> widths = {config.shape.input_dim, config.shape.width};
