@@ -138,6 +138,7 @@ Subcommand ContrastiveSubcommand() {
               "[--json]",
           .flag_names = {"layout", "gather", "out", "steps", "batch_size", "lr", "optimizer",
                          "seed", "json", "backend", "world_size", "timeout", "trace"},
+          .own_defaults = {{"steps", "200"}, {"lr", "0.5 (sgd), 0.003 (adam)"}},
           .run = RunContrastiveCommand};
 }
 

@@ -129,17 +129,19 @@ int RunRecomputeCommand(const std::vector<std::string>&) {
 }  // namespace
 
 Subcommand RecomputeSubcommand() {
-  return {.name = "recompute",
-          .summary =
-              "activation checkpointing under DDP: the 'marked ready twice' error and "
-              "its two fixes, side by side",
-          .usage =
-              "ddpkit recompute [--world-size N | --backend gloo under ddpkit launch] "
-              "[--blocks K] [--width W] [--batch-size b] [--steps N] [--lr X] [--seed S] "
-              "[--bucket-cap-mb MB] [--trace FILE.json] [--json]",
-          .flag_names = {"blocks", "width", "batch_size", "steps", "lr", "seed", "bucket_cap_mb",
-                         "json", "backend", "world_size", "timeout", "trace"},
-          .run = RunRecomputeCommand};
+  return {
+      .name = "recompute",
+      .summary =
+          "activation checkpointing under DDP: the 'marked ready twice' error and "
+          "its two fixes, side by side",
+      .usage =
+          "ddpkit recompute [--world-size N | --backend gloo under ddpkit launch] "
+          "[--blocks K] [--width W] [--batch-size b] [--steps N] [--lr X] [--seed S] "
+          "[--bucket-cap-mb MB] [--trace FILE.json] [--json]",
+      .flag_names = {"blocks", "width", "batch_size", "steps", "lr", "seed", "bucket_cap_mb",
+                     "json", "backend", "world_size", "timeout", "trace"},
+      .own_defaults = {{"world_size", "2"}, {"batch_size", "64"}, {"steps", "20"}, {"lr", "0.05"}},
+      .run = RunRecomputeCommand};
 }
 
 }  // namespace ddpkit::cli

@@ -108,8 +108,10 @@ std::string SubcommandHelp(const Subcommand& subcommand) {
   for (const std::string& name : subcommand.flag_names) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr) continue;
-    absl::StrAppend(&out, "  --", Dashed(name),
-                    " (default: ", flag->DefaultValue().empty() ? "\"\"" : flag->DefaultValue(),
+    auto own = subcommand.own_defaults.find(name);
+    const std::string value =
+        own != subcommand.own_defaults.end() ? own->second : flag->DefaultValue();
+    absl::StrAppend(&out, "  --", Dashed(name), " (default: ", value.empty() ? "\"\"" : value,
                     ")\n      ", flag->Help(), "\n");
   }
   return out;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,7 +26,10 @@ struct Subcommand {
   std::string summary;                  // one line for `ddpkit --help`
   std::string usage;                    // e.g. "ddpkit train [flags]"
   std::vector<std::string> flag_names;  // Abseil names (underscores)
-  bool takes_positionals = false;       // non-flag arguments, and everything after "--"
+  // Shared flags whose default this subcommand replaces (it reads them with
+  // FlagDiffersFromDefault): name -> the default --help shows.
+  std::map<std::string, std::string> own_defaults = {};
+  bool takes_positionals = false;  // non-flag arguments, and everything after "--"
   // Runs with flags already parsed; returns the exit status.
   std::function<int(const std::vector<std::string>& positionals)> run;
 };

@@ -282,6 +282,9 @@ TEST(CliTest, RecomputeShowsTheErrorAndBothFixes) {
         "final parameters are bitwise equal", "checkpointing 2 blocks saves"}) {
     EXPECT_TRUE(absl::StrContains(r.out, text)) << text << " not in\n" << r.out;
   }
+  // --help shows the defaults recompute uses, not the shared flags' own.
+  r = RunDdpkit("recompute --help");
+  EXPECT_TRUE(absl::StrContains(r.out + r.err, "--steps (default: 20)")) << r.out << r.err;
   r = RunDdpkit("recompute --json --world-size 2 --blocks 1 --width 4 --batch-size 2 --steps 2");
   ASSERT_EQ(r.status, 0) << r.err;
   nlohmann::json report = nlohmann::json::parse(r.out);
