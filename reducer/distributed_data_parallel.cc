@@ -198,8 +198,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   RegisterModule("module", module_);  // parameters appear as "module.<name>", as in PyTorch
 }
 
-void DistributedDataParallel::RegisterCommHook(CommHook hook, std::string name) {
-  reducer_->RegisterCommHook(std::move(hook), std::move(name));
+void DistributedDataParallel::RegisterCommHook(CommHook hook, std::string name,
+                                               CommHookStats stats) {
+  reducer_->RegisterCommHook(std::move(hook), std::move(name), std::move(stats));
 }
 
 void DistributedDataParallel::RegisterBuiltinCommHook(BuiltinCommHook hook) {

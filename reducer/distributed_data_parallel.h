@@ -60,8 +60,8 @@ class DistributedDataParallel : public nn::Module, public join::Joinable {
   };
   [[nodiscard]] NoSyncGuard NoSync() { return NoSyncGuard(*this); }
 
-  // Once, before the first iteration.
-  void RegisterCommHook(CommHook hook, std::string name);
+  // Once, before the first iteration. `stats`: what a compressing hook sent (logging data).
+  void RegisterCommHook(CommHook hook, std::string name, CommHookStats stats = nullptr);
   void RegisterBuiltinCommHook(BuiltinCommHook hook);
 
   // --- Join (uneven inputs; see join/join.h and docs/join.md) ------------------------------

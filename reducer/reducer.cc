@@ -99,7 +99,7 @@ void Reducer::SetStaticGraph() {
   logging_.set_static_graph(true);
 }
 
-void Reducer::RegisterCommHook(CommHook hook, std::string name) {
+void Reducer::RegisterCommHook(CommHook hook, std::string name, CommHookStats stats) {
   DDPKIT_CHECK(!comm_hook_, "[ddp] a communication hook is already registered ('",
                logging_.comm_hook(), "'); register at most one");
   DDPKIT_CHECK(num_iterations_ == 0,
@@ -107,6 +107,7 @@ void Reducer::RegisterCommHook(CommHook hook, std::string name) {
                "iteration");
   DDPKIT_CHECK(hook != nullptr, "[ddp] the communication hook is empty");
   comm_hook_ = std::move(hook);
+  comm_hook_stats_ = std::move(stats);
   logging_.set_comm_hook(std::move(name));
 }
 
@@ -510,6 +511,7 @@ void Reducer::LogIteration() {
   for (size_t index : grad_ready_order_) {
     logging_.add_prev_iteration_grad_ready_order_indices(static_cast<int32_t>(index));
   }
+  if (comm_hook_stats_) *logging_.mutable_compression() = comm_hook_stats_();
 }
 
 // What one synced backward used up: the used map (static graph keeps its first), the divide

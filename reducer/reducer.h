@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,10 @@
 #include "reducer/trace.h"
 
 namespace ddpkit::reducer {
+
+// A comm hook that compresses reports what it sent: the logging data's `compression`, read after
+// every synced backward (on the rank's thread, every bucket's future complete).
+using CommHookStats = std::function<CompressionStats()>;
 
 struct ReducerOptions {
   BucketLimits limits;  // the rebuilt plan's [first bucket, cap]
@@ -59,7 +64,7 @@ class Reducer {
 
   // --- Configuration (before the first iteration) -----------------------------------------
   void SetStaticGraph();
-  void RegisterCommHook(CommHook hook, std::string name);
+  void RegisterCommHook(CommHook hook, std::string name, CommHookStats stats = nullptr);
   void SetTraceObserver(TraceObserver* observer) { trace_ = observer; }
   // DDP's forward under no_sync (a trace instant; nothing else to do).
   void NoteNoSyncForward();
@@ -190,6 +195,7 @@ class Reducer {
 
   // --- Comm hook, trace, logging ----------------------------------------------------------
   CommHook comm_hook_;
+  CommHookStats comm_hook_stats_;
   TraceObserver* trace_ = nullptr;
   std::shared_ptr<comm::Work> join_count_work_;  // this forward's, when joined ranks exist
   Tensor join_active_ranks_;

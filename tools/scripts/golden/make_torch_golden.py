@@ -5,7 +5,8 @@ PyTorch is the oracle; ddpkit's tests read these files and never need torch. Reg
 Debian's python3-torch (1.13):
 
     apt-get install python3-torch
-    /usr/bin/python3 tools/scripts/golden/make_torch_golden.py
+    /usr/bin/python3 tools/scripts/golden/make_torch_golden.py            # every case
+    /usr/bin/python3 tools/scripts/golden/make_torch_golden.py powersgd   # only the named ones
 
 torch 1.13 has no safetensors writer, so `write_safetensors` serialises torch's tensors with the
 format's few rules (8-byte little-endian header length, JSON header, raw little-endian data).
@@ -159,10 +160,174 @@ def ddp_case():
                       {"world_size": "2", "steps": "3", "batch_size": "4", "lr": "0.1"})
 
 
+# --- PowerSGD (reducer/powersgd_hook.h) ---------------------------------------------------------
+# An MLP whose matrices get compressed (0.weight and 4.weight share a shape, 2.weight is their
+# transpose: a bucket holding all three tests PyTorch's grouping by shape) and whose biases do not;
+# a 128-byte first bucket and a 2000-byte cap give two buckets after the rebuild: 6.* and the rest.
+# Within a layer torch's gradients arrive bias first, ddpkit's weight first: the same buckets, in
+# another order inside, which the layerwise hook does not see (it packs biases and groups weights
+# in bucket order) but the batched one does (it flattens the bucket) — its cases have no biases.
+PSGD_WIDTHS = (6, 10, 6, 10, 3)
+PSGD_FIRST_BUCKET_BYTES, PSGD_BUCKET_CAP_BYTES = 128, 2000
+PSGD_STEPS, PSGD_BATCH, PSGD_LR = 6, 4, 0.1
+PSGD_CASES = {  # file suffix -> hook, PowerSGDState arguments, and whether layers have biases
+    "layerwise_r2": dict(hook="powersgd", rank=2, start=2, min_rate=1.0, feedback=True, warm=True,
+                         bias=True),
+    "layerwise_r3": dict(hook="powersgd", rank=3, start=2, min_rate=1.0, feedback=True, warm=True,
+                         bias=True),
+    "layerwise_cold": dict(hook="powersgd", rank=2, start=1, min_rate=1.0, feedback=False,
+                           warm=False, bias=True),
+    "batched_r2": dict(hook="batched_powersgd", rank=2, start=2, min_rate=1.0, feedback=True,
+                       warm=True, bias=False),
+    "batched_r3": dict(hook="batched_powersgd", rank=3, start=2, min_rate=1.0, feedback=True,
+                       warm=True, bias=False),
+}
+
+
+def psgd_orthogonalize_2d(psgd):
+    """torch 1.13's batched_powerSGD_hook hands _orthogonalize a 2-D matrix, which trips its
+    3-D assert (the batching of PR #75157 broke it); give it the batch dimension it expects."""
+    original = psgd._orthogonalize
+
+    def orthogonalize(matrices, epsilon=0):
+        original(matrices.unsqueeze(0) if matrices.dim() == 2 else matrices, epsilon)
+    psgd._orthogonalize = orthogonalize
+
+
+def free_port():
+    """A port nothing listens on now: a fresh one for each job's store (a reused one can still
+    be held by the last job's sockets)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def powersgd_worker(rank, world, case, port, result_path):
+    """One rank of torch's DDP (gloo) with a PowerSGD hook, trained as `ddpkit train` trains."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(3)
+    layers = []
+    for i in range(len(PSGD_WIDTHS) - 1):
+        layers += [torch.nn.Linear(PSGD_WIDTHS[i], PSGD_WIDTHS[i + 1], bias=case["bias"]),
+                   torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers[:-1])
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    gen = torch.Generator().manual_seed(4)
+    rows = PSGD_STEPS * world * PSGD_BATCH
+    x = torch.randn(rows, PSGD_WIDTHS[0], generator=gen)
+    y = torch.randint(0, PSGD_WIDTHS[-1], (rows,), generator=gen)
+    dist._DEFAULT_FIRST_BUCKET_BYTES = PSGD_FIRST_BUCKET_BYTES
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, bucket_cap_mb=PSGD_BUCKET_CAP_BYTES / 2 ** 20)
+    state = psgd.PowerSGDState(
+        process_group=None, matrix_approximation_rank=case["rank"],
+        start_powerSGD_iter=case["start"], min_compression_rate=case["min_rate"],
+        use_error_feedback=case["feedback"], warm_start=case["warm"], random_seed=0)
+    psgd_orthogonalize_2d(psgd)
+    hook = psgd.powerSGD_hook if case["hook"] == "powersgd" else psgd.batched_powerSGD_hook
+    names = {id(p): n for n, p in model.named_parameters()}
+    buckets = {}
+
+    def recording_hook(state, bucket):
+        buckets[bucket.index()] = [names[id(p)] for p in bucket.parameters()]
+        # Under gloo the hook's chained allreduces (issued from callbacks) race the next bucket's
+        # and ranks can issue them in different orders; finishing each bucket before the next
+        # one starts fixes the order and changes no number.
+        future = hook(state, bucket)
+        future.wait()
+        return future
+    ddp.register_comm_hook(state, recording_hook)
+    qs, randn = [], torch.randn
+
+    def recording_randn(*args, **kwargs):  # only the hook draws from here on
+        t = randn(*args, **kwargs)
+        qs.append(t.reshape(t.shape[-2], t.shape[-1]).clone())
+        return t
+    torch.randn = recording_randn
+    opt = torch.optim.SGD(ddp.parameters(), lr=PSGD_LR)
+    grads = {}
+    for step in range(PSGD_STEPS):
+        begin = (step * world + rank) * PSGD_BATCH
+        opt.zero_grad(set_to_none=True)
+        logits = ddp(x[begin:begin + PSGD_BATCH])
+        torch.nn.functional.cross_entropy(logits, y[begin:begin + PSGD_BATCH]).backward()
+        grads.update({f"step{step}.grad.{k}": p.grad.clone() for k, p in model.named_parameters()})
+        opt.step()
+    torch.randn = randn
+    final = {f"final.{k}": v for k, v in model.state_dict().items()}
+    torch.save({"initial": initial, "x": x, "y": y, "grads": grads, "final": final,
+                "qs": qs, "buckets": [buckets[b] for b in sorted(buckets)],
+                "stats": state.compression_stats()}, f"{result_path}.{rank}")
+    dist.barrier()
+    # Tearing down a DDP whose hook futures held tensors can deadlock in torch 1.13 (the gloo
+    # group's destructor joins a worker thread that waits for the GIL): leave without it.
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def powersgd_orthogonalize_case():
+    """PowerSGD's _orthogonalize on n x r matrices: Gram-Schmidt (r <= 2) and Householder QR
+    (torch.linalg.qr's signs), and a zero column with an epsilon."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    torch.manual_seed(5)
+    out = {}
+    for n, r in ((7, 1), (7, 2), (7, 3), (9, 4), (4, 4)):
+        a = torch.randn(n, r)
+        q = a.clone()
+        psgd._orthogonalize(q.unsqueeze(0))
+        out.update({f"in_{n}x{r}": a, f"out_{n}x{r}": q})
+    zero = torch.randn(5, 2)
+    zero[:, 0] = 0
+    q = zero.clone()
+    psgd._orthogonalize(q.unsqueeze(0), epsilon=1e-8)
+    out.update({"in_zero_eps": zero, "out_zero_eps": q})
+    write_safetensors("torch_powersgd_orthogonalize.safetensors", out)
+
+
+def powersgd_case():
+    """torch's DDP on 2 gloo ranks with powerSGD_hook / batched_powerSGD_hook for 6 SGD steps:
+    initial weights, data, every Q torch.randn drew (in order), each step's reduced gradients
+    (rank 0's; every rank holds the same) and the final weights, one file per configuration."""
+    import tempfile
+    import torch.multiprocessing as mp
+    powersgd_orthogonalize_case()
+    for suffix, case in PSGD_CASES.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            result = os.path.join(tmp, "psgd.pt")
+            mp.spawn(powersgd_worker, args=(2, case, free_port(), result), nprocs=2)
+            r, r1 = torch.load(f"{result}.0"), torch.load(f"{result}.1")
+        for key, t in r["grads"].items():  # PowerSGD leaves the same numbers on every rank
+            assert torch.equal(t, r1["grads"][key]), key
+        tensors = {**{f"initial.{k}": v for k, v in r["initial"].items()}, "x": r["x"],
+                   "y": r["y"], **r["grads"], **r["final"],
+                   **{f"q{i}": q for i, q in enumerate(r["qs"])}}
+        metadata = {"hook": case["hook"], "rank": str(case["rank"]),
+                    "start_iter": str(case["start"]), "min_compression_rate": str(case["min_rate"]),
+                    "use_error_feedback": str(int(case["feedback"])),
+                    "warm_start": str(int(case["warm"])), "bias": str(int(case["bias"])),
+                    "world_size": "2",
+                    "steps": str(PSGD_STEPS), "batch_size": str(PSGD_BATCH), "lr": str(PSGD_LR),
+                    "widths": ",".join(map(str, PSGD_WIDTHS)),
+                    "first_bucket_bytes": str(PSGD_FIRST_BUCKET_BYTES),
+                    "bucket_cap_bytes": str(PSGD_BUCKET_CAP_BYTES),
+                    "buckets": ";".join(",".join(b) for b in r["buckets"]),
+                    "num_qs": str(len(r["qs"])),
+                    "numel_before_compression": str(r["stats"][1]),
+                    "numel_after_compression": str(r["stats"][2])}
+        write_safetensors(f"torch_powersgd_{suffix}.safetensors", tensors, metadata)
+
+
+CASES = {"mlp": mlp_case, "ops": ops_case, "optim": optim_case, "dtypes": dtypes_case,
+         "ddp": ddp_case, "powersgd": powersgd_case}
+
 if __name__ == "__main__":
     print(f"torch {torch.__version__}", file=sys.stderr)
-    mlp_case()
-    ops_case()
-    optim_case()
-    dtypes_case()
-    ddp_case()
+    unknown = [name for name in sys.argv[1:] if name not in CASES]
+    if unknown:
+        sys.exit(f"unknown case(s) {unknown}; choose from {list(CASES)}")
+    for name in sys.argv[1:] or CASES:
+        CASES[name]()
