@@ -52,6 +52,7 @@ absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config) {
   DDPKIT_RETURN_IF_ERROR(WorldFromFlags(config));
   DDPKIT_ASSIGN_OR_RETURN(config.ddp, DdpOptionsFromFlags());
   DDPKIT_ASSIGN_OR_RETURN(config.comm_hook, CommHookFromFlags());
+  DDPKIT_ASSIGN_OR_RETURN(config.powersgd, PowerSgdOptionsFromFlags());
   config.model = absl::GetFlag(FLAGS_model);
   config.weights_path = absl::GetFlag(FLAGS_weights);
   config.save_weights_path = absl::GetFlag(FLAGS_save_weights);

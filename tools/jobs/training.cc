@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "autograd/grad_mode.h"
 #include "autograd/safetensors.h"
+#include "reducer/named_comm_hook.h"
 
 namespace ddpkit::jobs {
 
@@ -15,7 +16,10 @@ absl::StatusOr<std::vector<int64_t>> ValidateDdpTraining(const DdpTrainingConfig
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--lr", config.lr, 0));
   DDPKIT_RETURN_IF_ERROR(RequireOneOf("--optimizer", config.optimizer, {"sgd", "zero-sgd"}));
   if (!config.comm_hook.empty()) {
-    DDPKIT_RETURN_IF_ERROR(reducer::ParseBuiltinCommHook(config.comm_hook).status());
+    DDPKIT_RETURN_IF_ERROR(reducer::ValidateCommHookName(config.comm_hook));
+  }
+  if (reducer::IsPowerSgdHookName(config.comm_hook)) {
+    DDPKIT_RETURN_IF_ERROR(reducer::ValidatePowerSgdOptions(config.powersgd));
   }
   return widths;
 }
@@ -78,9 +82,7 @@ absl::StatusOr<std::shared_ptr<reducer::DistributedDataParallel>> WrapInDdp(
   DDPKIT_ASSIGN_OR_RETURN(std::shared_ptr<reducer::DistributedDataParallel> ddp,
                           reducer::DistributedDataParallel::Create(model, group, config.ddp));
   if (!config.comm_hook.empty()) {
-    DDPKIT_ASSIGN_OR_RETURN(reducer::BuiltinCommHook hook,
-                            reducer::ParseBuiltinCommHook(config.comm_hook));
-    ddp->RegisterBuiltinCommHook(hook);
+    DDPKIT_RETURN_IF_ERROR(reducer::RegisterNamedCommHook(*ddp, config.comm_hook, config.powersgd));
   }
   return ddp;
 }

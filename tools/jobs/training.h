@@ -12,6 +12,7 @@
 #include "autograd/nn.h"
 #include "autograd/optim.h"
 #include "reducer/distributed_data_parallel.h"
+#include "reducer/powersgd_hook.h"
 #include "reducer/zero_redundancy_optimizer.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/job.h"
@@ -28,8 +29,9 @@ struct DdpTrainingConfig : WorldConfig {
   std::string optimizer = "sgd";  // or "zero-sgd": ZeRO-1, each rank steps its shard
   uint64_t seed = 0;              // the model's initialisation and the synthetic data
   reducer::DdpOptions ddp;
-  std::string comm_hook;   // empty, allreduce, fp16 or bf16
-  std::string trace_path;  // a Chrome trace of the run (tools/jobs/trace/) when set
+  std::string comm_hook;              // empty, allreduce, fp16, bf16, powersgd or batched_powersgd
+  reducer::PowerSgdOptions powersgd;  // for the PowerSGD hooks
+  std::string trace_path;             // a Chrome trace of the run (tools/jobs/trace/) when set
 };
 
 // The MLP's layer widths; InvalidArgument for a bad model spec, batch size, learning rate,

@@ -6,6 +6,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/safetensors.h"
+#include "reducer/named_comm_hook.h"
 #include "tools/jobs/checkpoint/train_checkpoint.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/trace/session.h"
@@ -31,6 +32,12 @@ absl::Status Validate(const TrainConfig& config) {
                " (the report keeps a loss per step); run in parts with --checkpoint-dir"));
   }
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--grad-accum", config.grad_accum, 1));
+  if (config.checkpoint.enabled() && reducer::IsPowerSgdHookName(config.comm_hook)) {
+    return absl::InvalidArgumentError(
+        StrCat("--checkpoint-dir with --comm-hook ", config.comm_hook,
+               ": PowerSGD's per-bucket error and warm-start Qs are not checkpointed, so a resumed "
+               "run would not continue the same training"));
+  }
   return ValidateCheckpointOptions(config.checkpoint);
 }
 
@@ -45,12 +52,13 @@ absl::StatusOr<ClassificationData> LoadData(const TrainConfig& config,
 
 // Room for every record of the run: per micro-batch two spans, a no_sync mark and a hook per
 // parameter; per step finalize, the optimizer, at most one bucket ready, launched and reduced
-// per parameter, and a few collectives.
+// per parameter, and a few collectives (PowerSGD issues up to three per bucket).
 TraceCapacity TraceCapacityFor(const TrainConfig& config, const std::vector<int64_t>& widths) {
   const size_t params = 2 * (widths.size() - 1);
   const size_t steps = config.steps, micro = config.grad_accum;
+  const size_t per_bucket = reducer::IsPowerSgdHookName(config.comm_hook) ? 3 : 1;
   return {.compute = steps * (micro * (params + 3) + 3 * params + 2) + 1024,
-          .collectives = steps * (params + 8) + 1024};
+          .collectives = steps * (per_bucket * params + 8) + 1024};
 }
 
 absl::StatusOr<Rank> SetUp(const TrainConfig& config, const std::vector<int64_t>& widths,

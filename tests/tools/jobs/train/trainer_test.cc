@@ -211,5 +211,41 @@ TEST(TrainerTest, InvalidConfigIsRejectedBeforeTraining) {
   EXPECT_FALSE(TrainReportOf(config).ok());
 }
 
+// PowerSGD on the default task: it compresses from its start iteration on, reports the bytes it
+// sent against a plain allreduce, and the loss still falls (behind allreduce's).
+TEST(TrainerTest, PowerSgdCompressesAndStillLearns) {
+  TrainConfig config;
+  config.world_size = 2;
+  absl::StatusOr<TrainReport> plain = TrainReportOf(config);
+  config.comm_hook = "powersgd";
+  config.powersgd = {.start_iteration = 10};
+  absl::StatusOr<TrainReport> powersgd = TrainReportOf(config);
+  ASSERT_TRUE(plain.ok() && powersgd.ok()) << plain.status() << powersgd.status();
+  // Plain allreduce for iterations 0-9: the weights part from iteration 10's update on.
+  EXPECT_EQ(powersgd->losses(10), plain->losses(10));
+  EXPECT_NE(powersgd->losses(11), plain->losses(11));
+  EXPECT_LT(powersgd->losses(59), 0.2 * powersgd->losses(0));
+  EXPECT_GT(powersgd->final_accuracy(), 0.9);
+  const reducer::CompressionStats& c = powersgd->ddp().compression();
+  EXPECT_EQ(c.allreduce_bytes_per_step(), 4 * powersgd->num_parameters());
+  // Rank 1: 10x64, 64x64 and 64x32 as (n + m) numbers each, the 138 biases as they are.
+  EXPECT_EQ(c.wire_bytes_per_step(), 4 * (74 + 128 + 96 + 138));
+  EXPECT_GT(c.compression_ratio(), 15);
+  EXPECT_FALSE(plain->ddp().has_compression());
+}
+
+TEST(TrainerTest, PowerSgdRefusesCheckpointsAndBadOptions) {
+  TrainConfig config;
+  config.comm_hook = "powersgd";
+  config.powersgd = {.start_iteration = 1};
+  EXPECT_TRUE(absl::StrContains(TrainReportOf(config).status().message(), "must be > 1"));
+  config.powersgd = {.start_iteration = 10};
+  config.checkpoint.dir = TempPath("powersgd_checkpoints");
+  EXPECT_TRUE(absl::StrContains(TrainReportOf(config).status().message(), "not checkpointed"));
+  config = TrainConfig{};
+  config.comm_hook = "powersdg";
+  EXPECT_TRUE(absl::StrContains(TrainReportOf(config).status().message(), "batched_powersgd"));
+}
+
 }  // namespace
 }  // namespace ddpkit::jobs
