@@ -75,6 +75,55 @@ Tensor MatrixAt(const Tensor& flat, int64_t begin, int64_t rows, int64_t cols) {
   return flat.Rows(begin, begin + rows * cols).View({rows, cols});
 }
 
+// ============================================================================ both variants
+
+// What both variants do per call: refuse a half-precision bucket, average plainly before the
+// start iteration, else compress with the bucket's plan — made at its first compressed call,
+// and afresh when the bucket's buffer changed (a rebuild). `Plan` records the buffer it was
+// made for in `data` and `numel`.
+template <typename Plan>
+class PowerSgdHookBase : public std::enable_shared_from_this<PowerSgdHookBase<Plan>> {
+ public:
+  PowerSgdHookBase(std::shared_ptr<PowerSgdState> state, std::string_view name)
+      : state_(std::move(state)), name_(name) {}
+  virtual ~PowerSgdHookBase() = default;
+
+  std::shared_ptr<comm::Future> Call(GradBucket& bucket) {
+    state_->BeginCall(bucket);
+    std::shared_ptr<comm::Future> result;
+    if (absl::Status s = CheckDtype(bucket, name_); !s.ok()) {
+      result = Failed(std::move(s));
+    } else if (!state_->compressing()) {
+      result = PlainAllreduce(*state_, bucket);
+    } else {
+      result = Compress(bucket, PlanFor(bucket));
+    }
+    state_->EndCall(bucket);
+    return result;
+  }
+
+ protected:
+  virtual std::unique_ptr<Plan> MakePlan(const GradBucket& bucket) = 0;
+  // Steps 1-3 on this thread up to the launches; the rest as each allreduce completes.
+  virtual std::shared_ptr<comm::Future> Compress(GradBucket& bucket, Plan& b) = 0;
+
+  std::shared_ptr<PowerSgdState> state_;
+
+ private:
+  Plan& PlanFor(const GradBucket& bucket) {
+    if (plans_.size() < bucket.bucket_count()) plans_.resize(bucket.bucket_count());
+    std::unique_ptr<Plan>& b = plans_[bucket.index()];
+    if (b == nullptr || b->data != bucket.buffer().raw_data() ||
+        b->numel != bucket.buffer().numel()) {
+      b = MakePlan(bucket);
+    }
+    return *b;
+  }
+
+  std::string_view name_;
+  std::vector<std::unique_ptr<Plan>> plans_;  // by bucket index; stable addresses
+};
+
 // ============================================================================ layerwise
 
 // One compressed gradient: M ≈ P Qᵀ.
@@ -175,39 +224,18 @@ void Unpack(const LayerwiseBucket& b) {
   }
 }
 
-class LayerwiseHook : public std::enable_shared_from_this<LayerwiseHook> {
+class LayerwiseHook final : public PowerSgdHookBase<LayerwiseBucket> {
  public:
-  explicit LayerwiseHook(std::shared_ptr<PowerSgdState> state) : state_(std::move(state)) {}
-
-  std::shared_ptr<comm::Future> Call(GradBucket& bucket) {
-    state_->BeginCall(bucket);
-    std::shared_ptr<comm::Future> result;
-    if (absl::Status s = CheckDtype(bucket, "powersgd"); !s.ok()) {
-      result = Failed(std::move(s));
-    } else if (!state_->compressing()) {
-      result = PlainAllreduce(*state_, bucket);
-    } else {
-      result = Compress(bucket);
-    }
-    state_->EndCall(bucket);
-    return result;
-  }
+  explicit LayerwiseHook(std::shared_ptr<PowerSgdState> state)
+      : PowerSgdHookBase(std::move(state), "powersgd") {}
 
  private:
-  LayerwiseBucket& BucketFor(const GradBucket& bucket) {
-    if (buckets_.size() < bucket.bucket_count()) buckets_.resize(bucket.bucket_count());
-    std::unique_ptr<LayerwiseBucket>& b = buckets_[bucket.index()];
-    if (b == nullptr || b->data != bucket.buffer().raw_data() ||
-        b->numel != bucket.buffer().numel()) {
-      b = PlanLayerwise(bucket, state_->options());
-    }
-    return *b;
+  std::unique_ptr<LayerwiseBucket> MakePlan(const GradBucket& bucket) override {
+    return PlanLayerwise(bucket, state_->options());
   }
 
-  // Steps 1-3 on this thread up to the launches; the rest as each allreduce completes.
-  std::shared_ptr<comm::Future> Compress(GradBucket& bucket) {
+  std::shared_ptr<comm::Future> Compress(GradBucket& bucket, LayerwiseBucket& b) override {
     const PowerSgdOptions& options = state_->options();
-    LayerwiseBucket& b = BucketFor(bucket);
     const Tensor& buffer = bucket.buffer();
     state_->CountCompression(b.numel_before, b.numel_after);
     if (options.use_error_feedback) {
@@ -231,7 +259,7 @@ class LayerwiseHook : public std::enable_shared_from_this<LayerwiseHook> {
     comm::ProcessGroup& group = state_->group();
     const double world = group.size();
     const double epsilon = state_->options().orthogonalization_epsilon;
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     std::shared_ptr<comm::Future> unpacked, last;
     if (!b.uncompressed.empty()) {
       unpacked = Allreduce(group, b.packed)->Then([self, &b, world](const Tensor& packed) {
@@ -267,9 +295,6 @@ class LayerwiseHook : public std::enable_shared_from_this<LayerwiseHook> {
       return buffer;
     });
   }
-
-  std::shared_ptr<PowerSgdState> state_;
-  std::vector<std::unique_ptr<LayerwiseBucket>> buckets_;  // by bucket index; stable addresses
 };
 
 // ============================================================================ batched
@@ -316,39 +341,19 @@ std::unique_ptr<BatchedBucket> PlanBatched(const GradBucket& bucket,
   return plan;
 }
 
-class BatchedHook : public std::enable_shared_from_this<BatchedHook> {
+class BatchedHook final : public PowerSgdHookBase<BatchedBucket> {
  public:
-  explicit BatchedHook(std::shared_ptr<PowerSgdState> state) : state_(std::move(state)) {}
-
-  std::shared_ptr<comm::Future> Call(GradBucket& bucket) {
-    state_->BeginCall(bucket);
-    std::shared_ptr<comm::Future> result;
-    if (absl::Status s = CheckDtype(bucket, "batched_powersgd"); !s.ok()) {
-      result = Failed(std::move(s));
-    } else if (!state_->compressing()) {
-      result = PlainAllreduce(*state_, bucket);
-    } else {
-      result = Compress(bucket);
-    }
-    state_->EndCall(bucket);
-    return result;
-  }
+  explicit BatchedHook(std::shared_ptr<PowerSgdState> state)
+      : PowerSgdHookBase(std::move(state), "batched_powersgd") {}
 
  private:
-  BatchedBucket& BucketFor(const GradBucket& bucket) {
-    if (buckets_.size() < bucket.bucket_count()) buckets_.resize(bucket.bucket_count());
-    std::unique_ptr<BatchedBucket>& b = buckets_[bucket.index()];
-    if (b == nullptr || b->data != bucket.buffer().raw_data() ||
-        b->numel != bucket.buffer().numel()) {
-      b = PlanBatched(bucket, state_->options());
-    }
-    return *b;
+  std::unique_ptr<BatchedBucket> MakePlan(const GradBucket& bucket) override {
+    return PlanBatched(bucket, state_->options());
   }
 
   // PyTorch's batched hook orthogonalises with epsilon 0, whatever the options say.
-  std::shared_ptr<comm::Future> Compress(GradBucket& bucket) {
+  std::shared_ptr<comm::Future> Compress(GradBucket& bucket, BatchedBucket& b) override {
     const PowerSgdOptions& options = state_->options();
-    BatchedBucket& b = BucketFor(bucket);
     const int64_t side = b.matrix.size(0), r = b.q.size(1);
     state_->CountCompression(b.numel, side * r * 2);
     b.head.CopyFrom(bucket.buffer());
@@ -370,7 +375,7 @@ class BatchedHook : public std::enable_shared_from_this<BatchedHook> {
     comm::ProcessGroup& group = state_->group();
     const double world = group.size();
     const bool feedback = state_->options().use_error_feedback;
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     // Runs before the Q allreduce starts (see the header): fills the buffer it sends.
     auto projected = Allreduce(group, b.p)->Then([self, &b](const Tensor& p) {
       Orthogonalize(b.p);
@@ -388,9 +393,6 @@ class BatchedHook : public std::enable_shared_from_this<BatchedHook> {
           return buffer;
         });
   }
-
-  std::shared_ptr<PowerSgdState> state_;
-  std::vector<std::unique_ptr<BatchedBucket>> buckets_;
 };
 
 }  // namespace
