@@ -1,8 +1,16 @@
 #include "tools/jobs/job.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_join.h"
 
 namespace ddpkit::jobs {
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
 
 absl::Status WaitFor(const std::shared_ptr<comm::Work>& work, std::string_view what) {
   absl::Status status = work->Wait();

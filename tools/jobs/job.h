@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "autograd/error.h"
@@ -61,6 +62,9 @@ absl::StatusOr<Report> RunOnEveryRank(
 // Waits for `work`; a failure comes back as "<what> failed: " and the comm layer's diagnosis
 // (the op, its sequence number, the ranks that did not arrive).
 absl::Status WaitFor(const std::shared_ptr<comm::Work>& work, std::string_view what);
+
+// The upper median of `values` (0 for none): what every job reports of a noisy series.
+double Median(std::vector<double> values);
 
 // --- Validation helpers: one wording for every job ------------------------------------------
 

@@ -27,11 +27,6 @@ struct StepTimes {
   double step_ms = 0, reference_ms = 0;
 };
 
-double Median(std::vector<double>& v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
 double TimeMs(const std::function<void()>& f) {
   const auto start = Clock::now();
   f();

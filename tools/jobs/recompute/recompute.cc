@@ -74,6 +74,12 @@ double RelError(const TensorList& a, const TensorList& b) {
   return scale == 0 ? diff : diff / scale;
 }
 
+int64_t ParameterBytes(const nn::Module& model) {
+  int64_t bytes = 0;
+  for (const Tensor& p : model.Parameters()) bytes += static_cast<int64_t>(p.nbytes());
+  return bytes;
+}
+
 TensorList Grads(const nn::Module& model) {
   TensorList grads;
   for (const Tensor& p : model.Parameters()) {
@@ -117,6 +123,7 @@ Reference TrainOneProcess(const RecomputeConfig& config, const ClassificationDat
 void MeasureActivationMemory(const RecomputeConfig& config, const ClassificationData& data,
                              RecomputeReport& report) {
   BlockMlp model(config.shape, config.seed);
+  report.set_parameter_bytes(ParameterBytes(model));
   Tensor x = Tensor::Empty({config.batch_size, config.shape.input_dim});
   Tensor y = Tensor::Empty({config.batch_size}, DType::kInt64);
   GatherRows(data, 0, config.batch_size, x, y);
@@ -179,11 +186,6 @@ void SetStepTimes(std::vector<double> step_ms, RecomputeRun& run) {
   run.set_step_ms_max(step_ms.back());
 }
 
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values.empty() ? 0 : values[values.size() / 2];
-}
-
 bool BitwiseEqual(const TensorList& a, const TensorList& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -210,7 +212,8 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused, Trace
   DDPKIT_ASSIGN_OR_RETURN(TraceRecorder * recorder, trace.BeginRank(c.group, {}));
   if (recorder != nullptr) ddp->reducer().SetTraceObserver(recorder);
   Sgd sgd(model->Parameters(), {.lr = config.lr});
-  reducer::FusedGradientAllreduce fused_allreduce(model->NamedParameters());
+  std::optional<reducer::FusedGradientAllreduce> fused_allreduce;  // its buffers, once
+  if (fused) fused_allreduce.emplace(model->NamedParameters());
 
   const int64_t b = config.batch_size, global_batch = b * c.group.size();
   Tensor x = Tensor::Empty({b, config.shape.input_dim});
@@ -238,7 +241,7 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused, Trace
     }
     if (fused) {
       const Clock::time_point comm_start = Clock::now();
-      DDPKIT_RETURN_IF_ERROR(fused_allreduce.Run(c.group));
+      DDPKIT_RETURN_IF_ERROR(fused_allreduce->Run(c.group));
       comm_ms.push_back(Ms(Clock::now() - comm_start));
     }
     if (step == 0) run.set_grad_rel_error(RelError(Grads(*model), c.reference.first_grads));
@@ -260,12 +263,12 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused, Trace
   if (fused) {
     run.set_comm_ms(Median(comm_ms));
     run.set_exposed_comm_ms(run.comm_ms());  // it starts after backward: nothing overlaps it
-    run.set_bytes_reduced(fused_allreduce.bytes());
+    run.set_bytes_reduced(fused_allreduce->bytes());
   } else {
     const reducer::DdpLoggingData& logging = ddp->LoggingData();
     run.set_comm_ms(logging.avg_backward_comm_time() / 1e6);
     run.set_exposed_comm_ms(logging.avg_backward_exposed_comm_time() / 1e6);
-    run.set_bytes_reduced(fused_allreduce.bytes());  // the same gradients, in buckets
+    run.set_bytes_reduced(ParameterBytes(*model));  // the same gradients, in buckets
   }
   DDPKIT_RETURN_IF_ERROR(c.group.Allreduce(losses)->Wait());
   for (int step = 0; step < config.steps; ++step) {
@@ -285,9 +288,6 @@ RecomputeReport DescribeConfig(const RecomputeConfig& config) {
   report.set_lr(config.lr);
   report.set_seed(config.seed);
   report.set_bucket_cap_mb(config.bucket_cap_mb);
-  int64_t bytes = 0;
-  for (const Tensor& p : BlockMlp(config.shape, config.seed).Parameters()) bytes += p.nbytes();
-  report.set_parameter_bytes(bytes);
   return report;
 }
 

@@ -140,12 +140,6 @@ absl::StatusOr<double> TrainStep(const TrainConfig& config, Rank& rank, int step
   return loss_sum / config.grad_accum;
 }
 
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-  return values[values.size() / 2];
-}
-
 // After the loop: each step's loss as the mean over all ranks (equal batches: the global mean),
 // the accuracy on all rows, the median step time, and rank 0's saved weights.
 absl::Status Finish(const TrainConfig& config, Rank& rank, int first_step, Tensor& losses,
