@@ -17,10 +17,12 @@ TensorList AccumulateGrad::Apply(TensorList grad_outputs) {
   if (!variable.defined()) return {};
   Tensor& incoming = grad_outputs[0];
   if (incoming.defined()) {
-    DDPKIT_CHECK(incoming.dtype() == variable.dtype() && incoming.numel() == variable.numel(),
+    DDPKIT_CHECK(incoming.dtype() == variable.dtype() && incoming.numel() == variable.numel() &&
+                     incoming.device() == variable.device(),
                  "[AccumulateGrad] gradient ", DTypeName(incoming.dtype()),
-                 ShapeString(incoming.shape()), " does not match its leaf ",
-                 DTypeName(variable.dtype()), ShapeString(variable.shape()));
+                 ShapeString(incoming.shape()), " on ", incoming.device().ToString(),
+                 " does not match its leaf ", DTypeName(variable.dtype()),
+                 ShapeString(variable.shape()), " on ", variable.device().ToString());
     const Tensor& grad = variable.grad();
     if (!grad.defined()) {
       Tensor owned = IsSoleOwner(incoming) ? std::move(incoming) : incoming.Clone();

@@ -73,17 +73,18 @@ TensorList SeedGradients(const TensorList& roots, const TensorList& grad_roots) 
                  " does not require grad and has no grad_fn: nothing to differentiate");
     if (i < grad_roots.size() && grad_roots[i].defined()) {
       const Tensor& g = grad_roots[i];
-      DDPKIT_CHECK(g.dtype() == root.dtype() && g.shape() == root.shape(),
-                   "[backward] gradient for root ", i, " is ", DTypeName(g.dtype()),
-                   ShapeString(g.shape()), ", root is ", DTypeName(root.dtype()),
-                   ShapeString(root.shape()));
+      DDPKIT_CHECK(
+          g.dtype() == root.dtype() && g.shape() == root.shape() && g.device() == root.device(),
+          "[backward] gradient for root ", i, " is ", DTypeName(g.dtype()), ShapeString(g.shape()),
+          " on ", g.device().ToString(), ", root is ", DTypeName(root.dtype()),
+          ShapeString(root.shape()), " on ", root.device().ToString());
       seeds[i] = g;
     } else {
       DDPKIT_CHECK(root.numel() == 1, "[backward] root ", i, " has shape ",
                    ShapeString(root.shape()),
                    ": an implicit gradient of 1 is only defined for one-element outputs; "
                    "pass its gradient explicitly");
-      seeds[i] = Tensor::Full(root.shape(), 1.0, root.dtype());
+      seeds[i] = Tensor::Full(root.shape(), 1.0, root.dtype(), root.device());
     }
   }
   return seeds;

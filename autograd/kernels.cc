@@ -2,19 +2,25 @@
 
 #include <cblas.h>
 
+#include "autograd/cuda/kernels.h"
+
 namespace ddpkit {
 namespace {
 
 void CheckSameLayout(std::string_view op, const Tensor& a, const Tensor& b) {
-  DDPKIT_CHECK(a.dtype() == b.dtype() && a.numel() == b.numel(), "[", op, "] ",
-               DTypeName(a.dtype()), ShapeString(a.shape()), " and ", DTypeName(b.dtype()),
-               ShapeString(b.shape()), " differ in dtype or element count");
+  DDPKIT_CHECK(a.dtype() == b.dtype() && a.numel() == b.numel() && a.device() == b.device(), "[",
+               op, "] ", DTypeName(a.dtype()), ShapeString(a.shape()), " on ",
+               a.device().ToString(), " and ", DTypeName(b.dtype()), ShapeString(b.shape()), " on ",
+               b.device().ToString(), " differ in dtype, element count or device");
 }
 
 }  // namespace
 
 void AddInPlace(const Tensor& dst, const Tensor& src, double alpha) {
   CheckSameLayout("AddInPlace", dst, src);
+  if constexpr (kWithCuda) {
+    if (dst.is_cuda()) return cuda::AddInPlace(dst, src, alpha);
+  }
   DispatchFloating(dst.dtype(), "AddInPlace", [&]<typename T>() {
     T* out = dst.data<T>();
     const T* in = src.data<T>();
@@ -29,6 +35,9 @@ void AddInPlace(const Tensor& dst, const Tensor& src, double alpha) {
 }
 
 void ScaleInPlace(const Tensor& t, double factor) {
+  if constexpr (kWithCuda) {
+    if (t.is_cuda()) return cuda::ScaleInPlace(t, factor);
+  }
   DispatchFloating(t.dtype(), "ScaleInPlace", [&]<typename T>() {
     T* out = t.data<T>();
     const T f = static_cast<T>(factor);
@@ -38,6 +47,9 @@ void ScaleInPlace(const Tensor& t, double factor) {
 
 void ScaledCopy(const Tensor& dst, const Tensor& src, double factor) {
   CheckSameLayout("ScaledCopy", dst, src);
+  if constexpr (kWithCuda) {
+    if (dst.is_cuda()) return cuda::ScaledCopy(dst, src, factor);
+  }
   DispatchFloating(dst.dtype(), "ScaledCopy", [&]<typename T>() {
     T* out = dst.data<T>();
     const T* in = src.data<T>();
@@ -53,6 +65,9 @@ void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, d
                DTypeName(c.dtype()));
   DDPKIT_CHECK(a.numel() == m * k && b.numel() == k * n && c.numel() == m * n,
                "[Gemm] operand sizes do not match m=", m, " n=", n, " k=", k);
+  if constexpr (kWithCuda) {
+    if (c.is_cuda()) return cuda::Gemm(transpose_a, transpose_b, m, n, k, alpha, a, b, beta, c);
+  }
   if (m == 0 || n == 0) return;
   const CBLAS_TRANSPOSE ta = transpose_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = transpose_b ? CblasTrans : CblasNoTrans;

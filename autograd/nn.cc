@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "autograd/cuda/runtime.h"
 #include "autograd/ops.h"
 
 namespace ddpkit::nn {
@@ -52,6 +53,28 @@ NamedTensors Module::NamedBuffers() const {
   std::vector<const TensorImpl*> seen;
   CollectNamed("", /*parameters=*/false, out, seen);
   return out;
+}
+
+namespace {
+
+// Points `t` at a copy of its elements on `device`, keeping its TensorImpl (and with it the
+// autograd metadata: leaf, requires_grad, the gradient accumulator and its hooks).
+void MoveInPlace(const Tensor& t, Device device) {
+  if (t.device() == device) return;  // a tensor registered twice moves once
+  Tensor moved = t.To(device);
+  TensorImpl& impl = *t.impl();
+  impl.storage = moved.impl()->storage;
+  impl.offset = 0;
+  if (t.grad().defined()) t.set_grad(t.grad().To(device));
+}
+
+}  // namespace
+
+void Module::To(Device device) {
+  if (absl::Status usable = cuda::CheckUsable(device); !usable.ok()) ThrowStatus(usable);
+  for (const auto& [name, tensor] : parameters_) MoveInPlace(tensor, device);
+  for (const auto& [name, tensor] : buffers_) MoveInPlace(tensor, device);
+  for (const auto& [name, child] : children_) child->To(device);
 }
 
 void Module::AppendDebugString(const std::string& indent, std::string& out) const {

@@ -34,6 +34,12 @@ class Module {
   TensorList Parameters() const;
   // Non-trainable state (none of the built-in modules has any; DDP broadcasts them).
   NamedTensors NamedBuffers() const;
+  // Moves every parameter and buffer (this module's and its children's) to `device` in place,
+  // as PyTorch's module.to(device): each keeps its Tensor identity, so handles held elsewhere
+  // (an optimizer's, a DDP reducer's) see the new storage, and a parameter stays a leaf that
+  // requires grad; an existing .grad moves too. Call it before an optimizer or DDP wraps the
+  // model: their state is not moved.
+  void To(Device device);
   // "Sequential(\n  (0): Linear(in_features=4, out_features=8, bias=true)\n ...)".
   std::string DebugString() const;
 

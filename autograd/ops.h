@@ -1,5 +1,8 @@
 // Differentiable ops. Each is defined in autograd/ops/<family>.cc with its backward right
-// below its forward. All compute in float32 or float64; mixing dtypes is an error.
+// below its forward. All compute in float32 or float64; mixing dtypes is an error. Each op runs
+// where its inputs live — the host, or a GPU (kernels in autograd/cuda/, the same pointwise math
+// from autograd/ops/pointwise.h) — and its output and gradients live there too; operands on
+// different devices are an error that says to move them with To().
 //
 // Shapes: tensors are row-major. Elementwise ops take equal shapes, or one side with a single
 // element (a scalar, e.g. a learnable logit scale), which is broadcast.

@@ -5,6 +5,8 @@
 #include <initializer_list>
 #include <string_view>
 
+#include "autograd/adam_update.h"
+#include "autograd/cuda/ops.h"
 #include "autograd/grad_mode.h"
 #include "autograd/kernels.h"
 
@@ -132,7 +134,7 @@ absl::Status Sgd::LoadStateTensors(const StateList& state) {
     if (!k.ok()) return k.status();
     const Tensor& p = parameters_[k->index];
     if (absl::Status s = CheckLike("SGD", key, tensor, p.shape(), p.dtype()); !s.ok()) return s;
-    buffers[k->index] = tensor.Clone();
+    buffers[k->index] = tensor.To(p.device());  // a copy, where the parameter lives
   }
   momentum_buffers_ = std::move(buffers);
   return absl::OkStatus();
@@ -157,27 +159,31 @@ void Adam::Step() {
     const Tensor& p = parameters_[i];
     if (!p.grad().defined()) continue;
     if (!exp_avg_[i].defined()) {
-      exp_avg_[i] = Tensor::Zeros(p.shape(), p.dtype());
-      exp_avg_sq_[i] = Tensor::Zeros(p.shape(), p.dtype());
+      exp_avg_[i] = Tensor::Zeros(p.shape(), p.dtype(), p.device());
+      exp_avg_sq_[i] = Tensor::Zeros(p.shape(), p.dtype(), p.device());
     }
     const int64_t step = ++steps_[i];
-    const double bias_correction1 = 1.0 - std::pow(options_.beta1, step);
-    const double bias_correction2 = 1.0 - std::pow(options_.beta2, step);
-    const double step_size = options_.lr / bias_correction1;
-    const double sqrt_bc2 = std::sqrt(bias_correction2);
+    const AdamUpdate update{options_.beta1,
+                            options_.beta2,
+                            options_.eps,
+                            options_.weight_decay,
+                            options_.lr / (1.0 - std::pow(options_.beta1, step)),
+                            std::sqrt(1.0 - std::pow(options_.beta2, step))};
+    const Tensor& grad = p.grad();
+    DDPKIT_CHECK(grad.device() == p.device(), "[Adam] parameter ", i, " is on ",
+                 p.device().ToString(), " but its gradient is on ", grad.device().ToString());
+    if constexpr (kWithCuda) {
+      if (p.is_cuda()) {
+        cuda::AdamStep(p, grad, exp_avg_[i], exp_avg_sq_[i], update);
+        continue;
+      }
+    }
     DispatchFloating(p.dtype(), "Adam", [&]<typename T>() {
       T* w = p.data<T>();
-      const T* g = p.grad().data<T>();
+      const T* g = grad.data<T>();
       T* m = exp_avg_[i].data<T>();
       T* v = exp_avg_sq_[i].data<T>();
-      const T b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
-      for (int64_t j = 0, n = p.numel(); j < n; ++j) {
-        const T grad = g[j] + static_cast<T>(options_.weight_decay) * w[j];
-        m[j] = b1 * m[j] + (T(1) - b1) * grad;
-        v[j] = b2 * v[j] + (T(1) - b2) * grad * grad;
-        const T denom = std::sqrt(v[j]) / static_cast<T>(sqrt_bc2) + static_cast<T>(options_.eps);
-        w[j] -= static_cast<T>(step_size) * m[j] / denom;
-      }
+      for (int64_t j = 0, n = p.numel(); j < n; ++j) update(w[j], g[j], m[j], v[j]);
     });
   }
 }
@@ -213,9 +219,9 @@ absl::Status Adam::LoadStateTensors(const StateList& state) {
                              : CheckLike("Adam", key, tensor, p.shape(), p.dtype());
     if (!s.ok()) return s;
     if (is_step) {
-      steps[k->index] = tensor.data<int64_t>()[0];
+      steps[k->index] = static_cast<int64_t>(tensor.item());
     } else {
-      (k->name == "exp_avg" ? avg : avg_sq)[k->index] = tensor.Clone();
+      (k->name == "exp_avg" ? avg : avg_sq)[k->index] = tensor.To(p.device());
     }
     ++parts[k->index];
   }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_join.h"
+#include "autograd/cuda/runtime.h"
 #include "autograd/file_util.h"
 
 namespace ddpkit {
@@ -117,7 +118,11 @@ const Tensor* SafetensorsFile::Find(std::string_view name) const {
   return nullptr;
 }
 
-absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::string_view source) {
+absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::string_view source,
+                                                 Device device) {
+  if (absl::Status usable = cuda::CheckUsable(device); !usable.ok()) {
+    return absl::FailedPreconditionError(StrCat(source, ": cannot load onto ", usable.message()));
+  }
   if (bytes.size() < 8) {
     return Malformed(source, "only ", bytes.size(),
                      " bytes; a safetensors file starts with an 8-byte header length");
@@ -176,15 +181,15 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::st
   for (const Entry& entry : entries) {
     Tensor t = Tensor::Empty(entry.shape, entry.dtype);
     if (t.nbytes() > 0) std::memcpy(t.raw_data(), data.data() + entry.begin, t.nbytes());
-    file.tensors.emplace_back(entry.name, std::move(t));
+    file.tensors.emplace_back(entry.name, device.is_cuda() ? t.To(device) : std::move(t));
   }
   return file;
 }
 
-absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path, Device device) {
   absl::StatusOr<std::string> bytes = ReadFileToString(path);
   if (!bytes.ok()) return bytes.status();
-  return ParseSafetensors(*bytes, path);
+  return ParseSafetensors(*bytes, path, device);
 }
 
 std::string SerializeSafetensors(const NamedTensors& tensors,
@@ -209,7 +214,8 @@ std::string SerializeSafetensors(const NamedTensors& tensors,
   out += json;
   out.reserve(out.size() + offset);
   for (const auto& [name, tensor] : tensors) {
-    out.append(static_cast<const char*>(tensor.raw_data()), tensor.nbytes());
+    const Tensor host = tensor.is_cuda() ? tensor.To(Device::Cpu()) : tensor;
+    out.append(static_cast<const char*>(host.raw_data()), host.nbytes());
   }
   return out;
 }

@@ -26,10 +26,14 @@ struct SafetensorsFile {
   const Tensor* Find(std::string_view name) const;
 };
 
-// `source` names the bytes in error messages (usually the path).
-absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::string_view source);
-absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
+// `source` names the bytes in error messages (usually the path). The tensors are placed on
+// `device` (a GPU one is copied there after the file is checked).
+absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, std::string_view source,
+                                                 Device device = Device::Cpu());
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path,
+                                                Device device = Device::Cpu());
 
+// Tensors on a GPU are copied to the host to be written.
 std::string SerializeSafetensors(const NamedTensors& tensors,
                                  const std::map<std::string, std::string>& metadata = {});
 absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tensors,
@@ -40,7 +44,8 @@ absl::Status SaveStateDict(const nn::Module& module, const std::string& path);
 // Copies every tensor of the file into the module's parameter or buffer of the same name.
 // Strict, as PyTorch's load_state_dict: a missing or unexpected name, or a shape mismatch, is an
 // InvalidArgument naming the file and the tensor; nothing is modified unless all of it fits.
-// A dtype different from the parameter's is converted.
+// A dtype different from the parameter's is converted; each tensor is copied to the device
+// its parameter lives on.
 absl::Status LoadStateDict(nn::Module& module, const std::string& path);
 
 }  // namespace ddpkit

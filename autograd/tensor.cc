@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_join.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/cuda/kernels.h"
+#include "autograd/cuda/runtime.h"
 #include "autograd/engine.h"
 #include "autograd/memory_stats.h"
 
@@ -42,12 +44,12 @@ void StoreDouble(std::byte* base, DType dtype, int64_t i, double v) {
   }
 }
 
-std::shared_ptr<TensorImpl> NewImpl(const Shape& shape, DType dtype) {
+std::shared_ptr<TensorImpl> NewImpl(const Shape& shape, DType dtype, Device device) {
   for (int64_t extent : shape) {
     DDPKIT_CHECK(extent >= 0, "[Tensor] negative extent in shape ", ShapeString(shape));
   }
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(NumElements(shape) * ElementSize(dtype));
+  impl->storage = std::make_shared<Storage>(NumElements(shape) * ElementSize(dtype), device);
   impl->shape = shape;
   impl->dtype = dtype;
   return impl;
@@ -68,7 +70,14 @@ int64_t NumElements(const Shape& shape) {
 
 std::string ShapeString(const Shape& shape) { return StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
-Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
+Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  if (device.is_cuda()) {
+    if (absl::Status usable = cuda::CheckUsable(device); !usable.ok()) ThrowStatus(usable);
+    stream_ = cuda::CurrentStream(device);
+    data_ = static_cast<std::byte*>(cuda::Allocate(nbytes, device, stream_));
+    cuda::MemsetZero(data_, nbytes, device);
+    return;  // the memory counters are the host's (memory_stats.h)
+  }
   const size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   data_ =
       static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded));
@@ -78,6 +87,10 @@ Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
 }
 
 Storage::~Storage() {
+  if (device_.is_cuda()) {
+    cuda::Free(data_, device_, stream_);
+    return;
+  }
   NoteStorageFreed(static_cast<int64_t>(nbytes_));
   std::free(data_);
 }
@@ -87,11 +100,15 @@ AutogradMeta& TensorImpl::meta() {
   return *autograd;
 }
 
-Tensor Tensor::Empty(const Shape& shape, DType dtype) { return Tensor(NewImpl(shape, dtype)); }
-Tensor Tensor::Zeros(const Shape& shape, DType dtype) { return Empty(shape, dtype); }
+Tensor Tensor::Empty(const Shape& shape, DType dtype, Device device) {
+  return Tensor(NewImpl(shape, dtype, device));
+}
+Tensor Tensor::Zeros(const Shape& shape, DType dtype, Device device) {
+  return Empty(shape, dtype, device);
+}
 
-Tensor Tensor::Full(const Shape& shape, double value, DType dtype) {
-  Tensor t = Empty(shape, dtype);
+Tensor Tensor::Full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = Empty(shape, dtype, device);
   t.Fill(value);
   return t;
 }
@@ -123,6 +140,7 @@ int64_t Tensor::size(int64_t d) const {
 double Tensor::at(int64_t i) const {
   DDPKIT_CHECK(i >= 0 && i < numel(), "[Tensor::at] index ", i, " out of range for ", numel(),
                " elements");
+  if (is_cuda()) return Flatten().Rows(i, i + 1).To(Device::Cpu()).at(0);
   return LoadAsDouble(static_cast<const std::byte*>(raw_data()), dtype(), i);
 }
 
@@ -133,6 +151,7 @@ double Tensor::item() const {
 }
 
 std::vector<double> Tensor::ToDoubles() const {
+  if (is_cuda()) return To(Device::Cpu()).ToDoubles();
   std::vector<double> out(numel());
   const auto* base = static_cast<const std::byte*>(raw_data());
   for (int64_t i = 0; i < numel(); ++i) out[i] = LoadAsDouble(base, dtype(), i);
@@ -184,15 +203,22 @@ Tensor Tensor::Detach() const {
   return view;
 }
 
-Tensor Tensor::Clone() const {
-  Tensor copy = Empty(shape(), dtype());
-  if (nbytes() > 0) std::memcpy(copy.raw_data(), raw_data(), nbytes());
+Tensor Tensor::Clone() const { return To(device()); }
+
+Tensor Tensor::To(Device target) const {
+  Tensor copy = Empty(shape(), dtype(), target);
+  if (nbytes() == 0) return copy;
+  if (is_cuda() || target.is_cuda()) {
+    cuda::Copy(copy.raw_data(), target, raw_data(), device(), nbytes());
+  } else {
+    std::memcpy(copy.raw_data(), raw_data(), nbytes());
+  }
   return copy;
 }
 
 Tensor Tensor::To(DType target) const {
   if (target == dtype()) return Clone();
-  Tensor out = Empty(shape(), target);
+  Tensor out = Empty(shape(), target, device());
   out.CopyFrom(*this);
   return out;
 }
@@ -200,9 +226,20 @@ Tensor Tensor::To(DType target) const {
 void Tensor::CopyFrom(const Tensor& src) const {
   DDPKIT_CHECK(src.numel() == numel(), "[Tensor::CopyFrom] source has ", src.numel(), " elements ",
                ShapeString(src.shape()), ", destination ", numel(), " ", ShapeString(shape()));
+  if (src.dtype() == dtype() && (is_cuda() || src.is_cuda())) {
+    cuda::Copy(raw_data(), device(), src.raw_data(), src.device(), nbytes());
+    return;
+  }
   if (src.dtype() == dtype()) {
     if (nbytes() > 0) std::memmove(raw_data(), src.raw_data(), nbytes());
     return;
+  }
+  if (src.device() != device()) {  // convert where the destination is
+    CopyFrom(src.To(device()));
+    return;
+  }
+  if constexpr (kWithCuda) {
+    if (is_cuda()) return cuda::ConvertCopy(*this, src);
   }
   const auto* in = static_cast<const std::byte*>(src.raw_data());
   auto* out = static_cast<std::byte*>(raw_data());
@@ -211,6 +248,9 @@ void Tensor::CopyFrom(const Tensor& src) const {
 }
 
 void Tensor::Fill(double value) const {
+  if constexpr (kWithCuda) {
+    if (is_cuda()) return cuda::Fill(*this, value);
+  }
   auto* out = static_cast<std::byte*>(raw_data());
   if (value == 0.0) {
     if (nbytes() > 0) std::memset(out, 0, nbytes());

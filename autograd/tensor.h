@@ -1,5 +1,8 @@
 // Tensor: a handle to row-major data in shared storage, plus autograd metadata.
 //
+// A tensor lives on one device (the host, or a GPU: autograd/device.h); its data pointer is
+// only dereferenced there, by host loops or by CUDA kernels (autograd/cuda/).
+//
 // Every tensor is contiguous; a view (Rows, View) is the same storage at an element offset
 // with a new shape. That is all DDP needs: a bucket is one flat buffer and each parameter's
 // gradient is a view into it.
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "autograd/device.h"
 #include "autograd/dtype.h"
 #include "autograd/error.h"
 
@@ -26,22 +30,29 @@ std::string ShapeString(const Shape& shape);  // "[2, 3]"
 
 class Node;
 class AccumulateGrad;
+}  // namespace ddpkit
+struct CUstream_st;
+namespace ddpkit {
 class Tensor;
 using TensorList = std::vector<Tensor>;
 
-// One owned, 64-byte aligned, zero-initialised buffer.
+// One owned, zero-initialised buffer: 64-byte aligned host memory, or GPU memory allocated on
+// the calling thread's current stream (and freed on that stream).
 class Storage {
  public:
-  explicit Storage(size_t nbytes);
+  explicit Storage(size_t nbytes, Device device = Device::Cpu());
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   std::byte* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
 
  private:
   std::byte* data_;
   size_t nbytes_;
+  Device device_;
+  CUstream_st* stream_ = nullptr;  // the allocating stream (GPU storage only)
 };
 
 struct AutogradMeta;
@@ -63,9 +74,12 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // --- Factories (no autograd history; requires_grad false) -----------------------------
-  static Tensor Empty(const Shape& shape, DType dtype = DType::kFloat32);  // zero-filled
-  static Tensor Zeros(const Shape& shape, DType dtype = DType::kFloat32);
-  static Tensor Full(const Shape& shape, double value, DType dtype = DType::kFloat32);
+  static Tensor Empty(const Shape& shape, DType dtype = DType::kFloat32,
+                      Device device = Device::Cpu());  // zero-filled
+  static Tensor Zeros(const Shape& shape, DType dtype = DType::kFloat32,
+                      Device device = Device::Cpu());
+  static Tensor Full(const Shape& shape, double value, DType dtype = DType::kFloat32,
+                     Device device = Device::Cpu());
   static Tensor Scalar(double value, DType dtype = DType::kFloat32);  // shape []
   template <typename T>
   static Tensor FromVector(absl::Span<const T> values, const Shape& shape);
@@ -82,17 +96,28 @@ class Tensor {
   int64_t numel() const { return NumElements(impl_->shape); }
   DType dtype() const { return impl_->dtype; }
   size_t nbytes() const { return numel() * ElementSize(dtype()); }
+  Device device() const { return impl_->storage->device(); }
+  bool is_cuda() const { return device().is_cuda(); }
   int64_t storage_offset() const { return impl_->offset; }
   void* raw_data() const {
     return impl_->storage->data() + impl_->offset * ElementSize(impl_->dtype);
   }
+  // The elements, for host code: a GPU tensor is refused (copy it with To(Device::Cpu())).
   template <typename T>
   T* data() const {
+    DDPKIT_CHECK(!is_cuda(), "[Tensor::data] the tensor is on ", device().ToString(),
+                 "; host code cannot read it (copy it with To(Device::Cpu()))");
+    return device_data<T>();
+  }
+  // The elements on the tensor's own device (what a CUDA kernel is handed).
+  template <typename T>
+  T* device_data() const {
     DDPKIT_CHECK(kDTypeOf<T> == dtype(), "[Tensor::data] tensor holds ", DTypeName(dtype()),
                  ", accessed as ", DTypeName(kDTypeOf<T>));
     return static_cast<T*>(raw_data());
   }
-  // Element i of the flattened tensor, converted to double (any dtype).
+  // Element i of the flattened tensor, converted to double (any dtype; a GPU tensor is copied
+  // to the host first).
   double at(int64_t i) const;
   // The only element of a one-element tensor, as double.
   double item() const;
@@ -107,10 +132,12 @@ class Tensor {
   bool SharesStorageWith(const Tensor& other) const;
   // True when both handles see exactly the same elements (same storage, offset, numel).
   bool IsAliasOf(const Tensor& other) const;
-  Tensor Detach() const;         // shares storage, no autograd history, requires_grad false
-  Tensor Clone() const;          // deep copy without history
-  Tensor To(DType dtype) const;  // converted deep copy (Clone when already `dtype`)
-  // In place: this <- src (same numel; dtypes may differ: values are converted).
+  Tensor Detach() const;           // shares storage, no autograd history, requires_grad false
+  Tensor Clone() const;            // deep copy without history
+  Tensor To(DType dtype) const;    // converted deep copy (Clone when already `dtype`)
+  Tensor To(Device device) const;  // a copy on `device` (Clone when already there)
+  // In place: this <- src (same numel; dtypes and devices may differ: values are converted,
+  // bytes are copied between devices).
   void CopyFrom(const Tensor& src) const;
   void Fill(double value) const;
   void Zero() const { Fill(0.0); }

@@ -62,7 +62,7 @@ GatheredRows AllGatherWithGrad(const Tensor& x, ProcessGroup& group, GatherBackw
   }
   int64_t total = 0;
   for (int64_t b : out.rows_per_rank) total += b;
-  out.all = Tensor::Empty({total, d}, x.dtype());
+  out.all = Tensor::Empty({total, d}, x.dtype(), x.device());
   Wait(group.AllgatherV(x.Detach().Flatten(), out.all.Flatten(), counts), rank,
        "gathering the rows");
   if (backward == GatherBackward::kNone) return out;
@@ -72,7 +72,7 @@ GatheredRows AllGatherWithGrad(const Tensor& x, ProcessGroup& group, GatherBackw
   RecordOp(out.all, "AllGatherWithGradBackward", {&x},
            [&group, backward, counts, first, b, d, rank, world](const Tensor& g) {
              Tensor grad = g.Clone();  // never reduce into the engine's gradient buffer
-             Tensor mine = Tensor::Empty({b, d}, g.dtype());
+             Tensor mine = Tensor::Empty({b, d}, g.dtype(), g.device());
              switch (backward) {
                case GatherBackward::kSum:
                case GatherBackward::kAvg:

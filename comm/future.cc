@@ -1,5 +1,7 @@
 #include "comm/future.h"
 
+#include "autograd/cuda/runtime.h"
+
 namespace ddpkit::comm {
 
 std::shared_ptr<Future> Future::Completed(Tensor value) {
@@ -31,7 +33,12 @@ std::shared_ptr<Future> Future::Then(std::function<Tensor(const Tensor&)> fn) {
       return;
     }
     try {
-      next->SetValue(fn(*result));
+      Tensor value = fn(*result);
+      // fn's GPU kernels went on this thread's stream; whoever waits on `next` reads the value
+      // on another, so it completes only once they are done.
+      if (value.defined() && value.is_cuda())
+        cuda::Synchronize(cuda::CurrentStream(value.device()));
+      next->SetValue(std::move(value));
     } catch (const Error& e) {
       next->SetError(e.ToStatus());
     } catch (const std::exception& e) {

@@ -1,6 +1,8 @@
 #include "comm/process_group.h"
 
+#include <chrono>
 #include <numeric>
+#include <thread>
 
 #include "autograd/log.h"
 
@@ -69,7 +71,32 @@ std::string ProcessGroup::Describe(const Collective& c) const {
                 ")");
 }
 
+void ProcessGroup::PlaceOnDevice(Collective& c) const {
+  const Tensor& t = c.input.defined() ? c.input : c.output;
+  c.device = t.defined() ? t.device() : DefaultDevice();
+  if (c.input.defined() && c.output.defined()) {
+    DDPKIT_CHECK(c.input.device() == c.output.device(), "[", OpTypeName(c.op), "] input is on ",
+                 c.input.device().ToString(), " but output on ", c.output.device().ToString(),
+                 "; put both on one device");
+  }
+  // A GPU-only backend takes small host tensors (DDP's counts, flags and signatures, as
+  // PyTorch's users move them by hand) through its GPU.
+  if (c.device.is_cpu() && !SupportsDevice(c.device) && DefaultDevice().is_cuda()) {
+    c.host_staged = true;
+    c.device = DefaultDevice();
+    return;
+  }
+  DDPKIT_CHECK(SupportsDevice(c.device), "[", OpTypeName(c.op), "] the ", backend_name(),
+               " backend does not take tensors on ", c.device.ToString(),
+               " (gloo: host tensors; threads: host or GPU tensors; nccl: the rank's own GPU)");
+  if (c.device.is_cuda()) {
+    c.ready = std::make_shared<cuda::Event>(c.device);
+    c.ready->Record(cuda::CurrentStream(c.device));
+  }
+}
+
 std::shared_ptr<Work> ProcessGroup::Submit(Collective c) {
+  PlaceOnDevice(c);
   c.tag = ScopedCollectiveTag::Current();
   CollectiveListener* listener = listener_.load();
   std::unique_lock<std::mutex> lock(mu_);
@@ -164,10 +191,61 @@ absl::Status ProcessGroup::RunOne(const Collective& c) {
     DDPKIT_RETURN_IF_ERROR(VerifyCallsMatch(c));
   }
   try {
-    return Execute(c);
+    return c.device.is_cuda() ? RunOnStream(c) : Execute(c);
   } catch (const Error& e) {  // a backend's invariant: report it on the Work, keep the thread
     return absl::InternalError(StrCat(Describe(c), " failed: ", e.what()));
   }
+}
+
+absl::Status ProcessGroup::RunOnStream(const Collective& c) {
+  const size_t index = static_cast<size_t>(c.device.index);
+  if (comm_streams_.size() <= index) comm_streams_.resize(index + 1, nullptr);
+  if (comm_streams_[index] == nullptr) comm_streams_[index] = cuda::PoolStream(c.device);
+  cuda::StreamGuard on_comm_stream(c.device, comm_streams_[index]);
+  if (c.host_staged) return RunHostStaged(c);
+  DDPKIT_RETURN_IF_ERROR(Execute(c));
+  cuda::Event done(c.device);
+  done.Record(comm_streams_[index]);
+  return WatchUntilDone(c, done);
+}
+
+absl::Status ProcessGroup::RunHostStaged(const Collective& c) {
+  Collective on_gpu = c;
+  on_gpu.host_staged = false;
+  if (c.input.defined()) on_gpu.input = c.input.To(c.device);
+  const bool in_place = c.input.defined() && c.input.IsAliasOf(c.output);
+  if (c.output.defined()) {
+    on_gpu.output =
+        in_place ? on_gpu.input : Tensor::Empty(c.output.shape(), c.output.dtype(), c.device);
+  }
+  DDPKIT_RETURN_IF_ERROR(Execute(on_gpu));
+  cuda::Event done(c.device);
+  done.Record(cuda::CurrentStream(c.device));
+  DDPKIT_RETURN_IF_ERROR(WatchUntilDone(c, done));
+  if (c.output.defined()) c.output.CopyFrom(on_gpu.output);
+  return absl::OkStatus();
+}
+
+absl::Status ProcessGroup::WatchUntilDone(const Collective& c, const cuda::Event& done) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(options_.timeout);
+  while (!done.Query()) {
+    if (absl::Status error = AsyncError(); !error.ok()) {
+      AbortCommunication();
+      return absl::Status(error.code(), StrCat(Describe(c), " failed on ", c.device.ToString(),
+                                               ": ", error.message()));
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      AbortCommunication();
+      return absl::DeadlineExceededError(StrCat(
+          Describe(c), " timed out after ", absl::FormatDuration(options_.timeout), " on ",
+          c.device.ToString(),
+          ": the GPU never finished it (a peer that did not issue it, or one that died); the "
+          "communicator was aborted"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return absl::OkStatus();
 }
 
 // --- The collectives: check the arguments here, run them on the comm thread ----------------

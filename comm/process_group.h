@@ -92,6 +92,12 @@ class ProcessGroup {
                                   std::vector<int64_t> recv_counts);
   std::shared_ptr<Work> Barrier();
 
+  // Whether this backend takes tensors on `device`: gloo the host's, threads the host's and any
+  // GPU's, nccl its rank's GPU only.
+  virtual bool SupportsDevice(Device device) const { return device.is_cpu(); }
+  // Where a barrier (a collective without tensors) runs.
+  virtual Device DefaultDevice() const { return Device::Cpu(); }
+
  protected:
   ProcessGroup(int rank, int size, ProcessGroupOptions options);
 
@@ -109,10 +115,25 @@ class ProcessGroup {
   // "ALLREDUCE (sequence number 7, world size 4)" — the start of every error about `c`.
   std::string Describe(const Collective& c) const;
 
+  // GPU collectives. Execute runs with the group's communication stream current for c.device,
+  // only queues the work on it, and returns; the comm thread then records an event behind it
+  // and watches that event (the watchdog): each round it asks AsyncError(), and at the timeout
+  // it calls AbortCommunication() and fails the collective. Backends whose collectives finish
+  // on the host (threads) keep the defaults.
+  virtual absl::Status AsyncError() { return absl::OkStatus(); }
+  virtual void AbortCommunication() {}
+
  private:
   std::shared_ptr<Work> Submit(Collective c);
   void CommLoop();
   absl::Status RunOne(const Collective& c);
+  // Execute on the communication stream of c.device, then the watchdog until the GPU is done.
+  absl::Status RunOnStream(const Collective& c);
+  absl::Status WatchUntilDone(const Collective& c, const cuda::Event& done);
+  // Host tensors on a GPU-only backend: copied to c.device, run there, copied back.
+  absl::Status RunHostStaged(const Collective& c);
+  // The issued tensors' device, checked against SupportsDevice; records c.ready for a GPU.
+  void PlaceOnDevice(Collective& c) const;
   // The first failure: log it with the recorder's table, dump the recorder, break the group.
   void RecordFailure(const absl::Status& status);
 
@@ -131,6 +152,7 @@ class ProcessGroup {
   absl::Status broken_;  // the first failure; OK while usable
   std::string dump_path_;
   std::thread comm_thread_;
+  std::vector<cuda::Stream> comm_streams_;  // per GPU index; used by the comm thread only
 };
 
 }  // namespace ddpkit::comm

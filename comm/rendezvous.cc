@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "autograd/log.h"
 #include "comm/gloo/process_group_gloo.h"
+#include "comm/nccl/process_group_nccl.h"
 #include "comm/store/token.h"
 
 namespace ddpkit::comm {
@@ -85,8 +86,8 @@ absl::StatusOr<EnvRendezvous> ReadEnvRendezvous() {
   return env;
 }
 
-absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitGloo(
-    const EnvRendezvous& env, ProcessGroupOptions options) {
+absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::JoinStore(
+    const EnvRendezvous& env, const ProcessGroupOptions& options) {
   std::unique_ptr<DistributedWorld> world(new DistributedWorld());
   world->world_size_ = env.world_size;
   world->timeout_ = options.timeout;
@@ -105,20 +106,44 @@ absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitGloo(
   }
   world->store_ = *std::move(store);
   DDPKIT_RETURN_IF_ERROR(world->store_->Set(ArrivedKey(env.rank), "1"));
+  return world;
+}
+
+absl::Status DistributedWorld::Adopt(absl::StatusOr<std::unique_ptr<ProcessGroup>> group,
+                                     const ProcessGroupOptions& options) {
+  if (!group.ok()) {
+    return RendezvousFailure(group.status(), *store_, world_size_, DiagnosisTime(options));
+  }
+  group_ = *std::move(group);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitGloo(
+    const EnvRendezvous& env, ProcessGroupOptions options) {
+  DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> world, JoinStore(env, options));
   // Gloo listens on the address peers reach this host by: the one given, else loopback for a
   // local job, else the host name.
   const bool local = env.master_addr == "localhost" || absl::StartsWith(env.master_addr, "127.");
   char host[256] = "localhost";
   if (!local) ::gethostname(host, sizeof(host));
   const std::string listen = !env.local_addr.empty() ? env.local_addr : local ? "127.0.0.1" : host;
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      CreateGlooProcessGroup(env.rank, env.world_size, world->store_, listen, options);
-  if (!group.ok()) {
-    return RendezvousFailure(group.status(), *world->store_, env.world_size,
-                             DiagnosisTime(options));
-  }
-  world->group_ = *std::move(group);
+  DDPKIT_RETURN_IF_ERROR(world->Adopt(
+      CreateGlooProcessGroup(env.rank, env.world_size, world->store_, listen, options), options));
   return world;
+}
+
+absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitNccl(
+    const EnvRendezvous& env, ProcessGroupOptions options) {
+  if constexpr (!kWithCuda) {
+    return absl::InvalidArgumentError(kNcclUnavailable);
+  } else {
+    DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> world, JoinStore(env, options));
+    DDPKIT_RETURN_IF_ERROR(
+        world->Adopt(CreateNcclProcessGroup(env.rank, env.world_size, world->store_,
+                                            Device::Cuda(env.local_rank), options),
+                     options));
+    return world;
+  }
 }
 
 DistributedWorld::~DistributedWorld() {

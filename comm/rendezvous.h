@@ -37,12 +37,22 @@ class DistributedWorld {
  public:
   static absl::StatusOr<std::unique_ptr<DistributedWorld>> InitGloo(
       const EnvRendezvous& env, ProcessGroupOptions options = {});
+  // The nccl backend on this process's GPU, cuda:LOCAL_RANK (one GPU per local rank, as
+  // torchrun's jobs pick theirs). InvalidArgument in a build without CUDA.
+  static absl::StatusOr<std::unique_ptr<DistributedWorld>> InitNccl(
+      const EnvRendezvous& env, ProcessGroupOptions options = {});
   ~DistributedWorld();
   ProcessGroup& group() { return *group_; }
   Store& store() { return *store_; }
 
  private:
   DistributedWorld() = default;
+  // The store (served here on rank 0) and this rank's check-in: the first half of every Init.
+  static absl::StatusOr<std::unique_ptr<DistributedWorld>> JoinStore(
+      const EnvRendezvous& env, const ProcessGroupOptions& options);
+  // Keeps `group`, or returns its error with the ranks that never checked in named.
+  absl::Status Adopt(absl::StatusOr<std::unique_ptr<ProcessGroup>> group,
+                     const ProcessGroupOptions& options);
   int world_size_ = 1;
   absl::Duration timeout_;
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 only

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "autograd/cuda/runtime.h"
 #include "autograd/tensor.h"
 #include "comm/collective_tag.h"
 
@@ -45,6 +47,12 @@ struct Collective {
   std::vector<int64_t> recv_counts{};  // all_to_all_v: what this rank receives from each peer
   uint64_t sequence_number = 0;
   CollectiveTag tag{};  // what the caller issued it for (ScopedCollectiveTag at the call)
+  Device device{};      // where its tensors are (a barrier: the group's default device)
+  // A GPU collective: recorded on the caller's current stream when it was issued, behind the
+  // kernels that wrote the tensors; the communication waits on it, not on the host.
+  std::shared_ptr<cuda::Event> ready{};
+  // Host tensors for a GPU-only backend (nccl): they travel through c.device and back.
+  bool host_staged = false;
 };
 
 // What every rank must agree on for a collective; exchanged at DDPKIT_DEBUG=DETAIL (always in

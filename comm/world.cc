@@ -1,15 +1,17 @@
 #include "comm/world.h"
 
+#include "comm/nccl/process_group_nccl.h"
 #include "comm/rendezvous.h"
 #include "comm/threads/threads_world.h"
 
 namespace ddpkit::comm {
 
 absl::Status ValidateWorldSpec(const WorldSpec& world) {
-  if (world.backend != "threads" && world.backend != "gloo") {
+  if (world.backend != "threads" && world.backend != "gloo" && world.backend != "nccl") {
     return absl::InvalidArgumentError(
-        StrCat("--backend must be threads or gloo, got '", world.backend, "'"));
+        StrCat("--backend must be threads, gloo or nccl, got '", world.backend, "'"));
   }
+  if (world.backend == "nccl" && !kWithCuda) return absl::InvalidArgumentError(kNcclUnavailable);
   if (world.backend == "threads" &&
       (world.world_size < 1 || world.world_size > kMaxThreadsWorldSize)) {
     return absl::InvalidArgumentError(
@@ -35,9 +37,10 @@ absl::Status RunOnWorld(const WorldSpec& world,
   DDPKIT_RETURN_IF_ERROR(ValidateWorldSpec(world));
   if (world.backend == "threads") return RunThreadsWorld(world.world_size, body, world.options);
   DDPKIT_ASSIGN_OR_RETURN(EnvRendezvous env, ReadEnvRendezvous());
-  DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> gloo,
-                          DistributedWorld::InitGloo(env, world.options));
-  return body(gloo->group());
+  DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> distributed,
+                          world.backend == "nccl" ? DistributedWorld::InitNccl(env, world.options)
+                                                  : DistributedWorld::InitGloo(env, world.options));
+  return body(distributed->group());
 }
 
 bool ReportsForProcess(const WorldSpec& world, const ProcessGroup& group) {

@@ -1,6 +1,6 @@
 // Running one function per rank on a world, whatever the backend: what every job behind a
 // `ddpkit` subcommand calls. It sits on the backends' own entry points — RunThreadsWorld
-// (comm/threads/threads_world.h) and DistributedWorld::InitGloo (comm/rendezvous.h).
+// (comm/threads/threads_world.h) and DistributedWorld::InitGloo / InitNccl (comm/rendezvous.h).
 #pragma once
 
 #include <functional>
@@ -16,28 +16,30 @@ inline constexpr int kMaxThreadsWorldSize = 1024;
 
 // A world to run on, as the --backend, --world-size and --timeout flags describe it.
 struct WorldSpec {
-  std::string backend = "threads";  // "threads": ranks as threads of this process; or "gloo"
-  int world_size = 1;               // threads only; gloo takes WORLD_SIZE from the launcher
+  // "threads": ranks as threads of this process; "gloo" (CPU) or "nccl" (one GPU per rank,
+  // cuda:LOCAL_RANK): one process per rank under `ddpkit launch`.
+  std::string backend = "threads";
+  int world_size = 1;  // threads only; gloo and nccl take WORLD_SIZE from the launcher
   ProcessGroupOptions options;
 };
 
-// InvalidArgument for an unknown backend, a threads world of fewer than one rank, or a timeout
-// that is not positive; the messages name the flags.
+// InvalidArgument for an unknown backend, nccl in a build without CUDA, a threads world of
+// fewer than one rank, or a timeout that is not positive; the messages name the flags.
 absl::Status ValidateWorldSpec(const WorldSpec& world);
 
-// The number of ranks `world` will have: world_size for threads; for gloo, WORLD_SIZE from the
-// env:// rendezvous variables (InvalidArgument naming the variable when it is missing).
+// The number of ranks `world` will have: world_size for threads; for gloo and nccl, WORLD_SIZE
+// from the env:// rendezvous variables (InvalidArgument naming the variable when it is missing).
 absl::StatusOr<int> WorldSize(const WorldSpec& world);
 
 // threads: runs `body` on world_size rank threads of this process, each with its own group of
-// one shared world. gloo: joins the env:// world (`ddpkit launch` sets it up) and runs `body`
-// once, as this process's rank. Returns OK or the first error (threads: the lowest failing
-// rank's, prefixed "rank R: ").
+// one shared world. gloo and nccl: join the env:// world (`ddpkit launch` sets it up) and run
+// `body` once, as this process's rank (nccl: on cuda:LOCAL_RANK). Returns OK or the first error
+// (threads: the lowest failing rank's, prefixed "rank R: ").
 absl::Status RunOnWorld(const WorldSpec& world,
                         const std::function<absl::Status(ProcessGroup&)>& body);
 
 // Whether this rank's result is the one its process reports: rank 0 of a threads world, and
-// every rank under gloo (each process is one rank; rank 0's process prints).
+// every rank under gloo and nccl (each process is one rank; rank 0's process prints).
 bool ReportsForProcess(const WorldSpec& world, const ProcessGroup& group);
 
 }  // namespace ddpkit::comm

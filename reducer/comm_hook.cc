@@ -14,7 +14,7 @@ struct CompressionState {
     if (compressed.size() < bucket.bucket_count()) compressed.resize(bucket.bucket_count());
     Tensor& t = compressed[bucket.index()];
     if (!t.defined() || t.numel() != bucket.buffer().numel() || t.dtype() != dtype) {
-      t = Tensor::Empty({bucket.buffer().numel()}, dtype);
+      t = Tensor::Empty({bucket.buffer().numel()}, dtype, bucket.buffer().device());
     }
     return t;
   }

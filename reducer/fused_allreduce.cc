@@ -9,9 +9,11 @@ FusedGradientAllreduce::FusedGradientAllreduce(const NamedTensors& parameters) {
   std::vector<int64_t> sizes;  // per flat
   for (const auto& [name, parameter] : parameters) {
     size_t i = 0;
-    while (i < flats_.size() && flats_[i].buffer.dtype() != parameter.dtype()) ++i;
+    while (i < flats_.size() && (flats_[i].buffer.dtype() != parameter.dtype() ||
+                                 flats_[i].buffer.device() != parameter.device()))
+      ++i;
     if (i == flats_.size()) {
-      flats_.push_back({.buffer = Tensor::Empty({0}, parameter.dtype()),
+      flats_.push_back({.buffer = Tensor::Empty({0}, parameter.dtype(), parameter.device()),
                         .parameters = {}});  // the dtype, for now
       sizes.push_back(0);
     }
@@ -19,7 +21,8 @@ FusedGradientAllreduce::FusedGradientAllreduce(const NamedTensors& parameters) {
     sizes[i] += parameter.numel();
   }
   for (size_t i = 0; i < flats_.size(); ++i) {
-    flats_[i].buffer = Tensor::Empty({sizes[i]}, flats_[i].buffer.dtype());
+    flats_[i].buffer =
+        Tensor::Empty({sizes[i]}, flats_[i].buffer.dtype(), flats_[i].buffer.device());
   }
 }
 
@@ -42,7 +45,7 @@ absl::Status FusedGradientAllreduce::Run(comm::ProcessGroup& group) {
     for (const auto& [parameter, offset] : flat.parameters) {
       Tensor average = flat.buffer.Rows(offset, offset + parameter.numel()).View(parameter.shape());
       if (!parameter.grad().defined())
-        parameter.set_grad(Tensor::Empty(parameter.shape(), parameter.dtype()));
+        parameter.set_grad(Tensor::Empty(parameter.shape(), parameter.dtype(), parameter.device()));
       parameter.grad().CopyFrom(average);
     }
   }

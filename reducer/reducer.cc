@@ -135,7 +135,15 @@ void Reducer::InitializeBuckets(const BucketAssignment& assignment) {
       bucket.lengths.push_back(param.numel());
       total += param.numel();
     }
-    bucket.gradients = Tensor::Zeros({total}, dtype);
+    // The bucket lives where its parameters do (a GPU's buckets are allreduced on that GPU).
+    const Device device = params_.at(indices[0]).second.device();
+    for (size_t index : indices) {
+      DDPKIT_CHECK(params_.at(index).second.device() == device, "[ddp] bucket ", b, " mixes ",
+                   device.ToString(), " and ", params_.at(index).second.device().ToString(),
+                   " (parameter ", index, " '", params_.at(index).first,
+                   "'): move the whole model to one device before wrapping it in DDP");
+    }
+    bucket.gradients = Tensor::Zeros({total}, dtype, device);
     for (size_t i = 0; i < indices.size(); ++i) {
       const Tensor& param = params_[indices[i]].second;
       Tensor view = bucket.gradients.Flatten()

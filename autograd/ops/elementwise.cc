@@ -1,24 +1,22 @@
-// Elementwise ops, each forward followed by its backward.
-#include <cmath>
-#include <numbers>
-
+// Elementwise ops, each forward followed by its backward. The pointwise math lives in
+// autograd/ops/pointwise.h, shared with the CUDA kernels (MapOn / ZipOn pick the device).
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
+#include "autograd/ops/pointwise.h"
 
 namespace ddpkit {
 
 using op_util::CheckBinary;
 using op_util::CheckFloating;
-using op_util::Map;
+using op_util::MapOn;
 using op_util::SumToShapeOf;
-using op_util::Zip;
+using op_util::ZipOn;
 
 // ---------------------------------------------------------------------------- add, sub, mul
 Tensor Add(const Tensor& a, const Tensor& b) {
   CheckBinary("add", a, b);
-  Tensor out = DispatchFloating(
-      a.dtype(), "add", [&]<typename T>() { return Zip<T>(a, b, [](T x, T y) { return x + y; }); });
+  Tensor out = ZipOn("add", a, b, pointwise::AddFn{});
   RecordOp(out, "AddBackward", {&a, &b}, [a, b](const Tensor& g) -> TensorList {
     return {SumToShapeOf(g, a), SumToShapeOf(g, b)};
   });
@@ -27,8 +25,7 @@ Tensor Add(const Tensor& a, const Tensor& b) {
 
 Tensor Sub(const Tensor& a, const Tensor& b) {
   CheckBinary("sub", a, b);
-  Tensor out = DispatchFloating(
-      a.dtype(), "sub", [&]<typename T>() { return Zip<T>(a, b, [](T x, T y) { return x - y; }); });
+  Tensor out = ZipOn("sub", a, b, pointwise::SubFn{});
   RecordOp(out, "SubBackward", {&a, &b}, [a, b](const Tensor& g) -> TensorList {
     return {SumToShapeOf(g, a), SumToShapeOf(MulScalar(g, -1.0), b)};
   });
@@ -37,8 +34,7 @@ Tensor Sub(const Tensor& a, const Tensor& b) {
 
 Tensor Mul(const Tensor& a, const Tensor& b) {
   CheckBinary("mul", a, b);
-  Tensor out = DispatchFloating(
-      a.dtype(), "mul", [&]<typename T>() { return Zip<T>(a, b, [](T x, T y) { return x * y; }); });
+  Tensor out = ZipOn("mul", a, b, pointwise::MulFn{});
   // d(ab)/da = b, d(ab)/db = a.
   RecordOp(out, "MulBackward", {&a, &b},
            [a = a.Detach(), b = b.Detach(), a_grad = a.requires_grad(),
@@ -52,10 +48,7 @@ Tensor Mul(const Tensor& a, const Tensor& b) {
 // ---------------------------------------------------------------------------- scalar mul, div
 Tensor MulScalar(const Tensor& a, double factor) {
   CheckFloating("mul_scalar", a);
-  Tensor out = DispatchFloating(a.dtype(), "mul_scalar", [&]<typename T>() {
-    const T f = static_cast<T>(factor);
-    return Map<T>(a, [f](T x) { return x * f; });
-  });
+  Tensor out = MapOn("mul_scalar", a, pointwise::ScaleFn{factor});
   RecordOp(out, "MulScalarBackward", {&a},
            [factor](const Tensor& g) -> TensorList { return {MulScalar(g, factor)}; });
   return out;
@@ -69,14 +62,9 @@ Tensor DivScalar(const Tensor& a, double divisor) {
 // ---------------------------------------------------------------------------- relu
 Tensor Relu(const Tensor& x) {
   CheckFloating("relu", x);
-  Tensor out = DispatchFloating(x.dtype(), "relu", [&]<typename T>() {
-    return Map<T>(x, [](T v) { return v > T(0) ? v : T(0); });
-  });
-  // The gradient passes where the input was positive.
+  Tensor out = MapOn("relu", x, pointwise::ReluFn{});
   RecordOp(out, "ReluBackward", {&x}, [x = x.Detach()](const Tensor& g) -> TensorList {
-    return {DispatchFloating(g.dtype(), "relu_backward", [&]<typename T>() {
-      return Zip<T>(g, x, [](T dy, T v) { return v > T(0) ? dy : T(0); });
-    })};
+    return {ZipOn("relu_backward", g, x, pointwise::ReluBackwardFn{})};
   });
   return out;
 }
@@ -84,13 +72,9 @@ Tensor Relu(const Tensor& x) {
 // ---------------------------------------------------------------------------- tanh
 Tensor Tanh(const Tensor& x) {
   CheckFloating("tanh", x);
-  Tensor out = DispatchFloating(
-      x.dtype(), "tanh", [&]<typename T>() { return Map<T>(x, [](T v) { return std::tanh(v); }); });
-  // d tanh(x) = 1 - tanh(x)^2, from the saved output.
+  Tensor out = MapOn("tanh", x, pointwise::TanhFn{});
   RecordOp(out, "TanhBackward", {&x}, [y = out.Detach()](const Tensor& g) -> TensorList {
-    return {DispatchFloating(g.dtype(), "tanh_backward", [&]<typename T>() {
-      return Zip<T>(g, y, [](T dy, T t) { return dy * (T(1) - t * t); });
-    })};
+    return {ZipOn("tanh_backward", g, y, pointwise::TanhBackwardFn{})};
   });
   return out;
 }
@@ -98,19 +82,9 @@ Tensor Tanh(const Tensor& x) {
 // ---------------------------------------------------------------------------- gelu
 Tensor Gelu(const Tensor& x) {
   CheckFloating("gelu", x);
-  Tensor out = DispatchFloating(x.dtype(), "gelu", [&]<typename T>() {
-    return Map<T>(
-        x, [](T v) { return T(0.5) * v * (T(1) + std::erf(v * T(std::numbers::sqrt2 / 2))); });
-  });
-  // d/dx [x Phi(x)] = Phi(x) + x phi(x).
+  Tensor out = MapOn("gelu", x, pointwise::GeluFn{});
   RecordOp(out, "GeluBackward", {&x}, [x = x.Detach()](const Tensor& g) -> TensorList {
-    return {DispatchFloating(g.dtype(), "gelu_backward", [&]<typename T>() {
-      return Zip<T>(g, x, [](T dy, T v) {
-        const T cdf = T(0.5) * (T(1) + std::erf(v * T(std::numbers::sqrt2 / 2)));
-        const T pdf = std::exp(T(-0.5) * v * v) * T(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
-        return dy * (cdf + v * pdf);
-      });
-    })};
+    return {ZipOn("gelu_backward", g, x, pointwise::GeluBackwardFn{})};
   });
   return out;
 }
@@ -118,8 +92,7 @@ Tensor Gelu(const Tensor& x) {
 // ---------------------------------------------------------------------------- exp, log
 Tensor Exp(const Tensor& x) {
   CheckFloating("exp", x);
-  Tensor out = DispatchFloating(
-      x.dtype(), "exp", [&]<typename T>() { return Map<T>(x, [](T v) { return std::exp(v); }); });
+  Tensor out = MapOn("exp", x, pointwise::ExpFn{});
   RecordOp(out, "ExpBackward", {&x},
            [y = out.Detach()](const Tensor& g) -> TensorList { return {Mul(g, y)}; });
   return out;
@@ -127,12 +100,9 @@ Tensor Exp(const Tensor& x) {
 
 Tensor Log(const Tensor& x) {
   CheckFloating("log", x);
-  Tensor out = DispatchFloating(
-      x.dtype(), "log", [&]<typename T>() { return Map<T>(x, [](T v) { return std::log(v); }); });
+  Tensor out = MapOn("log", x, pointwise::LogFn{});
   RecordOp(out, "LogBackward", {&x}, [x = x.Detach()](const Tensor& g) -> TensorList {
-    return {DispatchFloating(g.dtype(), "log_backward", [&]<typename T>() {
-      return Zip<T>(g, x, [](T dy, T v) { return dy / v; });
-    })};
+    return {ZipOn("log_backward", g, x, pointwise::LogBackwardFn{})};
   });
   return out;
 }

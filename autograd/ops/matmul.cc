@@ -1,6 +1,7 @@
-// Matrix products through OpenBLAS. Backward formulas call Gemm with transpose flags instead
-// of materialising transposes, and skip the product for an input that needs no gradient (the
-// data batch, usually).
+// Matrix products through OpenBLAS (cuBLAS for GPU tensors: Gemm dispatches). Backward formulas
+// call Gemm with transpose flags instead of materialising transposes, and skip the product for an
+// input that needs no gradient (the data batch, usually).
+#include "autograd/cuda/ops.h"
 #include "autograd/function.h"
 #include "autograd/kernels.h"
 #include "autograd/ops.h"
@@ -9,6 +10,34 @@
 namespace ddpkit {
 
 using op_util::CheckMatrix;
+using op_util::CheckSameDevice;
+
+namespace {
+
+// Every row of out <- bias.
+void BroadcastBias(const Tensor& out, const Tensor& bias) {
+  if constexpr (kWithCuda) {
+    if (out.is_cuda()) return cuda::BroadcastRows(out, bias);
+  }
+  for (int64_t r = 0; r < out.size(0); ++r) out.Rows(r, r + 1).CopyFrom(bias);
+}
+
+// sums <- the column sums of g [rows, n], row by row.
+void ColumnSums(const Tensor& g, const Tensor& sums) {
+  if constexpr (kWithCuda) {
+    if (g.is_cuda()) return cuda::ColumnSums(g, sums);
+  }
+  DispatchFloating(g.dtype(), "linear_backward", [&]<typename T>() {
+    const int64_t rows = g.size(0), cols = g.size(1);
+    const T* dy = g.data<T>();
+    T* s = sums.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < cols; ++j) s[j] += dy[r * cols + j];
+    }
+  });
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------- matmul
 Tensor Matmul(const Tensor& a, const Tensor& b) {
@@ -16,10 +45,11 @@ Tensor Matmul(const Tensor& a, const Tensor& b) {
   CheckMatrix("matmul", "right operand", b);
   DDPKIT_CHECK(a.dtype() == b.dtype(), "[matmul] dtypes differ: ", DTypeName(a.dtype()), " and ",
                DTypeName(b.dtype()));
+  CheckSameDevice("matmul", a, b);
   DDPKIT_CHECK(a.size(1) == b.size(0), "[matmul] inner dimensions differ: ", ShapeString(a.shape()),
                " x ", ShapeString(b.shape()));
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  Tensor out = Tensor::Empty({m, n}, a.dtype());
+  Tensor out = Tensor::Empty({m, n}, a.dtype(), a.device());
   Gemm(false, false, m, n, k, 1.0, a, b, 0.0, out);
   // C = A B:  dA = dC B^T,  dB = A^T dC.
   RecordOp(out, "MatmulBackward", {&a, &b},
@@ -27,11 +57,11 @@ Tensor Matmul(const Tensor& a, const Tensor& b) {
             m, k, n](const Tensor& g) -> TensorList {
              Tensor da, db;
              if (a_grad) {
-               da = Tensor::Empty({m, k}, g.dtype());
+               da = Tensor::Empty({m, k}, g.dtype(), g.device());
                Gemm(false, true, m, k, n, 1.0, g, b, 0.0, da);
              }
              if (b_grad) {
-               db = Tensor::Empty({k, n}, g.dtype());
+               db = Tensor::Empty({k, n}, g.dtype(), g.device());
                Gemm(true, false, k, n, m, 1.0, a, g, 0.0, db);
              }
              return {da, db};
@@ -45,6 +75,7 @@ Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   CheckMatrix("linear", "weight", weight);
   DDPKIT_CHECK(x.dtype() == weight.dtype(), "[linear] input is ", DTypeName(x.dtype()),
                ", weight is ", DTypeName(weight.dtype()));
+  CheckSameDevice("linear", x, weight);
   DDPKIT_CHECK(x.size(1) == weight.size(1), "[linear] input has ", x.size(1),
                " features but weight ", ShapeString(weight.shape()), " expects ", weight.size(1));
   const int64_t rows = x.size(0), in = x.size(1), out_features = weight.size(0);
@@ -52,12 +83,13 @@ Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     DDPKIT_CHECK(bias.dtype() == x.dtype() && bias.shape() == Shape{out_features},
                  "[linear] bias must be ", DTypeName(x.dtype()), "[", out_features, "], got ",
                  DTypeName(bias.dtype()), ShapeString(bias.shape()));
+    CheckSameDevice("linear", x, bias);
   }
   // y = x W^T + b: start from b in every row, then let gemm add x W^T (beta = 1).
-  Tensor out = Tensor::Empty({rows, out_features}, x.dtype());
+  Tensor out = Tensor::Empty({rows, out_features}, x.dtype(), x.device());
   double beta = 0.0;
   if (bias.defined() && rows > 0) {
-    for (int64_t r = 0; r < rows; ++r) out.Rows(r, r + 1).CopyFrom(bias);
+    BroadcastBias(out, bias);
     beta = 1.0;
   }
   Gemm(false, true, rows, out_features, in, 1.0, x, weight, beta, out);
@@ -69,22 +101,16 @@ Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
             in, out_features](const Tensor& g) -> TensorList {
              Tensor dx, dw, db;
              if (x_grad) {
-               dx = Tensor::Empty({rows, in}, g.dtype());
+               dx = Tensor::Empty({rows, in}, g.dtype(), g.device());
                Gemm(false, false, rows, in, out_features, 1.0, g, w, 0.0, dx);
              }
              if (w_grad) {
-               dw = Tensor::Empty({out_features, in}, g.dtype());
+               dw = Tensor::Empty({out_features, in}, g.dtype(), g.device());
                Gemm(true, false, out_features, in, rows, 1.0, g, x, 0.0, dw);
              }
              if (b_grad) {
-               db = Tensor::Empty({out_features}, g.dtype());
-               DispatchFloating(g.dtype(), "linear_backward", [&]<typename T>() {
-                 const T* dy = g.data<T>();
-                 T* sums = db.data<T>();
-                 for (int64_t r = 0; r < rows; ++r) {
-                   for (int64_t j = 0; j < out_features; ++j) sums[j] += dy[r * out_features + j];
-                 }
-               });
+               db = Tensor::Empty({out_features}, g.dtype(), g.device());
+               ColumnSums(g, db);
              }
              return {dx, dw, db};
            });

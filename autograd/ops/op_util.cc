@@ -4,6 +4,11 @@
 
 namespace ddpkit::op_util {
 
+void CheckSameDevice(std::string_view op, const Tensor& a, const Tensor& b) {
+  DDPKIT_CHECK(a.device() == b.device(), "[", op, "] operands are on ", a.device().ToString(),
+               " and ", b.device().ToString(), "; move them to one device with To()");
+}
+
 void CheckFloating(std::string_view op, const Tensor& x) {
   DDPKIT_CHECK(x.defined(), "[", op, "] got an undefined tensor");
   DDPKIT_CHECK(IsComputeType(x.dtype()), "[", op, "] expects float32 or float64, got ",
@@ -15,6 +20,7 @@ void CheckBinary(std::string_view op, const Tensor& a, const Tensor& b) {
   CheckFloating(op, b);
   DDPKIT_CHECK(a.dtype() == b.dtype(), "[", op, "] dtypes differ: ", DTypeName(a.dtype()), " and ",
                DTypeName(b.dtype()));
+  CheckSameDevice(op, a, b);
   DDPKIT_CHECK(a.shape() == b.shape() || a.numel() == 1 || b.numel() == 1, "[", op, "] shapes ",
                ShapeString(a.shape()), " and ", ShapeString(b.shape()),
                " differ (only equal shapes or a single-element operand are supported)");

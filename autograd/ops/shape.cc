@@ -1,22 +1,35 @@
 // Ops that move elements around: transpose, concat, slice, reshape.
+#include "autograd/cuda/ops.h"
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
 
 namespace ddpkit {
 
-// ---------------------------------------------------------------------------- transpose
-Tensor Transpose(const Tensor& x) {
-  op_util::CheckMatrix("transpose", "input", x);
-  const int64_t rows = x.size(0), cols = x.size(1);
-  Tensor out = Tensor::Empty({cols, rows}, x.dtype());
+namespace {
+
+// out [cols, rows] <- x [rows, cols] transposed, on x's device.
+void TransposeInto(const Tensor& x, const Tensor& out) {
+  if constexpr (kWithCuda) {
+    if (x.is_cuda()) return cuda::Transpose(x, out);
+  }
   DispatchFloating(x.dtype(), "transpose", [&]<typename T>() {
+    const int64_t rows = x.size(0), cols = x.size(1);
     const T* in = x.data<T>();
     T* o = out.data<T>();
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) o[c * rows + r] = in[r * cols + c];
     }
   });
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------- transpose
+Tensor Transpose(const Tensor& x) {
+  op_util::CheckMatrix("transpose", "input", x);
+  Tensor out = Tensor::Empty({x.size(1), x.size(0)}, x.dtype(), x.device());
+  TransposeInto(x, out);
   RecordOp(out, "TransposeBackward", {&x},
            [](const Tensor& g) -> TensorList { return {Transpose(g)}; });
   return out;
@@ -39,9 +52,10 @@ Tensor Concat(const TensorList& parts) {
                  "[concat] part ", i, " is ", DTypeName(part.dtype()), ShapeString(part.shape()),
                  ", part 0 is ", DTypeName(first.dtype()), ShapeString(first.shape()),
                  ": all parts need one dtype and equal trailing dimensions");
+    op_util::CheckSameDevice("concat", first, part);
     shape[0] += part.size(0);
   }
-  Tensor out = Tensor::Empty(shape, first.dtype());
+  Tensor out = Tensor::Empty(shape, first.dtype(), first.device());
   std::vector<int64_t> row_offsets;  // where each part starts in the output
   int64_t row = 0;
   for (const Tensor& part : parts) {
@@ -70,7 +84,7 @@ Tensor Slice(const Tensor& x, int64_t begin, int64_t end) {
   Tensor out = x.Rows(begin, end);  // a view; validates the range
   // The gradient is zero outside the slice.
   RecordOp(out, "SliceBackward", {&x}, [shape = x.shape(), begin, end](const Tensor& g) {
-    Tensor dx = Tensor::Zeros(shape, g.dtype());
+    Tensor dx = Tensor::Zeros(shape, g.dtype(), g.device());
     dx.Rows(begin, end).CopyFrom(g);
     return TensorList{dx};
   });

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_join.h"
 #include "autograd/log.h"
+#include "comm/cuda/reduce.h"
 #include "comm/reduce.h"
 
 namespace ddpkit::comm {
@@ -23,28 +24,63 @@ std::byte* At(const Tensor& t, int64_t element) {
 
 bool IsHalf(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 
+// Each raw step on the host, or on the GPU that holds the tensors.
+void ReduceIntoOn(Device device, void* dst, const void* src, int64_t n, DType dtype, ReduceOp op) {
+  if constexpr (kWithCuda) {
+    if (device.is_cuda()) return cuda::ReduceInto(dst, src, n, dtype, op, device);
+  }
+  ReduceInto(dst, src, n, dtype, op);
+}
+
+void ReduceRankOrderOn(Device device, const std::vector<const void*>& inputs, void* out, int64_t n,
+                       DType dtype, ReduceOp op) {
+  if constexpr (kWithCuda) {
+    if (device.is_cuda()) return cuda::ReduceRankOrder(inputs, out, n, dtype, op, device);
+  }
+  ReduceRankOrder(inputs, out, n, dtype, op);
+}
+
+void DivideInPlaceOn(Device device, void* data, int64_t n, DType dtype, int divisor) {
+  if constexpr (kWithCuda) {
+    if (device.is_cuda()) return cuda::DivideInPlace(data, n, dtype, divisor, device);
+  }
+  DivideInPlace(data, n, dtype, divisor);
+}
+
+void CopyBytesOn(Device device, void* dst, const void* src, size_t nbytes) {
+  if (device.is_cuda()) return cuda::Copy(dst, device, src, device, nbytes);
+  std::memcpy(dst, src, nbytes);
+}
+
+// Before a host barrier lets the other ranks read what this rank's GPU work wrote.
+void DrainStream(Device device) {
+  if (device.is_cuda()) cuda::Synchronize(cuda::CurrentStream(device));
+}
+
 // out <- op over the same `n` elements of every staged input at `offset`, in rank order.
 // Reduces straight into `out` (only this rank reads or writes it); halves accumulate in
 // float32 and round once.
 void ReduceSegments(const std::vector<Tensor>& staged, int64_t offset, int64_t n, ReduceOp op,
                     const Tensor& out) {
   const DType dtype = out.dtype();
+  const Device device = out.device();
   const int size = static_cast<int>(staged.size());
   if (IsHalf(dtype)) {
     Tensor acc = staged[0].Rows(offset, offset + n).To(DType::kFloat32);
     for (int r = 1; r < size; ++r) {
       Tensor part = staged[r].Rows(offset, offset + n).To(DType::kFloat32);
-      ReduceInto(acc.raw_data(), part.raw_data(), n, DType::kFloat32, op);
+      ReduceIntoOn(device, acc.raw_data(), part.raw_data(), n, DType::kFloat32, op);
     }
-    if (op == ReduceOp::kAvg) DivideInPlace(acc.raw_data(), n, DType::kFloat32, size);
+    if (op == ReduceOp::kAvg) DivideInPlaceOn(device, acc.raw_data(), n, DType::kFloat32, size);
     out.CopyFrom(acc);
     return;
   }
   out.CopyFrom(staged[0].Rows(offset, offset + n));
   for (int r = 1; r < size; ++r) {
-    ReduceInto(out.raw_data(), staged[r].Rows(offset, offset + n).raw_data(), n, dtype, op);
+    ReduceIntoOn(device, out.raw_data(), staged[r].Rows(offset, offset + n).raw_data(), n, dtype,
+                 op);
   }
-  if (op == ReduceOp::kAvg) DivideInPlace(out.raw_data(), n, dtype, size);
+  if (op == ReduceOp::kAvg) DivideInPlaceOn(device, out.raw_data(), n, dtype, size);
 }
 
 // A rank's flight recorder as its thread ended, and whether it dumped it itself.
@@ -123,20 +159,21 @@ void ThreadsWorld::Abort(int rank, const absl::Status& reason) {
   changed_.notify_all();
 }
 
-Tensor ThreadsWorld::AcquireStaging(DType dtype, int64_t numel) {
+Tensor ThreadsWorld::AcquireStaging(DType dtype, int64_t numel, Device device) {
   const size_t nbytes = numel * ElementSize(dtype);
   std::shared_ptr<Storage> storage;
-  // The smallest idle buffer that fits.
+  // The smallest idle buffer on `device` that fits.
   auto best = pool_.end();
   for (auto it = pool_.begin(); it != pool_.end(); ++it) {
-    if ((*it)->nbytes() >= nbytes && (best == pool_.end() || (*it)->nbytes() < (*best)->nbytes()))
+    if ((*it)->device() == device && (*it)->nbytes() >= nbytes &&
+        (best == pool_.end() || (*it)->nbytes() < (*best)->nbytes()))
       best = it;
   }
   if (best != pool_.end()) {
     storage = std::move(*best);
     pool_.erase(best);
   } else {
-    storage = std::make_shared<Storage>(nbytes);
+    storage = std::make_shared<Storage>(nbytes, device);
   }
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);
@@ -165,7 +202,10 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
   }
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
   // Chunked allreduce reads the inputs in place; everything else reads private copies.
-  const bool chunked = c.op == OpType::kAllreduce && !IsHalf(c.input.dtype()) && size_ > 1;
+  const bool chunked = c.op == OpType::kAllreduce && !IsHalf(c.input.dtype()) && size_ > 1 &&
+                       (c.device.is_cpu() || size_ <= cuda::kMaxRankOrderInputs);
+  // The other ranks read this rank's GPU input directly: it must be complete, not just queued.
+  if (c.ready) c.ready->Synchronize();
   std::unique_lock<std::mutex> lock(mu_);
   Slot& slot = Arrive(rank, c, chunked, lock);
   if (absl::Status failure = AwaitEveryone(slot, c, deadline, timeout, lock); !failure.ok()) {
@@ -185,6 +225,7 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
     // is done with it, and node_hash_map keeps its address.
     lock.unlock();  // compute without holding the world lock
     Compute(rank, c, slot.prints, slot.staged);
+    DrainStream(c.device);
     lock.lock();
   }
   if (++slot.num_done == size_) {
@@ -198,9 +239,10 @@ ThreadsWorld::Slot& ThreadsWorld::Arrive(int rank, const Collective& c, bool chu
                                          std::unique_lock<std::mutex>& lock) {
   Tensor staged = chunked ? c.input : Tensor();
   if (c.input.defined() && !chunked) {
-    staged = AcquireStaging(c.input.dtype(), c.input.numel());
+    staged = AcquireStaging(c.input.dtype(), c.input.numel(), c.device);
     lock.unlock();  // copy without holding the world lock
     staged.CopyFrom(c.input);
+    DrainStream(c.device);
     lock.lock();
   }
   Slot& slot = slots_[c.sequence_number];
@@ -254,9 +296,13 @@ void ThreadsWorld::ChunkedAllreduce(int rank, const Collective& c, Slot& slot,
   auto [begin, end] = chunk(rank);
   std::vector<const void*> inputs;
   for (const Tensor& t : slot.staged) inputs.push_back(At(t, begin));
+  const Device device = c.device;
   lock.unlock();
-  ReduceRankOrder(inputs, At(c.output, begin), end - begin, dtype, c.reduce_op);
-  if (c.reduce_op == ReduceOp::kAvg) DivideInPlace(At(c.output, begin), end - begin, dtype, size_);
+  ReduceRankOrderOn(device, inputs, At(c.output, begin), end - begin, dtype, c.reduce_op);
+  if (c.reduce_op == ReduceOp::kAvg) {
+    DivideInPlaceOn(device, At(c.output, begin), end - begin, dtype, size_);
+  }
+  DrainStream(device);
   lock.lock();
   ++slot.num_reduced;
   changed_.notify_all();
@@ -266,8 +312,9 @@ void ThreadsWorld::ChunkedAllreduce(int rank, const Collective& c, Slot& slot,
   for (int r = 0; r < size_; ++r) {
     if (r == rank) continue;
     auto [b, e] = chunk(r);
-    std::memcpy(At(c.output, b), At(slot.staged[r], b), (e - b) * ElementSize(dtype));
+    CopyBytesOn(device, At(c.output, b), At(slot.staged[r], b), (e - b) * ElementSize(dtype));
   }
+  DrainStream(device);
   lock.lock();
   ++slot.num_copied;
   changed_.notify_all();
@@ -301,7 +348,7 @@ void ThreadsWorld::Compute(int rank, const Collective& c,
       for (int peer = 0; peer < size; ++peer) {
         const int64_t n = c.recv_counts[peer];
         const int64_t in_offset = OffsetOf(prints[peer].counts, rank);
-        std::memcpy(At(c.output, out_offset), At(staged[peer], in_offset),
+        CopyBytesOn(c.device, At(c.output, out_offset), At(staged[peer], in_offset),
                     n * ElementSize(c.output.dtype()));
         out_offset += n;
       }
@@ -335,6 +382,9 @@ absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessG
   std::vector<absl::Status> results(size);
   std::vector<RankRecord> records(size);
   std::vector<std::thread> threads;
+  // GPU tensors made by this thread are finished before the ranks use them on their own streams
+  // (and each rank's are finished before this thread reads them after the join).
+  cuda::SynchronizeAll();
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
       SetThreadLogPrefix(StrCat("rank ", rank));
@@ -348,6 +398,7 @@ absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessG
             world, rank, options,
             options.fr_dump_dir.empty() ? nullptr : std::function(keep_record));
         status = body(group);
+        cuda::SynchronizeAll();
       } catch (const Error& e) {
         status = e.ToStatus();
       } catch (const std::exception& e) {

@@ -15,6 +15,11 @@
 // Every element is reduced in rank order by exactly one rank, so results are exact,
 // deterministic and bitwise identical on every rank, whatever the thread timing.
 //
+// CUDA tensors (N ranks on one GPU, which NCCL forbids) take the same steps on the device: each
+// rank's kernels and copies run on its group's communication stream, after its input is ready
+// (the collective's ready event), and every phase ends with that stream drained before the host
+// barrier lets the other ranks read what it wrote. The sums are the host's, in rank order.
+//
 // A rank that fails can Abort the world so the others stop waiting at once instead of at the
 // timeout; RunThreadsWorld does that for you.
 #pragma once
@@ -77,7 +82,7 @@ class ThreadsWorld {
                       const std::vector<Tensor>& staged);
   // Staging buffers are recycled once every rank has read a slot, so steady-state collectives
   // allocate nothing (fresh pages would cost more than the copy itself). With mu_ held.
-  Tensor AcquireStaging(DType dtype, int64_t numel);
+  Tensor AcquireStaging(DType dtype, int64_t numel, Device device);
   void RecycleStaging(Slot& slot);
 
   const int size_;
@@ -99,6 +104,7 @@ class ProcessGroupThreads final : public ProcessGroup {
                       std::function<void(const ProcessGroup&)> on_closed = nullptr);
   ~ProcessGroupThreads() override;
   std::string_view backend_name() const override { return "threads"; }
+  bool SupportsDevice(Device) const override { return true; }
 
  private:
   absl::Status Execute(const Collective& c) override;

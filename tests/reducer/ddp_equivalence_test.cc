@@ -1,8 +1,12 @@
 // DDP on N ranks equals one process on the concatenated batch: for world sizes 1-4 and every
 // combination of the reducer's options, the averaged gradients after each step (and so the
 // weights) match a single-process model trained on all ranks' rows.
+//
+// The same file builds cuda_reducer_test (DDPKIT_EQUIVALENCE_ON_CUDA): every rank of the threads
+// world then trains on cuda:0, each on its own stream, against the same host reference.
 #include <mutex>
 
+#include "autograd/cuda/runtime.h"
 #include "autograd/optim.h"
 #include "autograd/random.h"
 #include "gmock/gmock.h"
@@ -10,6 +14,12 @@
 
 namespace ddpkit::reducer::testing {
 namespace {
+
+#ifdef DDPKIT_EQUIVALENCE_ON_CUDA
+const Device kDevice = Device::Cuda(0);
+#else
+const Device kDevice = Device::Cpu();
+#endif
 
 const std::vector<int64_t> kWidths = {6, 16, 16, 4};
 constexpr int kRowsPerRank = 3;
@@ -84,6 +94,9 @@ std::vector<Grads> ReferenceRun(const Case& c, const Data& data) {
 class DdpEquivalenceTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DdpEquivalenceTest, MatchesSingleProcessOnTheGlobalBatch) {
+  if (kDevice.is_cuda() && cuda::DeviceCount() == 0) {
+    GTEST_SKIP() << cuda::CheckUsable(kDevice).message();
+  }
   const Case c = GetParam();
   const Data data(c.world, c.grad_accum);
   const std::vector<Grads> expected = ReferenceRun(c, data);
@@ -96,6 +109,7 @@ TEST_P(DdpEquivalenceTest, MatchesSingleProcessOnTheGlobalBatch) {
   RunWorld(c.world, [&](comm::ProcessGroup& group) {
     // A different seed per rank: DDP must broadcast rank 0's initial weights.
     auto model = nn::MakeMlp(kWidths, /*seed=*/7 + group.rank(), DType::kFloat64);
+    model->To(kDevice);
     DdpOptions options{.find_unused_parameters = c.find_unused,
                        .static_graph = c.static_graph,
                        .gradient_as_bucket_view = c.grad_as_view};
@@ -112,8 +126,8 @@ TEST_P(DdpEquivalenceTest, MatchesSingleProcessOnTheGlobalBatch) {
       for (int k = 0; k < c.grad_accum; ++k) {
         const int64_t g = static_cast<int64_t>(step) * c.grad_accum + k;
         auto run = [&] {
-          CrossEntropy(ddp->Forward(data.X(g, c.world, group.rank())),
-                       data.Y(g, c.world, group.rank()))
+          CrossEntropy(ddp->Forward(data.X(g, c.world, group.rank()).To(kDevice)),
+                       data.Y(g, c.world, group.rank()).To(kDevice))
               .Backward();
         };
         if (k + 1 < c.grad_accum) {

@@ -1,0 +1,71 @@
+// The GPU side of the differentiable ops (autograd/ops/) and of the optimizers: each function
+// here mirrors a host loop in the op file of the same name (elementwise.cu for elementwise.cc,
+// ...), with the same contract, queued on the calling thread's current stream. Outputs are
+// allocated by the caller on the inputs' GPU unless a function returns a tensor.
+//
+// Defined only in a CUDA build; callers guard each call with `if constexpr (kWithCuda)`
+// (autograd/device.h). Reductions are deterministic: fixed-order block trees, no atomics.
+#pragma once
+
+#include "autograd/tensor.h"
+
+namespace ddpkit {
+struct AdamUpdate;
+}  // namespace ddpkit
+
+namespace ddpkit::cuda {
+
+// --- elementwise.cu: the functors of autograd/ops/pointwise.h ------------------------------
+// out[i] = f(x[i]) — a new tensor on x's GPU.
+template <typename F>
+Tensor Map(const Tensor& x, F f);
+// out[i] = f(a[i], b[i]), a single-element side broadcast.
+template <typename F>
+Tensor Zip(const Tensor& a, const Tensor& b, F f);
+
+// --- reduce.cu ----------------------------------------------------------------------------
+// The sum of all elements (accumulated in double), as a shape-[] tensor on x's GPU.
+Tensor Sum(const Tensor& x);
+// A tensor of `shape` on g's GPU with every element g[0] (g has one element).
+Tensor ExpandScalar(const Tensor& g, const Shape& shape);
+
+// --- matmul.cu ----------------------------------------------------------------------------
+// Every row of out [rows, n] <- bias [n].
+void BroadcastRows(const Tensor& out, const Tensor& bias);
+// sums [n] <- column sums of g [rows, n], each column summed in row order.
+void ColumnSums(const Tensor& g, const Tensor& sums);
+
+// --- loss.cu ------------------------------------------------------------------------------
+// Row-wise log-softmax of x [rows, cols] into out.
+void LogSoftmaxRows(const Tensor& x, const Tensor& out);
+// dx = dy - exp(y) * rowsum(dy), y the saved log-softmax.
+void LogSoftmaxBackward(const Tensor& dy, const Tensor& y, const Tensor& dx);
+// -scale * sum_r log_probs[r, labels[r]] as a shape-[] tensor (labels int64 [rows]).
+Tensor NllSum(const Tensor& log_probs, const Tensor& labels, double scale);
+// dx[r] = g * scale * (exp(log_probs[r]) - onehot(labels[r])), g a one-element tensor.
+void CrossEntropyBackward(const Tensor& g, const Tensor& log_probs, const Tensor& labels,
+                          double scale, const Tensor& dx);
+
+// --- shape.cu -----------------------------------------------------------------------------
+// out [cols, rows] <- x [rows, cols] transposed.
+void Transpose(const Tensor& x, const Tensor& out);
+
+// --- normalize.cu -------------------------------------------------------------------------
+// out[r] = x[r] / norms[r] with norms[r] = max(||x[r]||, eps) (norms: float64 [rows]).
+void L2NormalizeRows(const Tensor& x, const Tensor& out, const Tensor& norms, double eps);
+// dx[r] = (dy[r] - y[r] (y[r] . dy[r])) / norms[r], or dy[r] / eps where the norm was clamped.
+void L2NormalizeRowsBackward(const Tensor& dy, const Tensor& y, const Tensor& norms, double eps,
+                             const Tensor& dx);
+
+// --- embedding.cu -------------------------------------------------------------------------
+// out[i] <- weight[indices[i]] (indices int64 [n], already range-checked).
+void EmbeddingGather(const Tensor& weight, const Tensor& indices, const Tensor& out);
+// dw[v] <- sum of g[i] over the i with indices[i] == v, in index order (deterministic).
+void EmbeddingBackward(const Tensor& g, const Tensor& indices, const Tensor& dw);
+
+// --- optim.cu -----------------------------------------------------------------------------
+// One Adam step on every element of param (grad, exp_avg, exp_avg_sq alike on its GPU).
+void AdamStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+              const Tensor& exp_avg_sq, const AdamUpdate& update);
+
+}  // namespace ddpkit::cuda

@@ -1,0 +1,242 @@
+// Every differentiable op on cuda:0 against the same op on the host: forward values, and each
+// input's gradient through the engine (Backward of sum(out * r) for a random r), in float32 and
+// float64. Skips, saying why, where no GPU is usable.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "tests/autograd/cuda_test_util.h"
+
+namespace ddpkit {
+namespace {
+
+using cuda_testing::kGpu;
+using cuda_testing::Random;
+using cuda_testing::Rtol;
+using cuda_testing::SameValues;
+
+using OpFn = std::function<Tensor(const TensorList&)>;
+
+// Runs `op` on `inputs` (host tensors) and on their copies on cuda:0; compares the outputs and,
+// after backward of sum(out * r), the gradient of every floating-point input.
+void ExpectSameOnGpu(const std::string& name, const TensorList& inputs, const OpFn& op) {
+  SCOPED_TRACE(name);
+  TensorList cpu, gpu;
+  for (const Tensor& input : inputs) {
+    Tensor c = input.Clone(), g = input.To(kGpu);
+    if (IsComputeType(input.dtype())) {
+      c.set_requires_grad(true);
+      g.set_requires_grad(true);
+    }
+    cpu.push_back(c);
+    gpu.push_back(g);
+  }
+  const Tensor out_cpu = op(cpu), out_gpu = op(gpu);
+  ASSERT_EQ(out_gpu.device(), kGpu);
+  const double rtol = Rtol(out_cpu.dtype());
+  EXPECT_TRUE(SameValues(out_gpu, out_cpu, rtol)) << "forward";
+
+  const Tensor weights = Random(out_cpu.shape(), out_cpu.dtype(), /*seed=*/99, 0.5, 1.5);
+  Sum(Mul(out_cpu, weights)).Backward();
+  Sum(Mul(out_gpu, weights.To(kGpu))).Backward();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!cpu[i].requires_grad()) continue;
+    SCOPED_TRACE("gradient of input " + std::to_string(i));
+    ASSERT_EQ(cpu[i].grad().defined(), gpu[i].grad().defined());
+    if (!cpu[i].grad().defined()) continue;
+    EXPECT_EQ(gpu[i].grad().device(), kGpu);
+    EXPECT_TRUE(SameValues(gpu[i].grad(), cpu[i].grad(), rtol));
+  }
+}
+
+class CudaOpsTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override { DDPKIT_REQUIRE_GPU(); }
+  DType dtype() const { return GetParam(); }
+  Tensor Rand(const Shape& shape, uint64_t seed, double low = -1.0, double high = 1.0) const {
+    return Random(shape, dtype(), seed, low, high);
+  }
+};
+
+TEST_P(CudaOpsTest, AddSubMul) {
+  const Tensor a = Rand({3, 70}, 1), b = Rand({3, 70}, 2), s = Rand({1}, 3);
+  ExpectSameOnGpu("add", {a, b}, [](const TensorList& t) { return Add(t[0], t[1]); });
+  ExpectSameOnGpu("sub", {a, b}, [](const TensorList& t) { return Sub(t[0], t[1]); });
+  ExpectSameOnGpu("mul", {a, b}, [](const TensorList& t) { return Mul(t[0], t[1]); });
+  // A single-element operand is broadcast, and its gradient summed back.
+  ExpectSameOnGpu("add scalar left", {s, a}, [](const TensorList& t) { return Add(t[0], t[1]); });
+  ExpectSameOnGpu("sub scalar right", {a, s}, [](const TensorList& t) { return Sub(t[0], t[1]); });
+  ExpectSameOnGpu("mul scalar", {a, s}, [](const TensorList& t) { return Mul(t[0], t[1]); });
+}
+
+TEST_P(CudaOpsTest, ScalarMulAndDiv) {
+  const Tensor x = Rand({5, 9}, 4);
+  ExpectSameOnGpu("mul_scalar", {x}, [](const TensorList& t) { return MulScalar(t[0], -2.5); });
+  ExpectSameOnGpu("div_scalar", {x}, [](const TensorList& t) { return DivScalar(t[0], 3.0); });
+}
+
+TEST_P(CudaOpsTest, Activations) {
+  const Tensor x = Rand({4, 300}, 5, -3.0, 3.0);
+  ExpectSameOnGpu("relu", {x}, [](const TensorList& t) { return Relu(t[0]); });
+  ExpectSameOnGpu("tanh", {x}, [](const TensorList& t) { return Tanh(t[0]); });
+  ExpectSameOnGpu("gelu", {x}, [](const TensorList& t) { return Gelu(t[0]); });
+  ExpectSameOnGpu("exp", {x}, [](const TensorList& t) { return Exp(t[0]); });
+  const Tensor positive = Rand({4, 300}, 6, 0.25, 4.0);
+  ExpectSameOnGpu("log", {positive}, [](const TensorList& t) { return Log(t[0]); });
+}
+
+TEST_P(CudaOpsTest, SumAndMean) {
+  ExpectSameOnGpu("sum", {Rand({7, 13}, 7)}, [](const TensorList& t) { return Sum(t[0]); });
+  ExpectSameOnGpu("mean", {Rand({7, 13}, 8)}, [](const TensorList& t) { return Mean(t[0]); });
+  // Enough elements for many partial sums (the two-pass reduction).
+  ExpectSameOnGpu("sum large", {Rand({1 << 20}, 9, 0.0, 1.0)},
+                  [](const TensorList& t) { return Sum(t[0]); });
+  ExpectSameOnGpu("sum empty", {Rand({0, 3}, 10)}, [](const TensorList& t) { return Sum(t[0]); });
+}
+
+TEST_P(CudaOpsTest, MatmulAndLinear) {
+  const Tensor a = Rand({5, 7}, 11), b = Rand({7, 3}, 12);
+  ExpectSameOnGpu("matmul", {a, b}, [](const TensorList& t) { return Matmul(t[0], t[1]); });
+  const Tensor x = Rand({6, 5}, 13), w = Rand({4, 5}, 14), bias = Rand({4}, 15);
+  ExpectSameOnGpu("linear", {x, w, bias},
+                  [](const TensorList& t) { return Linear(t[0], t[1], t[2]); });
+  ExpectSameOnGpu("linear without bias", {x, w},
+                  [](const TensorList& t) { return Linear(t[0], t[1], Tensor()); });
+}
+
+TEST_P(CudaOpsTest, LogSoftmax) {
+  // More columns than a block has threads: each thread strides over several.
+  ExpectSameOnGpu("log_softmax", {Rand({6, 700}, 16, -4.0, 4.0)},
+                  [](const TensorList& t) { return LogSoftmax(t[0]); });
+}
+
+TEST_P(CudaOpsTest, CrossEntropyBothReductionsWithOffset) {
+  const Tensor logits = Rand({5, 12}, 17, -3.0, 3.0);
+  const Tensor targets = Tensor::FromVector<int64_t>({0, 4, 2, 8, 1}, {5});
+  ExpectSameOnGpu("cross_entropy mean", {logits, targets}, [](const TensorList& t) {
+    return CrossEntropy(t[0], t[1], {.target_offset = 3, .reduction = Reduction::kMean});
+  });
+  ExpectSameOnGpu("cross_entropy sum", {logits, targets}, [](const TensorList& t) {
+    return CrossEntropy(t[0], t[1], {.target_offset = 0, .reduction = Reduction::kSum});
+  });
+}
+
+TEST_P(CudaOpsTest, Mse) {
+  ExpectSameOnGpu("mse", {Rand({4, 6}, 18), Rand({4, 6}, 19)},
+                  [](const TensorList& t) { return Mse(t[0], t[1]); });
+}
+
+TEST_P(CudaOpsTest, TransposeConcatSliceReshape) {
+  ExpectSameOnGpu("transpose", {Rand({5, 300}, 20)},
+                  [](const TensorList& t) { return Transpose(t[0]); });
+  ExpectSameOnGpu("concat", {Rand({2, 4}, 21), Rand({3, 4}, 22), Rand({1, 4}, 23)},
+                  [](const TensorList& t) { return Concat(t); });
+  ExpectSameOnGpu("slice", {Rand({6, 4}, 24)},
+                  [](const TensorList& t) { return Slice(t[0], 1, 4); });
+  ExpectSameOnGpu("reshape", {Rand({6, 4}, 25)}, [](const TensorList& t) {
+    return Reshape(t[0], {3, 8});
+  });
+}
+
+TEST_P(CudaOpsTest, L2NormalizeRows) {
+  ExpectSameOnGpu("l2_normalize_rows", {Rand({6, 513}, 26)},
+                  [](const TensorList& t) { return L2NormalizeRows(t[0]); });
+  // Rows whose norm is under eps are divided by eps (the clamped branch).
+  ExpectSameOnGpu("l2_normalize_rows clamped", {Rand({3, 4}, 27, -1e-9, 1e-9)},
+                  [](const TensorList& t) { return L2NormalizeRows(t[0], 1e-6); });
+}
+
+TEST_P(CudaOpsTest, EmbeddingWithRepeatedIndices) {
+  const Tensor weight = Rand({10, 7}, 28);
+  const Tensor indices = Tensor::FromVector<int64_t>({0, 3, 3, 9, 0, 5, 3}, {7});
+  ExpectSameOnGpu("embedding", {weight, indices},
+                  [](const TensorList& t) { return EmbeddingLookup(t[0], t[1]); });
+}
+
+TEST_P(CudaOpsTest, SmallNetworkEndToEnd) {
+  const Tensor x = Rand({8, 6}, 29), w1 = Rand({16, 6}, 30), b1 = Rand({16}, 31);
+  const Tensor w2 = Rand({5, 16}, 32), b2 = Rand({5}, 33);
+  const Tensor targets = Tensor::FromVector<int64_t>({0, 1, 2, 3, 4, 0, 1, 2}, {8});
+  ExpectSameOnGpu("mlp", {x, w1, b1, w2, b2, targets}, [](const TensorList& t) {
+    Tensor h = Gelu(Linear(t[0], t[1], t[2]));
+    Tensor logits = Linear(L2NormalizeRows(h), t[3], t[4]);
+    return CrossEntropy(logits, t[5]);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOpsTest, ::testing::Values(DType::kFloat32, DType::kFloat64),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(DTypeName(info.param));
+                         });
+
+// Summing the same tensor twice gives the same bits (fixed-order trees, no atomics).
+TEST(CudaDeterminismTest, SumAndEmbeddingBackwardAreBitwiseRepeatable) {
+  DDPKIT_REQUIRE_GPU();
+  const Tensor x = Random({1 << 18}, DType::kFloat32, 40).To(kGpu);
+  EXPECT_EQ(Sum(x).item(), Sum(x).item());
+  Tensor weight = Random({50, 8}, DType::kFloat32, 41).To(kGpu);
+  weight.set_requires_grad(true);
+  std::vector<int64_t> ids(4000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 7 % 50);
+  const Tensor indices = Tensor::FromVector<int64_t>(ids, {4000}).To(kGpu);
+  const Tensor upstream = Random({4000, 8}, DType::kFloat32, 42).To(kGpu);
+  std::vector<std::vector<double>> grads;
+  for (int run = 0; run < 2; ++run) {
+    weight.set_grad(Tensor());
+    Sum(Mul(EmbeddingLookup(weight, indices), upstream)).Backward();
+    grads.push_back(weight.grad().ToDoubles());
+  }
+  EXPECT_EQ(grads[0], grads[1]);
+}
+
+// Operands on different devices are refused, naming the op and both devices.
+TEST(CudaOpsErrorsTest, MixedDevicesAreRejected) {
+  DDPKIT_REQUIRE_GPU();
+  const Tensor cpu = Random({2, 2}, DType::kFloat32, 50);
+  const Tensor gpu = cpu.To(kGpu);
+  auto expect_error = [](const std::function<void()>& f, const std::string& op) {
+    try {
+      f();
+      ADD_FAILURE() << op << " accepted operands on two devices";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[" + op + "] operands are on "), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("move them to one device with To()"), std::string::npos)
+          << e.what();
+    }
+  };
+  expect_error([&] { Add(cpu, gpu); }, "add");
+  expect_error([&] { Mul(gpu, cpu); }, "mul");
+  expect_error([&] { Matmul(cpu, gpu); }, "matmul");
+  expect_error([&] { Linear(gpu, cpu, Tensor()); }, "linear");
+  expect_error([&] { Linear(gpu, gpu, Tensor::Zeros({2})); }, "linear");
+  expect_error([&] { Concat({gpu, cpu}); }, "concat");
+  expect_error(
+      [&] {
+        CrossEntropy(gpu, Tensor::FromVector<int64_t>({0, 1}, {2}));
+      },
+      "cross_entropy");
+  expect_error(
+      [&] {
+        EmbeddingLookup(gpu, Tensor::FromVector<int64_t>({0, 1}, {2}));
+      },
+      "embedding");
+  try {
+    Add(cpu, gpu);
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[add] operands are on cpu and cuda:0; move them to one device with To()");
+  }
+}
+
+// Out-of-range targets and indices on the GPU are caught (read back on the host).
+TEST(CudaOpsErrorsTest, OutOfRangeTargetsAndIndices) {
+  DDPKIT_REQUIRE_GPU();
+  const Tensor logits = Random({2, 3}, DType::kFloat32, 51).To(kGpu);
+  EXPECT_THROW(CrossEntropy(logits, Tensor::FromVector<int64_t>({0, 3}, {2}).To(kGpu)), Error);
+  EXPECT_THROW(EmbeddingLookup(logits, Tensor::FromVector<int64_t>({2}, {1}).To(kGpu)), Error);
+}
+
+}  // namespace
+}  // namespace ddpkit
