@@ -74,7 +74,7 @@ void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, d
   const int lda = static_cast<int>(transpose_a ? m : k);
   const int ldb = static_cast<int>(transpose_b ? k : n);
   if (k == 0) {  // BLAS implementations differ on k == 0; the answer is beta * C
-    ScaleInPlace(c, beta);
+    beta == 0.0 ? c.Zero() : ScaleInPlace(c, beta);  // C may be uninitialised when beta is 0
     return;
   }
   if (a.dtype() == DType::kFloat32) {

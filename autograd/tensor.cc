@@ -44,12 +44,14 @@ void StoreDouble(std::byte* base, DType dtype, int64_t i, double v) {
   }
 }
 
-std::shared_ptr<TensorImpl> NewImpl(const Shape& shape, DType dtype, Device device) {
+std::shared_ptr<TensorImpl> NewImpl(const Shape& shape, DType dtype, Device device,
+                                    bool zeroed = true) {
   for (int64_t extent : shape) {
     DDPKIT_CHECK(extent >= 0, "[Tensor] negative extent in shape ", ShapeString(shape));
   }
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(NumElements(shape) * ElementSize(dtype), device);
+  impl->storage =
+      std::make_shared<Storage>(NumElements(shape) * ElementSize(dtype), device, zeroed);
   impl->shape = shape;
   impl->dtype = dtype;
   return impl;
@@ -70,19 +72,19 @@ int64_t NumElements(const Shape& shape) {
 
 std::string ShapeString(const Shape& shape) { return StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
-Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+Storage::Storage(size_t nbytes, Device device, bool zeroed) : nbytes_(nbytes), device_(device) {
   if (device.is_cuda()) {
     if (absl::Status usable = cuda::CheckUsable(device); !usable.ok()) ThrowStatus(usable);
     stream_ = cuda::CurrentStream(device);
     data_ = static_cast<std::byte*>(cuda::Allocate(nbytes, device, stream_));
-    cuda::MemsetZero(data_, nbytes, device);
+    if (zeroed) cuda::MemsetZero(data_, nbytes, device);
     return;  // the memory counters are the host's (memory_stats.h)
   }
   const size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   data_ =
       static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded));
   DDPKIT_CHECK(data_ != nullptr, "[Storage] out of memory allocating ", nbytes, " bytes");
-  std::memset(data_, 0, nbytes);
+  if (zeroed) std::memset(data_, 0, nbytes);
   NoteStorageAllocated(static_cast<int64_t>(nbytes));
 }
 
@@ -103,6 +105,10 @@ AutogradMeta& TensorImpl::meta() {
 Tensor Tensor::Empty(const Shape& shape, DType dtype, Device device) {
   return Tensor(NewImpl(shape, dtype, device));
 }
+Tensor Tensor::Uninitialized(const Shape& shape, DType dtype, Device device) {
+  return Tensor(NewImpl(shape, dtype, device, /*zeroed=*/false));
+}
+
 Tensor Tensor::Zeros(const Shape& shape, DType dtype, Device device) {
   return Empty(shape, dtype, device);
 }

@@ -40,7 +40,8 @@ using TensorList = std::vector<Tensor>;
 // the calling thread's current stream (and freed on that stream).
 class Storage {
  public:
-  explicit Storage(size_t nbytes, Device device = Device::Cpu());
+  // `zeroed` false leaves the bytes as they come (for an output a kernel writes in full).
+  explicit Storage(size_t nbytes, Device device = Device::Cpu(), bool zeroed = true);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -80,6 +81,9 @@ class Tensor {
                       Device device = Device::Cpu());
   static Tensor Full(const Shape& shape, double value, DType dtype = DType::kFloat32,
                      Device device = Device::Cpu());
+  // Like Empty without the zero fill: for an op's output that its kernel then writes in full
+  // (a GEMM with beta 0). Reading it before that is a bug.
+  static Tensor Uninitialized(const Shape& shape, DType dtype, Device device);
   static Tensor Scalar(double value, DType dtype = DType::kFloat32);  // shape []
   template <typename T>
   static Tensor FromVector(absl::Span<const T> values, const Shape& shape);

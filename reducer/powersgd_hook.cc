@@ -501,6 +501,16 @@ CommHook MakeBatchedPowerSgdHook(std::shared_ptr<PowerSgdState> state) {
 absl::StatusOr<std::shared_ptr<PowerSgdState>> RegisterPowerSgdHook(DistributedDataParallel& ddp,
                                                                     PowerSgdVariant variant,
                                                                     PowerSgdOptions options) {
+  // The compression (Gram-Schmidt, LAPACK QR, the error-feedback state) runs on the host.
+  for (const Tensor& p : ddp.module().Parameters()) {
+    if (!p.is_cuda()) continue;
+    return absl::InvalidArgumentError(
+        StrCat("the ", PowerSgdVariantName(variant),
+               " comm hook computes on the host, and the "
+               "model is on ",
+               p.device().ToString(),
+               ": use --device cpu with it, or the allreduce, fp16 or bf16 hooks on the GPU"));
+  }
   DDPKIT_ASSIGN_OR_RETURN(std::shared_ptr<PowerSgdState> state,
                           PowerSgdState::Create(ddp.process_group(), std::move(options)));
   CommHook hook = variant == PowerSgdVariant::kLayerwise ? MakePowerSgdHook(state)

@@ -43,8 +43,8 @@ void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, d
   DDPKIT_CHECK(a.device() == c.device() && b.device() == c.device(), "[Gemm] operands on ",
                a.device().ToString(), ", ", b.device().ToString(), " and ", c.device().ToString());
   if (m == 0 || n == 0) return;
-  if (k == 0) {  // the answer is beta * C
-    ScaleInPlace(c, beta);
+  if (k == 0) {  // the answer is beta * C (and C may be uninitialised when beta is 0)
+    beta == 0.0 ? c.Zero() : ScaleInPlace(c, beta);
     return;
   }
   DeviceScope scope(c.device());

@@ -49,7 +49,9 @@ Tensor Matmul(const Tensor& a, const Tensor& b) {
   DDPKIT_CHECK(a.size(1) == b.size(0), "[matmul] inner dimensions differ: ", ShapeString(a.shape()),
                " x ", ShapeString(b.shape()));
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  Tensor out = Tensor::Empty({m, n}, a.dtype(), a.device());
+  // The GEMM outputs below are written in full (beta 0, or the bias broadcast first): no
+  // zero fill, which would be a pass over every gradient's bytes per step.
+  Tensor out = Tensor::Uninitialized({m, n}, a.dtype(), a.device());
   Gemm(false, false, m, n, k, 1.0, a, b, 0.0, out);
   // C = A B:  dA = dC B^T,  dB = A^T dC.
   RecordOp(out, "MatmulBackward", {&a, &b},
@@ -57,11 +59,11 @@ Tensor Matmul(const Tensor& a, const Tensor& b) {
             m, k, n](const Tensor& g) -> TensorList {
              Tensor da, db;
              if (a_grad) {
-               da = Tensor::Empty({m, k}, g.dtype(), g.device());
+               da = Tensor::Uninitialized({m, k}, g.dtype(), g.device());
                Gemm(false, true, m, k, n, 1.0, g, b, 0.0, da);
              }
              if (b_grad) {
-               db = Tensor::Empty({k, n}, g.dtype(), g.device());
+               db = Tensor::Uninitialized({k, n}, g.dtype(), g.device());
                Gemm(true, false, k, n, m, 1.0, a, g, 0.0, db);
              }
              return {da, db};
@@ -86,7 +88,7 @@ Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     CheckSameDevice("linear", x, bias);
   }
   // y = x W^T + b: start from b in every row, then let gemm add x W^T (beta = 1).
-  Tensor out = Tensor::Empty({rows, out_features}, x.dtype(), x.device());
+  Tensor out = Tensor::Uninitialized({rows, out_features}, x.dtype(), x.device());
   double beta = 0.0;
   if (bias.defined() && rows > 0) {
     BroadcastBias(out, bias);
@@ -101,11 +103,11 @@ Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
             in, out_features](const Tensor& g) -> TensorList {
              Tensor dx, dw, db;
              if (x_grad) {
-               dx = Tensor::Empty({rows, in}, g.dtype(), g.device());
+               dx = Tensor::Uninitialized({rows, in}, g.dtype(), g.device());
                Gemm(false, false, rows, in, out_features, 1.0, g, w, 0.0, dx);
              }
              if (w_grad) {
-               dw = Tensor::Empty({out_features, in}, g.dtype(), g.device());
+               dw = Tensor::Uninitialized({out_features, in}, g.dtype(), g.device());
                Gemm(true, false, out_features, in, rows, 1.0, g, x, 0.0, dw);
              }
              if (b_grad) {

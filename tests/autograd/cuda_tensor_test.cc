@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/kernels.h"
 #include "autograd/nn.h"
 #include "autograd/ops.h"
 #include "autograd/optim.h"
@@ -32,6 +33,18 @@ TEST(CudaTensorTest, FactoriesFillAndAt) {
   EXPECT_EQ(full.at(2), -1);
   EXPECT_EQ(full.at(4), 2.5);
   EXPECT_EQ(Tensor::Full({}, 7, DType::kFloat32, kGpu).item(), 7);
+}
+
+// cuBLAS with beta 0 ignores what C held (outputs are not zero-filled), over k = 0 too.
+TEST(CudaTensorTest, GemmWithBetaZeroIgnoresWhatTheOutputHeld) {
+  DDPKIT_REQUIRE_GPU();
+  for (int64_t k : {0, 2}) {
+    Tensor a = Tensor::Full({3, k}, 1.0, DType::kFloat32, kGpu);
+    Tensor b = Tensor::Full({k, 4}, 1.0, DType::kFloat32, kGpu);
+    Tensor c = Tensor::Full({3, 4}, std::nan(""), DType::kFloat32, kGpu);
+    Gemm(false, false, 3, 4, k, 1.0, a, b, 0.0, c);
+    EXPECT_EQ(c.ToDoubles(), std::vector<double>(12, static_cast<double>(k))) << "k = " << k;
+  }
 }
 
 TEST(CudaTensorTest, CopiesAcrossDevicesAndDtypes) {

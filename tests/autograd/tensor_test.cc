@@ -1,6 +1,10 @@
 // Tensor storage, views and copies.
 #include "autograd/tensor.h"
 
+#include <cmath>
+
+#include "autograd/kernels.h"
+#include "autograd/ops.h"
 #include "gtest/gtest.h"
 
 namespace ddpkit {
@@ -61,6 +65,21 @@ TEST(TensorTest, OnlyFloatingLeavesCanRequireGrad) {
   x.set_requires_grad(true);
   EXPECT_TRUE(x.is_leaf());
   EXPECT_THROW(x.set_grad(Tensor::Zeros({3})), Error);
+}
+
+// Matmul and Linear write their GEMM outputs into uninitialised memory (no zero fill), so Gemm
+// with beta 0 must ignore what C held, as BLAS does, also over an empty inner dimension.
+TEST(TensorTest, GemmWithBetaZeroIgnoresWhatTheOutputHeld) {
+  for (int64_t k : {0, 2}) {
+    Tensor a = Tensor::Full({3, k}, 1.0, DType::kFloat64);
+    Tensor b = Tensor::Full({k, 4}, 1.0, DType::kFloat64);
+    Tensor c = Tensor::Full({3, 4}, std::nan(""), DType::kFloat64);
+    Gemm(false, false, 3, 4, k, 1.0, a, b, 0.0, c);
+    for (double v : c.ToDoubles()) EXPECT_EQ(v, static_cast<double>(k)) << "k = " << k;
+  }
+  Tensor y = Linear(Tensor::Zeros({3, 0}, DType::kFloat64), Tensor::Zeros({4, 0}, DType::kFloat64),
+                    Tensor::Full({4}, 2.0, DType::kFloat64));
+  for (double v : y.ToDoubles()) EXPECT_EQ(v, 2.0);
 }
 
 }  // namespace

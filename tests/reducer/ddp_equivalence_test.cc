@@ -17,8 +17,10 @@ namespace {
 
 #ifdef DDPKIT_EQUIVALENCE_ON_CUDA
 const Device kDevice = Device::Cuda(0);
+#define DDPKIT_EQUIVALENCE_SUITE OnCudaAllOptions
 #else
 const Device kDevice = Device::Cpu();
+#define DDPKIT_EQUIVALENCE_SUITE AllOptions
 #endif
 
 const std::vector<int64_t> kWidths = {6, 16, 16, 4};
@@ -187,7 +189,8 @@ std::vector<Case> AllCases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllOptions, DdpEquivalenceTest, ::testing::ValuesIn(AllCases()),
+INSTANTIATE_TEST_SUITE_P(DDPKIT_EQUIVALENCE_SUITE, DdpEquivalenceTest,
+                         ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.Name();
                          });
