@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds ddpkit and runs the whole test suite; exits non-zero on any failure.
 #   0. the format check: every C++ file as clang-format writes it (tools/scripts/check_format.sh);
-#   1. the normal build, all tests;
-#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, all tests;
+#   1. the normal build (with CUDA and NCCL when /usr/local/cuda or CUDA_HOME has them), all tests;
+#      the GPU tests (label gpu) skip with one line each on a machine without a GPU;
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, all tests (host code only: ASan's
+#      shadow memory and the CUDA driver's address reservations do not mix, and the GPU code is
+#      compiled by the normal build);
 #   3. a ThreadSanitizer build, the threaded tests (labels comm, join, reducer; not gloo, because
 #      Debian's libgloo is not TSan-instrumented and its own threads would be misreported);
 #   4. the fuzzers: the parsers of untrusted bytes under libFuzzer, 30 s each
@@ -23,7 +26,7 @@ ctest --test-dir "$root/build" --output-on-failure --parallel "$jobs"
 if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== ddpkit: build and test under ASan+UBSan (build-asan/)"
   bash "$root/tools/scripts/build.sh" "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug \
-    "-DDDPKIT_SANITIZE=address;undefined" -DDDPKIT_BUILD_BENCHMARKS=OFF
+    "-DDDPKIT_SANITIZE=address;undefined" -DDDPKIT_BUILD_BENCHMARKS=OFF -DDDPKIT_CUDA=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$root/build-asan" --output-on-failure --parallel "$jobs"
 fi
@@ -31,7 +34,7 @@ fi
 if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== ddpkit: build and test under TSan (build-tsan/, threaded tests)"
   bash "$root/tools/scripts/build.sh" "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug \
-    -DDDPKIT_SANITIZE=thread -DDDPKIT_BUILD_BENCHMARKS=OFF
+    -DDDPKIT_SANITIZE=thread -DDDPKIT_BUILD_BENCHMARKS=OFF -DDDPKIT_CUDA=OFF
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --test-dir "$root/build-tsan" -L 'comm|join|reducer' --output-on-failure --parallel "$jobs"
 fi

@@ -69,9 +69,10 @@ void PrintDdp(const jobs::BenchDdpReport& r) {
 
 void PrintAllreduce(const jobs::BenchAllreduceReport& r) {
   std::cout << absl::StrFormat(
-      "# ddpkit bench allreduce: backend %s, world size %d, float32 sum, %d iterations (%d "
-      "warm-up)\n# memcpy reference: %d bytes in %.1f us = %.2f GB/s\n#\n",
-      r.backend(), r.world_size(), r.iters(), r.warmup_iters(), r.memcpy_bytes(), r.memcpy_us(),
+      "# ddpkit bench allreduce: backend %s, world size %d, device %s, float32 sum, %d "
+      "iterations (%d warm-up)\n# %s reference: %d bytes in %.1f us = %.2f GB/s\n#\n",
+      r.backend(), r.world_size(), r.device(), r.iters(), r.warmup_iters(),
+      r.device() == "cpu" ? "memcpy" : "device-to-device copy", r.memcpy_bytes(), r.memcpy_us(),
       r.memcpy_bytes() / r.memcpy_us() / 1e3);
   std::cout << absl::StrFormat("# %10s  %12s  %6s  %5s  %10s  %11s  %11s  %6s", "size", "count",
                                "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
@@ -123,6 +124,9 @@ int RunBenchAllreduce() {
                              "--trace records DDP's steps, and `bench allreduce` runs none: use "
                              "it with `ddpkit bench ddp` (or `ddpkit train`)"));
   }
+  absl::StatusOr<Device> device = DeviceFromFlag();
+  if (!device.ok()) return Fail("bench", device.status());
+  config.device = *device;
   config.min_bytes = absl::GetFlag(FLAGS_min_bytes);
   config.max_bytes = absl::GetFlag(FLAGS_max_bytes);
   config.iters = absl::GetFlag(FLAGS_iters);
@@ -146,12 +150,14 @@ Subcommand BenchSubcommand() {
   return {.name = "bench",
           .summary = "measure allreduce bandwidth, or DDP's step cost, against references",
           .usage =
-              "ddpkit bench allreduce [--backend threads|gloo] [--world-size N] "
+              "ddpkit bench allreduce [--backend threads|gloo|nccl] [--device cpu|cuda] "
+              "[--world-size N] "
               "[--min-bytes B] [--max-bytes B] [--json]\n       ddpkit bench ddp "
               "[--model mlp:...] [--batch-size B] [--world-size N] [--bucket-caps 0.5,1,...] "
               "[--json]",
-          .flag_names = {"backend", "world_size", "timeout", "min_bytes", "max_bytes", "iters",
-                         "warmup_iters", "model", "batch_size", "bucket_caps", "json", "trace"},
+          .flag_names = {"backend", "world_size", "timeout", "device", "min_bytes", "max_bytes",
+                         "iters", "warmup_iters", "model", "batch_size", "bucket_caps", "json",
+                         "trace"},
           .takes_positionals = true,
           .run = RunBench};
 }

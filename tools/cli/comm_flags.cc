@@ -3,8 +3,9 @@
 #include "absl/flags/flag.h"
 
 ABSL_FLAG(std::string, backend, "threads",
-          "threads (ranks as threads of this process) or gloo (one process per rank, under "
-          "`ddpkit launch`)");
+          "threads (ranks as threads of this process), gloo (CPU tensors, one process per "
+          "rank, under `ddpkit launch`) or nccl (GPU tensors, one process and one GPU per "
+          "rank, cuda:LOCAL_RANK, under `ddpkit launch`; needs a CUDA build)");
 ABSL_FLAG(int32_t, world_size, 4, "ranks in the threads backend's world");
 ABSL_FLAG(double, timeout, 300, "seconds any collective may take before it fails");
 

@@ -20,11 +20,13 @@ ABSL_FLAG(std::string, gather, "all",
 namespace ddpkit::cli {
 namespace {
 
-void PrintReport(const jobs::ContrastiveReport& r) {
+// `device`: where the ranks ran; named in the heading when it is not the host.
+void PrintReport(const jobs::ContrastiveReport& r, Device device) {
   std::cout << absl::StrFormat(
-      "ddpkit contrastive: CLIP loss, two MLP towers, %d ranks (%s), %d pairs per rank (B = %d), "
-      "different data on every rank\n\n",
-      r.world_size(), r.backend(), r.batch_size(), r.global_batch());
+      "ddpkit contrastive: CLIP loss, two MLP towers, %d ranks (%s%s), %d pairs per rank "
+      "(B = %d), different data on every rank\n\n",
+      r.world_size(), r.backend(), device.is_cpu() ? "" : ", on " + device.ToString(),
+      r.batch_size(), r.global_batch());
   std::cout << absl::StrFormat(
                    "1. gradient check: one DDP backward vs one process on the concatenated batch "
                    "(rows per rank %s)\n",
@@ -100,6 +102,7 @@ absl::StatusOr<jobs::ContrastiveConfig> ConfigFromFlags() {
                                            : (config.optimizer == "adam" ? 0.003 : 0.5);
   config.seed = absl::GetFlag(FLAGS_seed);
   config.trace_path = absl::GetFlag(FLAGS_trace);
+  DDPKIT_ASSIGN_OR_RETURN(config.device, DeviceFromFlag());
   return config;
 }
 
@@ -115,7 +118,7 @@ int RunContrastiveCommand(const std::vector<std::string>&) {
   }
   return EmitReport<jobs::ContrastiveReport>(
       *report, absl::GetFlag(FLAGS_json), [&](const jobs::ContrastiveReport& r) {
-        PrintReport(r);
+        PrintReport(r, config->device);
         if (!out.empty()) {
           std::cout << "\nwrote " << out << "/curves.csv and " << out << "/curves.svg\n";
         }
@@ -134,10 +137,10 @@ Subcommand ContrastiveSubcommand() {
           .usage =
               "ddpkit contrastive [--world-size N | --backend gloo under ddpkit launch] "
               "[--layout local|global|both] [--gather sum|allreduce_slice|slice|none|avg|all] "
-              "[--steps N] [--batch-size b] [--optimizer sgd|adam] [--lr X] [--seed S] [--out DIR] "
-              "[--json]",
+              "[--device cpu|cuda|cuda:N] [--steps N] [--batch-size b] [--optimizer sgd|adam] "
+              "[--lr X] [--seed S] [--out DIR] [--json]",
           .flag_names = {"layout", "gather", "out", "steps", "batch_size", "lr", "optimizer",
-                         "seed", "json", "backend", "world_size", "timeout", "trace"},
+                         "seed", "json", "backend", "world_size", "timeout", "trace", "device"},
           .own_defaults = {{"steps", "200"}, {"lr", "0.5 (sgd), 0.003 (adam)"}},
           .run = RunContrastiveCommand};
 }

@@ -9,6 +9,9 @@ ABSL_FLAG(std::string, model, "mlp:32,64,64,10",
           "model spec mlp:IN,H1,...,OUT (Linear/ReLU alternating; parameters named 0.weight, "
           "0.bias, 2.weight, ... as PyTorch's nn.Sequential)");
 ABSL_FLAG(std::string, weights, "", "initial weights: a safetensors state dict");
+ABSL_FLAG(std::string, device, "cpu",
+          "where the work runs: cpu, cuda or cuda:N (threads: every rank on that GPU, each on its "
+          "own stream; nccl: each rank on cuda:LOCAL_RANK)");
 ABSL_FLAG(int32_t, batch_size, 32, "rows per rank per micro-batch");
 ABSL_FLAG(int32_t, steps, 60, "optimizer steps");
 ABSL_FLAG(double, lr, 0.1, "SGD learning rate");
@@ -32,12 +35,21 @@ ABSL_FLAG(std::string, trace, "",
 namespace ddpkit::cli {
 
 const std::vector<std::string> kDdpTrainingFlagNames = [] {
-  std::vector<std::string> names = {"model",     "weights", "batch_size",   "lr",   "momentum",
-                                    "optimizer", "seed",    "save_weights", "json", "trace"};
+  std::vector<std::string> names = {"model",    "weights",   "batch_size", "lr",
+                                    "momentum", "optimizer", "seed",       "save_weights",
+                                    "json",     "trace",     "device"};
   names.insert(names.end(), kCommFlagNames.begin(), kCommFlagNames.end());
   names.insert(names.end(), kDdpFlagNames.begin(), kDdpFlagNames.end());
   return names;
 }();
+
+absl::StatusOr<Device> DeviceFromFlag() {
+  absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) {
+    return absl::InvalidArgumentError(StrCat("--device: ", device.status().message()));
+  }
+  return *device;
+}
 
 std::string TraceWrittenLine(const std::string& path, const std::string& backend, int rank) {
   if (backend == "threads") {
@@ -53,6 +65,7 @@ absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config) {
   DDPKIT_ASSIGN_OR_RETURN(config.ddp, DdpOptionsFromFlags());
   DDPKIT_ASSIGN_OR_RETURN(config.comm_hook, CommHookFromFlags());
   DDPKIT_ASSIGN_OR_RETURN(config.powersgd, PowerSgdOptionsFromFlags());
+  DDPKIT_ASSIGN_OR_RETURN(config.device, DeviceFromFlag());
   config.model = absl::GetFlag(FLAGS_model);
   config.weights_path = absl::GetFlag(FLAGS_weights);
   config.save_weights_path = absl::GetFlag(FLAGS_save_weights);

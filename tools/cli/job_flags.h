@@ -11,6 +11,7 @@
 
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, weights);
+ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(int32_t, batch_size);
 ABSL_DECLARE_FLAG(int32_t, steps);
 ABSL_DECLARE_FLAG(double, lr);
@@ -31,6 +32,8 @@ extern const std::vector<std::string> kDdpTrainingFlagNames;
 // and comm hook from the flags; InvalidArgument naming the flag.
 absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config);
 
+// --device parsed; InvalidArgument naming the flag.
+absl::StatusOr<Device> DeviceFromFlag();
 // "trace written to FILE" (threads) or "... to FILE.rank<r>.json on each rank" (gloo).
 std::string TraceWrittenLine(const std::string& path, const std::string& backend, int rank);
 

@@ -186,7 +186,7 @@ Subcommand JoinSubcommand() {
       .usage =
           "ddpkit join (--inputs 5,6,3,8 | --data-per-rank PREFIX --world-size N) "
           "[--divide-by-initial-world-size true|false] [--throw-on-early-termination] "
-          "[--no-join] [--optimizer sgd|zero-sgd] [train and DDP flags]",
+          "[--no-join] [--optimizer sgd|zero-sgd] [--device cpu|cuda] [train and DDP flags]",
       .flag_names = flags,
       .run = RunJoinCommand};
 }

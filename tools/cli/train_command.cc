@@ -217,8 +217,8 @@ Subcommand TrainSubcommand() {
   return {.name = "train",
           .summary = "data-parallel training of an MLP with DDP (synthetic data by default)",
           .usage =
-              "ddpkit train [--world-size N | --backend gloo under ddpkit launch] "
-              "[--model mlp:IN,...,OUT] [--data FILE] [DDP flags] [flags]",
+              "ddpkit train [--world-size N | --backend gloo|nccl under ddpkit launch] "
+              "[--device cpu|cuda] [--model mlp:IN,...,OUT] [--data FILE] [DDP flags] [flags]",
           .flag_names = flags,
           .run = RunTrain};
 }

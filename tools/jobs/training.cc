@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "absl/strings/str_format.h"
+#include "autograd/cuda/runtime.h"
 #include "autograd/grad_mode.h"
 #include "autograd/safetensors.h"
 #include "reducer/named_comm_hook.h"
@@ -74,7 +75,15 @@ absl::StatusOr<std::shared_ptr<nn::Module>> BuildModel(const DdpTrainingConfig& 
   if (!config.weights_path.empty()) {
     DDPKIT_RETURN_IF_ERROR(LoadStateDict(*model, config.weights_path));
   }
+  if (config.device.is_cuda()) {
+    DDPKIT_RETURN_IF_ERROR(cuda::CheckUsable(config.device));
+    model->To(config.device);  // initialised on the host, so a GPU run starts from the same
+  }
   return model;
+}
+
+Device RankDevice(Device requested, const comm::ProcessGroup& group) {
+  return requested.is_cuda() && group.DefaultDevice().is_cuda() ? group.DefaultDevice() : requested;
 }
 
 absl::StatusOr<std::shared_ptr<reducer::DistributedDataParallel>> WrapInDdp(
@@ -108,7 +117,9 @@ absl::StatusOr<RankOptimizer> MakeOptimizer(const DdpTrainingConfig& config,
 double Accuracy(nn::Module& model, const ClassificationData& data) {
   if (data.rows() == 0) return 0;
   NoGradGuard no_grad;
-  Tensor logits = model.Forward(data.x);
+  const TensorList parameters = model.Parameters();
+  const Device device = parameters.empty() ? Device::Cpu() : parameters.front().device();
+  Tensor logits = model.Forward(data.x.To(device)).To(Device::Cpu());
   const int64_t classes = logits.size(1);
   int64_t correct = 0;
   for (int64_t r = 0; r < data.rows(); ++r) {

@@ -32,6 +32,8 @@ struct DdpTrainingConfig : WorldConfig {
   std::string comm_hook;              // empty, allreduce, fp16, bf16, powersgd or batched_powersgd
   reducer::PowerSgdOptions powersgd;  // for the PowerSGD hooks
   std::string trace_path;             // a Chrome trace of the run (tools/jobs/trace/) when set
+  // Where the model computes. With nccl, a GPU config means the rank's own GPU (the group's).
+  Device device = Device::Cpu();
 };
 
 // The MLP's layer widths; InvalidArgument for a bad model spec, batch size, learning rate,
@@ -57,6 +59,9 @@ absl::Status CheckFitsInMemory(double bytes_per_rank, int ranks_here, std::strin
 absl::StatusOr<std::shared_ptr<nn::Module>> BuildModel(const DdpTrainingConfig& config,
                                                        const std::vector<int64_t>& widths);
 
+// The rank's device: `requested`, except that a GPU request on a GPU backend (nccl) means the
+// group's own GPU (cuda:LOCAL_RANK).
+Device RankDevice(Device requested, const comm::ProcessGroup& group);
 // DDP around `model` with the config's options and comm hook (collective: every rank calls it).
 absl::StatusOr<std::shared_ptr<reducer::DistributedDataParallel>> WrapInDdp(
     const DdpTrainingConfig& config, std::shared_ptr<nn::Module> model, comm::ProcessGroup& group);

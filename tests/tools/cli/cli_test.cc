@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "autograd/cuda/runtime.h"
 #include "autograd/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/run_command.h"
@@ -64,6 +65,7 @@ TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
                            "contrastive --layout diag",
                            "contrastive --optimizer zero-sgd",
                            "contrastive --steps -1",
+                           "contrastive --device gpu",
                            "recompute --blocks 0",
                            "recompute --width -3",
                            "recompute --world-size 2 --steps 0"}) {
@@ -270,6 +272,15 @@ TEST(CliTest, ContrastiveReportsTheCheckTheCurvesAndTheMemory) {
     ASSERT_NE(f, nullptr) << file;
     std::fclose(f);
   }
+}
+
+// --device cuda with no usable GPU: one line on the Fail path (exit 1) saying so, not a crash.
+TEST(CliTest, ContrastiveOnAMissingGpuSaysSo) {
+  if (ddpkit::cuda::DeviceCount() > 0) GTEST_SKIP() << "a GPU is visible";
+  Result r = RunDdpkit("contrastive --device cuda --world-size 2 --batch-size 2 --steps 1");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_TRUE(absl::StartsWith(r.err, "ddpkit contrastive: cuda:0 is not usable")) << r.err;
 }
 
 // Recompute under DDP as a user meets it: the error text, then the two fixes in the text table.

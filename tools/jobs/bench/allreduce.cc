@@ -3,11 +3,29 @@
 #include <cstring>
 #include <vector>
 
+#include "autograd/cuda/runtime.h"
 #include "comm/gloo/process_group_gloo.h"
 #include "tools/jobs/bench/bench.h"
+#include "tools/jobs/training.h"
 
 namespace ddpkit::jobs {
 namespace {
+
+// Seconds for one copy of `bytes` within one GPU (the best of several): its copy bandwidth.
+double DeviceCopySeconds(int64_t bytes, Device device) {
+  Tensor src = Tensor::Full({bytes / 4}, 1.0, DType::kFloat32, device);
+  Tensor dst = Tensor::Empty({bytes / 4}, DType::kFloat32, device);
+  const cuda::Stream stream = cuda::CurrentStream(device);
+  double best = 1e30;
+  for (int i = 0; i < 10; ++i) {
+    cuda::Synchronize(stream);
+    const absl::Time start = absl::Now();
+    dst.CopyFrom(src);
+    cuda::Synchronize(stream);
+    best = std::min(best, absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return best;
+}
 
 // Seconds for one memcpy of `bytes` (the best of several), the machine's copy bandwidth.
 double MemcpySeconds(int64_t bytes) {
@@ -36,7 +54,8 @@ absl::StatusOr<int64_t> CountWrong(comm::ProcessGroup& group, Tensor& t) {
   t.Fill(group.rank() + 1);
   DDPKIT_RETURN_IF_ERROR(group.Allreduce(t)->Wait());
   int64_t wrong = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) wrong += t.data<float>()[i] != n * (n + 1) / 2.0f;
+  const std::vector<double> values = t.ToDoubles();  // from a GPU too
+  for (double v : values) wrong += static_cast<float>(v) != n * (n + 1) / 2.0f;
   Tensor total = Tensor::Scalar(static_cast<double>(wrong), DType::kFloat64);
   DDPKIT_RETURN_IF_ERROR(group.Allreduce(total)->Wait());
   return static_cast<int64_t>(total.item());
@@ -49,7 +68,7 @@ absl::StatusOr<AllreducePoint> Measure(const BenchAllreduceConfig& config,
   AllreducePoint point;
   point.set_bytes(bytes);
   point.set_count(bytes / 4);
-  Tensor t = Tensor::Empty({point.count()});
+  Tensor t = Tensor::Empty({point.count()}, DType::kFloat32, RankDevice(config.device, group));
   DDPKIT_ASSIGN_OR_RETURN(const int64_t wrong, CountWrong(group, t));
   point.set_wrong(wrong);
   for (int i = 0; i < config.warmup_iters; ++i) DDPKIT_RETURN_IF_ERROR(group.Allreduce(t)->Wait());
@@ -80,6 +99,7 @@ absl::StatusOr<BenchAllreduceReport> SweepOnRank(const BenchAllreduceConfig& con
   report.set_world_size(group.size());
   report.set_rank(group.rank());
   report.set_raw_gloo_reference(config.backend == "gloo");
+  report.set_device(RankDevice(config.device, group).ToString());
   const int64_t min_bytes = std::max<int64_t>(4, config.min_bytes);
   double busbw_sum = 0;
   for (int64_t bytes = min_bytes; bytes <= config.max_bytes; bytes *= 2) {
@@ -105,7 +125,10 @@ absl::StatusOr<BenchAllreduceReport> BenchAllreduce(const BenchAllreduceConfig& 
   report.set_iters(config.iters);
   report.set_warmup_iters(config.warmup_iters);
   report.set_memcpy_bytes(config.max_bytes);
-  report.set_memcpy_us(MemcpySeconds(config.max_bytes) * 1e6);
+  const Device device = report.device() == "cpu" ? Device::Cpu() : *ParseDevice(report.device());
+  report.set_memcpy_us((device.is_cuda() ? DeviceCopySeconds(config.max_bytes, device)
+                                         : MemcpySeconds(config.max_bytes)) *
+                       1e6);
   return report;
 }
 

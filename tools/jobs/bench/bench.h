@@ -30,6 +30,7 @@ struct BenchAllreduceConfig : WorldConfig {
   int64_t max_bytes = 16 << 20;  // ... up to here
   int iters = 20;
   int warmup_iters = 5;
+  Device device = Device::Cpu();  // where the buffers live (nccl: each rank's own GPU)
 };
 absl::StatusOr<BenchAllreduceReport> BenchAllreduce(const BenchAllreduceConfig& config);
 

@@ -17,10 +17,11 @@ absl::StatusOr<ContrastiveLayout> ParseContrastiveLayout(std::string_view name) 
 }
 
 namespace {
-Tensor Arange(int64_t n) {
+// 0, 1, ..., n - 1, built on the host and then put on `device` (the features').
+Tensor Arange(int64_t n, Device device) {
   Tensor t = Tensor::Empty({n}, DType::kInt64);
   for (int64_t i = 0; i < n; ++i) t.data<int64_t>()[i] = i;
-  return t;
+  return device.is_cpu() ? t : t.To(device);
 }
 }  // namespace
 
@@ -44,7 +45,7 @@ ClipLossResult ClipLoss(const Tensor& image, const Tensor& text, const Tensor& l
   result.first_row = images.first_row;
   if (layout == ContrastiveLayout::kLocalGlobal) {
     // Rows: this rank's live features; columns: everyone's, through the gather.
-    const Tensor labels = Arange(b);
+    const Tensor labels = Arange(b, image.device());
     const CrossEntropyOptions ce{.target_offset = images.first_row, .reduction = Reduction::kSum};
     Tensor per_image = CrossEntropy(scale * Matmul(image, Transpose(texts.all)), labels, ce);
     Tensor per_text = CrossEntropy(scale * Matmul(text, Transpose(images.all)), labels, ce);
@@ -52,7 +53,7 @@ ClipLossResult ClipLoss(const Tensor& image, const Tensor& text, const Tensor& l
     result.logit_elements = 2 * b * B;
   } else {
     Tensor logits = scale * Matmul(images.all, Transpose(texts.all));
-    const Tensor labels = Arange(B);
+    const Tensor labels = Arange(B, image.device());
     result.loss = (CrossEntropy(logits, labels) + CrossEntropy(Transpose(logits), labels)) * 0.5;
     result.logit_elements = B * B;
   }

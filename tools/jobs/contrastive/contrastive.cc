@@ -2,11 +2,13 @@
 
 #include <cmath>
 
+#include "autograd/cuda/runtime.h"
 #include "autograd/ops.h"
 #include "autograd/optim.h"
 #include "comm/threads/threads_world.h"
 #include "reducer/distributed_data_parallel.h"
 #include "tools/jobs/trace/session.h"
+#include "tools/jobs/training.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -40,9 +42,16 @@ Setup MakeSetup(const ContrastiveConfig& config, int world) {
   return s;
 }
 
-std::shared_ptr<TwoTowerModel> MakeModel(const ContrastiveConfig& c) {
-  return std::make_shared<TwoTowerModel>(c.input_dim, c.hidden_dim, c.feature_dim, c.seed);
+// Built on the host from the seed (a GPU run starts from the same weights), then moved to the
+// rank's device.
+std::shared_ptr<TwoTowerModel> MakeModel(const ContrastiveConfig& c, Device device) {
+  auto model = std::make_shared<TwoTowerModel>(c.input_dim, c.hidden_dim, c.feature_dim, c.seed);
+  model->To(device);
+  return model;
 }
+
+// `t` on `device` (itself when it is there already).
+Tensor OnDevice(const Tensor& t, Device device) { return t.device() == device ? t : t.To(device); }
 
 // static_graph: the graph is the same every step, and with gather `none` in the global layout
 // the encoders get no gradient at all (everything they produce reaches the loss only through
@@ -56,12 +65,13 @@ std::shared_ptr<reducer::DistributedDataParallel> WrapInDdp(std::shared_ptr<TwoT
 }
 
 // One synced backward on `group`: this rank's `rows` rows starting at row `first`; returns the
-// averaged gradients (identical on every rank).
+// averaged gradients (identical on every rank), read on the host.
 Grads GradientsOn(const Setup& s, comm::ProcessGroup& group, int64_t first, int64_t rows,
                   ContrastiveLayout layout, GatherBackward gather) {
-  auto model = MakeModel(s.config);
+  const Device device = RankDevice(s.config.device, group);
+  auto model = MakeModel(s.config, device);
   auto ddp = WrapInDdp(model, group);
-  Tensor features = ddp->Forward(s.train.Views(first, rows));
+  Tensor features = ddp->Forward(OnDevice(s.train.Views(first, rows), device));
   ClipLoss(Slice(features, 0, rows), Slice(features, rows, 2 * rows), model->logit_scale(), group,
            layout, gather)
       .loss.Backward();
@@ -127,7 +137,8 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
   const ContrastiveConfig& c = s.config;
   const int64_t b = c.batch_size * (group.size() == 1 ? s.world : 1);
   const int64_t global = static_cast<int64_t>(c.batch_size) * s.world;
-  auto model = MakeModel(c);
+  const Device device = RankDevice(c.device, group);
+  auto model = MakeModel(c, device);
   auto ddp = WrapInDdp(model, group);
   std::unique_ptr<Optimizer> optimizer = MakeOptimizer(c, *model);
   const bool reference = group.size() == 1;
@@ -138,14 +149,15 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
     ddp->reducer().SetTraceObserver(trace.recorder);
     trace.recorder->Marker(StrCat(curve.layout(), " + ", curve.gather()));
   }
-  Tensor losses = Tensor::Zeros({c.steps}, DType::kFloat64);
+  Tensor losses = Tensor::Zeros({c.steps}, DType::kFloat64);  // on the host, whatever the device
   for (int step = 0; step < c.steps; ++step) {
     if (trace.recorder != nullptr) trace.recorder->SetIteration(trace.first_iteration + step);
     optimizer->ZeroGrad();
     Tensor loss;
     {
       ScopedSpan forward(trace.recorder, ComputeKind::kForward);
-      Tensor features = ddp->Forward(s.train.Views(step * global + group.rank() * b, b));
+      Tensor features =
+          ddp->Forward(OnDevice(s.train.Views(step * global + group.rank() * b, b), device));
       loss = ClipLoss(Slice(features, 0, b), Slice(features, b, 2 * b), model->logit_scale(), group,
                       layout, gather)
                  .loss;
@@ -285,6 +297,8 @@ absl::StatusOr<ContrastiveReport> RunContrastive(const ContrastiveConfig& config
   DDPKIT_RETURN_IF_ERROR(comm::ValidateWorldSpec(config.world()));
   DDPKIT_ASSIGN_OR_RETURN(const int world, comm::WorldSize(config.world()));
   DDPKIT_RETURN_IF_ERROR(Validate(config, world));
+  // Before any work (the reference runs on this device too): no GPU, or a GPU that is not there.
+  if (config.device.is_cuda()) DDPKIT_RETURN_IF_ERROR(cuda::CheckUsable(config.device));
   const Setup setup = MakeSetup(config, world);
   ContrastiveReport report = DescribeRun(setup);
   DDPKIT_ASSIGN_OR_RETURN(const Reference reference, RunReference(setup));

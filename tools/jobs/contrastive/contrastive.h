@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "autograd/device.h"
 #include "tools/jobs/contrastive/clip_loss.h"
 #include "tools/jobs/contrastive/contrastive_report.pb.h"
 #include "tools/jobs/contrastive/curves.h"
@@ -32,6 +33,10 @@ struct ContrastiveConfig : WorldConfig {
   int eval_every = 10;
   bool train = true;       // false: the gradient check only
   std::string trace_path;  // a Chrome trace of the training runs when set
+  // Where every rank's model, batches and loss live (RankDevice: under nccl a GPU request means
+  // the group's GPU). The model is built on the host from the seed and then moved, so a GPU run
+  // starts from the same weights as a CPU run; the single-process reference runs here too.
+  Device device = Device::Cpu();
 };
 
 // Runs the gradient check (and the training runs unless config.train is false) and returns the

@@ -71,8 +71,12 @@ PairedData MakePairedData(int64_t rows, int64_t in, int64_t latent, uint64_t see
 double Top1Accuracy(TwoTowerModel& model, const PairedData& held_out) {
   NoGradGuard no_grad;
   const int64_t m = held_out.image.size(0);
-  Tensor features = model.Forward(held_out.Views(0, m));
+  // The model's device: the held-out pairs go there, the similarities come back to the host.
+  const Device device = model.logit_scale().device();
+  Tensor views = held_out.Views(0, m);
+  Tensor features = model.Forward(views.device() == device ? views : views.To(device));
   Tensor sims = Matmul(Slice(features, 0, m), Transpose(Slice(features, m, 2 * m)));
+  if (sims.is_cuda()) sims = sims.To(Device::Cpu());
   int64_t correct = 0;
   for (int64_t i = 0; i < m; ++i) {
     const double* row = sims.data<double>() + i * m;

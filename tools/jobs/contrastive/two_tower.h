@@ -39,7 +39,8 @@ PairedData MakePairedData(int64_t rows, int64_t in, int64_t latent, uint64_t see
                           DType dtype = DType::kFloat64);
 
 // Top-1 image→text retrieval over every pair of `held_out` (the text with the highest
-// similarity to image i must be text i).
+// similarity to image i must be text i). Runs on the model's device (`held_out` may be on the
+// host); the similarities are read on the host.
 double Top1Accuracy(TwoTowerModel& model, const PairedData& held_out);
 
 }  // namespace ddpkit::jobs

@@ -140,7 +140,9 @@ absl::StatusOr<std::unique_ptr<Rank>> SetUp(const JoinRunConfig& config,
   auto rank = std::make_unique<Rank>(group, std::move(rows), std::move(inputs));
   DDPKIT_ASSIGN_OR_RETURN(
       rank->trace, trace.BeginRank(group, TraceCapacityFor(rank->most(), 2 * widths.size())));
-  DDPKIT_ASSIGN_OR_RETURN(rank->model, BuildModel(config, widths));
+  JoinRunConfig placed = config;
+  placed.device = RankDevice(config.device, group);
+  DDPKIT_ASSIGN_OR_RETURN(rank->model, BuildModel(placed, widths));
   DDPKIT_ASSIGN_OR_RETURN(rank->ddp, WrapInDdp(config, rank->model, group));
   if (rank->trace != nullptr) rank->ddp->reducer().SetTraceObserver(rank->trace);
   rank->ddp->set_divide_by_initial_world_size(config.divide_by_initial_world_size);
@@ -161,7 +163,8 @@ double GradNorm(const nn::Module& model) {
 // FNV-1a over the parameters' bytes, kept positive so MAX of (h, -h) compares cleanly.
 int64_t ModelHash(const nn::Module& model) {
   uint64_t h = 1469598103934665603ull;
-  for (const Tensor& p : model.Parameters()) {
+  for (const Tensor& parameter : model.Parameters()) {
+    const Tensor p = parameter.is_cuda() ? parameter.To(Device::Cpu()) : parameter;
     const auto* bytes = static_cast<const unsigned char*>(p.raw_data());
     for (size_t i = 0; i < p.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
   }
@@ -172,8 +175,9 @@ int64_t ModelHash(const nn::Module& model) {
 // stepped with and the collectives it issued.
 void TrainLoop(const JoinRunConfig& config, Rank& rank) {
   const int64_t b = config.batch_size;
-  Tensor x = Tensor::Empty({b, rank.rows.data.x.size(1)});
-  Tensor y = Tensor::Empty({b}, DType::kInt64);
+  const Device device = RankDevice(config.device, rank.group);
+  Tensor x = Tensor::Empty({b, rank.rows.data.x.size(1)}, DType::kFloat32, device);
+  Tensor y = Tensor::Empty({b}, DType::kInt64, device);
   for (int t = 0; t < rank.rows.iterations; ++t) {
     if (rank.trace != nullptr) rank.trace->SetIteration(t);
     rank.optimizer.optimizer->ZeroGrad();

@@ -22,6 +22,7 @@ struct Rank {
   ClassificationData data = {};
   std::shared_ptr<reducer::DistributedDataParallel> ddp = nullptr;
   RankOptimizer optimizer = {};
+  Device device = {};  // where the model and the batches live
 };
 
 absl::Status Validate(const TrainConfig& config) {
@@ -65,7 +66,9 @@ absl::StatusOr<Rank> SetUp(const TrainConfig& config, const std::vector<int64_t>
                            comm::ProcessGroup& group, TraceSession& trace) {
   Rank rank{.group = group};
   DDPKIT_ASSIGN_OR_RETURN(rank.trace, trace.BeginRank(group, TraceCapacityFor(config, widths)));
-  DDPKIT_ASSIGN_OR_RETURN(rank.model, BuildModel(config, widths));
+  TrainConfig placed = config;
+  placed.device = rank.device = RankDevice(config.device, group);
+  DDPKIT_ASSIGN_OR_RETURN(rank.model, BuildModel(placed, widths));
   DDPKIT_ASSIGN_OR_RETURN(rank.data, LoadData(config, widths));
   DDPKIT_ASSIGN_OR_RETURN(rank.ddp, WrapInDdp(config, rank.model, group));
   if (rank.trace != nullptr) rank.ddp->reducer().SetTraceObserver(rank.trace);
@@ -169,8 +172,8 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
                                                                rank.optimizer, report, observer));
   if (lead && observer.on_start) observer.on_start(report);
 
-  Tensor x = Tensor::Empty({config.batch_size, widths.front()});
-  Tensor y = Tensor::Empty({config.batch_size}, DType::kInt64);
+  Tensor x = Tensor::Empty({config.batch_size, widths.front()}, DType::kFloat32, rank.device);
+  Tensor y = Tensor::Empty({config.batch_size}, DType::kInt64, rank.device);
   Tensor losses = Tensor::Zeros({config.steps}, DType::kFloat64);
   std::vector<double> step_ms;
   for (int step = first_step; step < config.steps; ++step) {

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <mutex>
 
+#include "absl/strings/match.h"
+#include "autograd/cuda/runtime.h"
 #include "autograd/ops.h"
 #include "autograd/random.h"
 #include "comm/threads/threads_world.h"
@@ -59,6 +61,22 @@ TEST(ContrastiveGradientTest, EachModeGivesTheDerivedFactor) {
       }
     }
   }
+}
+
+// --device cuda where no GPU is usable: a FailedPrecondition status that says so, before any
+// work (the command line prints it on its Fail path), never a crash. With a GPU,
+// cuda_tools_test covers the run.
+TEST(ContrastiveGradientTest, CudaWithoutAGpuIsAClearError) {
+  if (cuda::DeviceCount() > 0) GTEST_SKIP() << "a GPU is visible (cuda_tools_test runs on it)";
+  ContrastiveConfig config;
+  config.world_size = 2;
+  config.batch_size = 2;
+  config.steps = 1;
+  config.device = Device::Cuda(0);
+  absl::StatusOr<ContrastiveReport> report = RunContrastive(config);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition) << report.status();
+  EXPECT_TRUE(absl::StrContains(report.status().message(), "not usable")) << report.status();
 }
 
 }  // namespace

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The GPU checks, for a machine with an NVIDIA GPU but none of ddpkit's Debian packages (a lent
+# GPU machine, a cluster node). Build and pack here, carry the bundle, run this there:
+#
+#   here:   tools/bundle.sh --tar build/bin/{ddpkit,cuda_test,cuda_reducer_test,nccl_test,cuda_tools_test}
+#   there:  tools/scripts/gpu_check.sh [BUNDLE_DIR] [OUT_DIR]    (default build/bundle, .)
+#
+# Runs the gpu-labelled test binaries, `ddpkit train` on the GPU against the same run on the
+# CPU (4 threads ranks), NCCL world 1 through `ddpkit launch`, checkpoints and join and
+# contrastive on the GPU, the allreduce benchmark on both GPU backends, a traced GPU run drawn
+# as a timeline, DDP on the GPU against PyTorch on the GPU (tools/scripts/check_gpu_torch.py),
+# and ddpkit's DDP step against PyTorch's (tools/scripts/bench_gpu_vs_torch.py).
+# Logs and pictures go to OUT_DIR.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+bundle="${1:-$root/build/bundle}"
+out="${2:-.}"
+mkdir -p "$out"
+if [ ! -d "$bundle" ] && [ -f "$bundle.tar.gz" ]; then
+  tar -C "$(dirname "$bundle")" -xzf "$bundle.tar.gz"
+fi
+# shellcheck source=/dev/null
+source "$bundle/env.sh"
+failed=0
+step() {
+  echo "== $*" >&2
+  "$@" || { echo "FAILED: $*" >&2; failed=1; }
+}
+
+nvidia-smi -L
+for t in cuda_test cuda_reducer_test nccl_test cuda_tools_test; do
+  step "$t" --gtest_brief=1
+done
+
+# The same training on the CPU and on one GPU (4 ranks, each on its own stream): the final
+# losses agree to float32 rounding.
+step ddpkit train --world-size 4 --steps 40 --json >"$out/train_cpu.json"
+step ddpkit train --world-size 4 --steps 40 --json --device cuda >"$out/train_gpu.json"
+python3 - "$out/train_cpu.json" "$out/train_gpu.json" <<'PY' || failed=1
+import json, sys
+cpu, gpu = (json.load(open(p)) for p in sys.argv[1:3])
+worst = max(abs(a - b) for a, b in zip(cpu["losses"], gpu["losses"]))
+print(f"train cpu vs cuda: final loss {cpu['losses'][-1]:.6f} vs {gpu['losses'][-1]:.6f}, "
+      f"largest loss difference over 40 steps {worst:.2e}, accuracy "
+      f"{cpu['final_accuracy']:.4f} vs {gpu['final_accuracy']:.4f}")
+sys.exit(0 if worst < 1e-4 else 1)
+PY
+
+step ddpkit launch --standalone --nproc-per-node 1 -- \
+  ddpkit train --backend nccl --device cuda --steps 20
+step ddpkit train --device cuda --world-size 2 --steps 12 --checkpoint-dir "$out/ckpt" \
+  --checkpoint-every 5
+step ddpkit join --inputs 5,8,3,6 --device cuda
+step ddpkit contrastive --device cuda --world-size 4 --steps 100
+step ddpkit launch --standalone --nproc-per-node 1 -- \
+  ddpkit bench allreduce --backend nccl --device cuda --max-bytes $((256 << 20))
+step ddpkit bench allreduce --backend threads --world-size 4 --device cuda --max-bytes $((256 << 20))
+step ddpkit train --device cuda --world-size 2 --model mlp:1024,4096,4096,1024 --batch-size 256 \
+  --steps 12 --bucket-cap-mb 8 --trace "$out/gpu_trace.json"
+step ddpkit trace svg "$out/gpu_trace.json" --out "$out/gpu_timeline.svg" --iterations 6:8
+step ddpkit trace stats "$out/gpu_trace.json"
+step python3 "$root/tools/scripts/check_gpu_torch.py"
+step python3 "$root/tools/scripts/bench_gpu_vs_torch.py"
+echo "gpu_check: $([ $failed = 0 ] && echo all passed || echo SOME FAILED)"
+exit $failed
