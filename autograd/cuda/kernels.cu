@@ -8,13 +8,6 @@
 namespace ddpkit::cuda {
 namespace {
 
-void CheckSameLayout(std::string_view op, const Tensor& a, const Tensor& b) {
-  DDPKIT_CHECK(a.dtype() == b.dtype() && a.numel() == b.numel() && a.device() == b.device(), "[",
-               op, "] ", DTypeName(a.dtype()), ShapeString(a.shape()), " on ",
-               a.device().ToString(), " and ", DTypeName(b.dtype()), ShapeString(b.shape()), " on ",
-               b.device().ToString(), " differ in dtype, element count or device");
-}
-
 // Element i of raw storage of `dtype`, as double, and back (as tensor.cc's host versions).
 __device__ double Load(const void* base, DType dtype, int64_t i) {
   switch (dtype) {
@@ -63,7 +56,6 @@ void AddInPlaceOf(const Tensor& dst, const Tensor& src, double alpha) {
 }
 
 void AddInPlace(const Tensor& dst, const Tensor& src, double alpha) {
-  CheckSameLayout("AddInPlace", dst, src);
   IsDouble(dst.dtype(), "AddInPlace") ? AddInPlaceOf<double>(dst, src, alpha)
                                       : AddInPlaceOf<float>(dst, src, alpha);
 }
@@ -90,7 +82,6 @@ void ScaledCopyOf(const Tensor& dst, const Tensor& src, double factor) {
 }
 
 void ScaledCopy(const Tensor& dst, const Tensor& src, double factor) {
-  CheckSameLayout("ScaledCopy", dst, src);
   IsDouble(dst.dtype(), "ScaledCopy") ? ScaledCopyOf<double>(dst, src, factor)
                                       : ScaledCopyOf<float>(dst, src, factor);
 }

@@ -1,6 +1,7 @@
 // The GPU side of autograd/kernels.h and of Tensor's Fill and converting CopyFrom: the same
-// contracts, queued on the calling thread's current stream. Defined only in a CUDA build;
-// callers guard each call with `if constexpr (kWithCuda)` (autograd/device.h).
+// contracts, queued on the calling thread's current stream. The host entry points check the
+// arguments (dtype, size, device) before they come here. Defined only in a CUDA build; callers
+// guard each call with `if constexpr (kWithCuda)` (autograd/device.h).
 #pragma once
 
 #include "autograd/tensor.h"

@@ -41,6 +41,22 @@ ncclResult_t Grouped(Body body) {
   return result != ncclSuccess ? result : end;
 }
 
+// In one NCCL group, `per_segment(r, offset)` for every rank r whose segment of `counts` is not
+// empty (offset: where r's segment starts); the first error wins.
+template <typename PerSegment>
+ncclResult_t GroupedPerSegment(const std::vector<int64_t>& counts, PerSegment per_segment) {
+  return Grouped([&] {
+    int64_t offset = 0;
+    for (int r = 0; r < static_cast<int>(counts.size()); ++r) {
+      if (counts[r] > 0) {
+        if (ncclResult_t s = per_segment(r, offset); s != ncclSuccess) return s;
+      }
+      offset += counts[r];
+    }
+    return ncclSuccess;
+  });
+}
+
 class ProcessGroupNccl final : public ProcessGroup {
  public:
   ProcessGroupNccl(int rank, int size, nccl::Communicator comm, Device device,
@@ -112,20 +128,9 @@ class ProcessGroupNccl final : public ProcessGroup {
       return ncclAllGather(c.input.raw_data(), c.output.raw_data(), c.counts[0], type, comm_,
                            stream);
     }
-    return Grouped([&] {
-      int64_t offset = 0;
-      for (int r = 0; r < size(); ++r) {
-        if (c.counts[r] > 0) {
-          const void* send = r == rank() ? c.input.raw_data() : nullptr;
-          if (ncclResult_t s =
-                  ncclBroadcast(send, At(c.output, offset), c.counts[r], type, r, comm_, stream);
-              s != ncclSuccess) {
-            return s;
-          }
-        }
-        offset += c.counts[r];
-      }
-      return ncclSuccess;
+    return GroupedPerSegment(c.counts, [&](int r, int64_t offset) {
+      const void* send = r == rank() ? c.input.raw_data() : nullptr;
+      return ncclBroadcast(send, At(c.output, offset), c.counts[r], type, r, comm_, stream);
     });
   }
 
@@ -139,20 +144,9 @@ class ProcessGroupNccl final : public ProcessGroup {
       return ncclReduceScatter(c.input.raw_data(), c.output.raw_data(), c.counts[0], type, op,
                                comm_, stream);
     }
-    return Grouped([&] {
-      int64_t offset = 0;
-      for (int r = 0; r < size(); ++r) {
-        if (c.counts[r] > 0) {
-          void* receive = r == rank() ? c.output.raw_data() : nullptr;
-          if (ncclResult_t s =
-                  ncclReduce(At(c.input, offset), receive, c.counts[r], type, op, r, comm_, stream);
-              s != ncclSuccess) {
-            return s;
-          }
-        }
-        offset += c.counts[r];
-      }
-      return ncclSuccess;
+    return GroupedPerSegment(c.counts, [&](int r, int64_t offset) {
+      void* receive = r == rank() ? c.output.raw_data() : nullptr;
+      return ncclReduce(At(c.input, offset), receive, c.counts[r], type, op, r, comm_, stream);
     });
   }
 

@@ -19,6 +19,8 @@ import statistics
 import subprocess
 import time
 
+import torch_mlp
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -49,12 +51,7 @@ def torch_step_ms(widths, batch, steps):
     if not dist.is_initialized():
         dist.init_process_group("nccl", rank=0, world_size=1)
     torch.manual_seed(0)
-    layers = []
-    for i in range(len(widths) - 1):
-        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
-        if i + 2 < len(widths):
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*layers).cuda(),
+    model = torch.nn.parallel.DistributedDataParallel(torch_mlp.sequential(widths).cuda(),
                                                       device_ids=[0])
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(batch, widths[0], device="cuda")
@@ -78,7 +75,7 @@ def main():
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    widths = [int(w) for w in args.model.split(":", 1)[1].split(",")]
+    widths = torch_mlp.widths_of(args.model)
     params = sum(widths[i] * widths[i + 1] + widths[i + 1] for i in range(len(widths) - 1))
     runs = {"ddpkit nccl": [], "ddpkit threads": [], "torch nccl": []}
     for _ in range(args.repeats):

@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+import torch_mlp
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDPKIT = os.path.join(ROOT, "build", "bin", "ddpkit")
 
@@ -48,12 +50,7 @@ def torch_worker(rank, world, widths, batch, steps, port, result_path):
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    layers = []
-    for i in range(len(widths) - 1):
-        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
-        if i + 2 < len(widths):
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*layers))
+    model = torch.nn.parallel.DistributedDataParallel(torch_mlp.sequential(widths))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(rank)
     x = torch.randn(batch, widths[0], generator=gen)

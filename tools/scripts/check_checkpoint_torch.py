@@ -17,6 +17,8 @@ import struct
 import sys
 import zlib
 
+import torch_mlp
+
 
 def check_manifest(folder):
     with open(os.path.join(folder, "MANIFEST.json"), "rb") as f:
@@ -58,17 +60,6 @@ def load_with_torch(path):
         return state, "torch.frombuffer (no safetensors package)"
 
 
-def sequential_for(model_spec):
-    import torch  # noqa: PLC0415
-    widths = [int(w) for w in model_spec.split(":", 1)[1].split(",")]
-    layers = []
-    for i in range(len(widths) - 1):
-        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
-        if i + 2 < len(widths):
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
-
-
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -86,7 +77,7 @@ def main():
         print("torch not installed: skipped loading into nn.Sequential")
         return
     weights, how = load_with_torch(model_path)
-    model = sequential_for(state["settings"]["--model"])
+    model = torch_mlp.sequential(torch_mlp.widths_of(state["settings"]["--model"]))
     model.load_state_dict(weights, strict=True)
     print(f"loaded into {state['settings']['--model']} with load_state_dict(strict=True) via {how}")
 

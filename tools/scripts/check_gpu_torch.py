@@ -20,17 +20,10 @@ import tempfile
 import torch
 from safetensors.torch import load_file, save_file
 
+import torch_mlp
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WIDTHS = [32, 128, 128, 10]
-
-
-def make_model():
-    layers = []
-    for i in range(len(WIDTHS) - 1):
-        layers.append(torch.nn.Linear(WIDTHS[i], WIDTHS[i + 1]))
-        if i + 2 < len(WIDTHS):
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
 
 
 def worst_error(ours, theirs):
@@ -51,7 +44,7 @@ def main():
     args = parser.parse_args()
     ddpkit = shutil.which("ddpkit") or os.path.join(ROOT, "build", "bin", "ddpkit")
     torch.manual_seed(0)
-    model = make_model()
+    model = torch_mlp.sequential(WIDTHS)
     rows = args.world * args.batch * args.steps
     x = torch.randn(rows, WIDTHS[0])
     y = torch.randint(0, WIDTHS[-1], (rows,))
