@@ -26,7 +26,7 @@ namespace ddpkit::jobs {
 
 // Where a job runs: --backend, --world-size, --timeout.
 struct WorldConfig {
-  std::string backend = "threads";  // or "gloo": one process per rank, under `ddpkit launch`
+  std::string backend = "threads";  // or "gloo"/"nccl": one process per rank, `ddpkit launch`
   int world_size = 1;               // threads backend only
   comm::ProcessGroupOptions comm_options;
 
