@@ -1,5 +1,5 @@
-// Helpers shared by the GPU tests (the `cuda_test` binary, label gpu): the skip that keeps them
-// green where no GPU is usable, and CPU-vs-GPU comparisons.
+// Helpers shared by the GPU tests (label gpu: cuda_test, and the skip for the others): the skip
+// that keeps them green where no GPU is usable, and CPU-vs-GPU comparisons.
 #pragma once
 
 #include <cmath>

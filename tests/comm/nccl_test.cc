@@ -11,16 +11,12 @@
 #include "comm/world.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/autograd/cuda_test_util.h"
 
 namespace ddpkit::comm {
 namespace {
 
 using ::testing::HasSubstr;
-
-#define SKIP_WITHOUT_GPU()                                        \
-  if (cuda::DeviceCount() == 0) {                                 \
-    GTEST_SKIP() << cuda::CheckUsable(Device::Cuda(0)).message(); \
-  }
 
 const Device kGpu = Device::Cuda(0);
 
@@ -87,7 +83,7 @@ TEST_F(NcclTest, TheWorldFlagsTakeNccl) {
 // Two ranks on one GPU: both learn why, from ddpkit, before NCCL is asked (which would fail
 // with "Duplicate GPU detected", or hang).
 TEST_F(NcclTest, TwoRanksOnOneGpuFailClearlyOnBoth) {
-  SKIP_WITHOUT_GPU();
+  DDPKIT_REQUIRE_GPU();
   absl::Status status[2];
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {
@@ -106,7 +102,7 @@ TEST_F(NcclTest, TwoRanksOnOneGpuFailClearlyOnBoth) {
 }
 
 TEST_F(NcclTest, ARankThatNeverComesFailsWithinTheTimeout) {
-  SKIP_WITHOUT_GPU();
+  DDPKIT_REQUIRE_GPU();
   const absl::Duration timeout = absl::Seconds(2);
   const absl::Time start = absl::Now();
   auto group = CreateNcclProcessGroup(0, 2, Client(), kGpu, {.timeout = timeout});
@@ -120,7 +116,7 @@ TEST_F(NcclTest, ARankThatNeverComesFailsWithinTheTimeout) {
 // The keys of each group live apart: a second group on the same store makes a new
 // communicator instead of reading the first one's id.
 TEST_F(NcclTest, GroupsOneAfterAnotherOnOneStore) {
-  SKIP_WITHOUT_GPU();
+  DDPKIT_REQUIRE_GPU();
   for (int i = 0; i < 2; ++i) {
     std::unique_ptr<ProcessGroup> group = WorldOfOne();
     ASSERT_NE(group, nullptr);
@@ -133,7 +129,7 @@ TEST_F(NcclTest, GroupsOneAfterAnotherOnOneStore) {
 // --- Collectives on a world of one ---------------------------------------------------------
 
 TEST_F(NcclTest, AllreduceWithEveryOp) {
-  SKIP_WITHOUT_GPU();
+  DDPKIT_REQUIRE_GPU();
   std::unique_ptr<ProcessGroup> group = WorldOfOne();
   ASSERT_NE(group, nullptr);
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax}) {
@@ -145,7 +141,7 @@ TEST_F(NcclTest, AllreduceWithEveryOp) {
 }
 
 TEST_F(NcclTest, EveryDtypeAllreduces) {
-  SKIP_WITHOUT_GPU();
+  DDPKIT_REQUIRE_GPU();
   std::unique_ptr<ProcessGroup> group = WorldOfOne();
   ASSERT_NE(group, nullptr);
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
@@ -159,7 +155,7 @@ TEST_F(NcclTest, EveryDtypeAllreduces) {
 }
 
 TEST_F(NcclTest, BroadcastAndAllgather) {
-  SKIP_WITHOUT_GPU();
+  DDPKIT_REQUIRE_GPU();
   std::unique_ptr<ProcessGroup> group = WorldOfOne();
   ASSERT_NE(group, nullptr);
   Tensor t = OnGpu({4, 5});
@@ -171,7 +167,7 @@ TEST_F(NcclTest, BroadcastAndAllgather) {
 }
 
 TEST_F(NcclTest, UnevenCollectivesWithCounts) {
-  SKIP_WITHOUT_GPU();
+  DDPKIT_REQUIRE_GPU();
   std::unique_ptr<ProcessGroup> group = WorldOfOne();
   ASSERT_NE(group, nullptr);
   Tensor gathered = Tensor::Zeros({3}, DType::kFloat32, kGpu);
@@ -188,7 +184,7 @@ TEST_F(NcclTest, UnevenCollectivesWithCounts) {
 }
 
 TEST_F(NcclTest, EmptyTensorsAndBarrier) {
-  SKIP_WITHOUT_GPU();
+  DDPKIT_REQUIRE_GPU();
   std::unique_ptr<ProcessGroup> group = WorldOfOne();
   ASSERT_NE(group, nullptr);
   EXPECT_TRUE(group->Allreduce(Tensor::Zeros({0}, DType::kFloat32, kGpu))->Wait().ok());
@@ -204,7 +200,7 @@ TEST_F(NcclTest, EmptyTensorsAndBarrier) {
 // Collectives queue behind each other and behind the caller's own kernels: a chain of them,
 // issued without waiting, ends with every step applied in order.
 TEST_F(NcclTest, QueuedCollectivesRunInOrder) {
-  SKIP_WITHOUT_GPU();
+  DDPKIT_REQUIRE_GPU();
   std::unique_ptr<ProcessGroup> group = WorldOfOne();
   ASSERT_NE(group, nullptr);
   Tensor t = OnGpu(std::vector<float>(1 << 16, 1.0f));
@@ -217,7 +213,7 @@ TEST_F(NcclTest, QueuedCollectivesRunInOrder) {
 
 // Host tensors (DDP's counts and flags) travel through the group's GPU and back.
 TEST_F(NcclTest, HostTensorsTravelThroughTheGpu) {
-  SKIP_WITHOUT_GPU();
+  DDPKIT_REQUIRE_GPU();
   std::unique_ptr<ProcessGroup> group = WorldOfOne();
   ASSERT_NE(group, nullptr);
   Tensor counts = Tensor::FromVector<int64_t>({3, 4}, {2});
@@ -230,7 +226,7 @@ TEST_F(NcclTest, HostTensorsTravelThroughTheGpu) {
 }
 
 TEST_F(NcclTest, InputAndOutputOnTwoDevicesAreRefused) {
-  SKIP_WITHOUT_GPU();
+  DDPKIT_REQUIRE_GPU();
   std::unique_ptr<ProcessGroup> group = WorldOfOne();
   ASSERT_NE(group, nullptr);
   try {

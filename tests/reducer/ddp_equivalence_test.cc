@@ -10,6 +10,7 @@
 #include "autograd/optim.h"
 #include "autograd/random.h"
 #include "gmock/gmock.h"
+#include "tests/autograd/cuda_test_util.h"
 #include "tests/reducer/ddp_test_util.h"
 
 namespace ddpkit::reducer::testing {
@@ -96,9 +97,7 @@ std::vector<Grads> ReferenceRun(const Case& c, const Data& data) {
 class DdpEquivalenceTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DdpEquivalenceTest, MatchesSingleProcessOnTheGlobalBatch) {
-  if (kDevice.is_cuda() && cuda::DeviceCount() == 0) {
-    GTEST_SKIP() << cuda::CheckUsable(kDevice).message();
-  }
+  if (kDevice.is_cuda()) DDPKIT_REQUIRE_GPU();
   const Case c = GetParam();
   const Data data(c.world, c.grad_accum);
   const std::vector<Grads> expected = ReferenceRun(c, data);

@@ -7,6 +7,7 @@
 
 #include "autograd/cuda/runtime.h"
 #include "gtest/gtest.h"
+#include "tests/autograd/cuda_test_util.h"
 #include "tools/jobs/contrastive/contrastive.h"
 
 namespace ddpkit::jobs {
@@ -53,7 +54,7 @@ void ExpectSameReport(const ContrastiveReport& cpu, const ContrastiveReport& gpu
 }
 
 TEST(CudaContrastiveTest, TheGpuGivesTheCpusFactorsAndLosses) {
-  if (cuda::DeviceCount() == 0) GTEST_SKIP() << cuda::CheckUsable(Device::Cuda(0)).message();
+  DDPKIT_REQUIRE_GPU();
   struct Case {
     int world;
     std::string optimizer;
@@ -86,7 +87,7 @@ TEST(CudaContrastiveTest, TheGpuGivesTheCpusFactorsAndLosses) {
 
 // A GPU that is not there: a FailedPrecondition status naming it, not a crash.
 TEST(CudaContrastiveTest, AMissingGpuIsAClearError) {
-  if (cuda::DeviceCount() == 0) GTEST_SKIP() << cuda::CheckUsable(Device::Cuda(0)).message();
+  DDPKIT_REQUIRE_GPU();
   ContrastiveConfig config;
   config.world_size = 2;
   config.batch_size = 2;
