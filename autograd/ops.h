@@ -37,6 +37,13 @@ inline Tensor operator/(const Tensor& a, double s) { return DivScalar(a, s); }
 Tensor Sum(const Tensor& x);   // all elements -> shape []
 Tensor Mean(const Tensor& x);  // all elements -> shape []; NaN for an empty tensor, as PyTorch
 
+// --- Sequences (ops/sequence.cc) ------------------------------------------------------------
+// x holds b padded sequences of L = x.size(0) / b rows each ([b * L, d], sequence i in rows
+// [i * L, (i + 1) * L)); row i of the result [b, d] is the mean of sequence i's first lengths[i]
+// rows (int64 [b], each in [1, L], on x's device). The padding rows get a zero gradient, so
+// whatever they hold never reaches the output or a gradient.
+Tensor SequenceMean(const Tensor& x, const Tensor& lengths);
+
 // --- Matrix products (ops/matmul.cc) ---------------------------------------------------------
 Tensor Matmul(const Tensor& a, const Tensor& b);  // [m, k] x [k, n] -> [m, n]
 // x [n, in], weight [out, in] (PyTorch's layout), bias [out] or undefined -> [n, out].

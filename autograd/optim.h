@@ -22,6 +22,10 @@ class Optimizer {
   // stays a bucket view).
   void ZeroGrad(bool set_to_none = true);
   const TensorList& parameters() const { return parameters_; }
+  // The learning rate the next Step uses (PyTorch's param_groups[0]["lr"]); a schedule sets it
+  // before each step.
+  virtual double lr() const = 0;
+  virtual void set_lr(double lr) = 0;
 
   // The optimizer's state as (key, tensor) pairs, keyed "<parameter index>.<name>" like
   // PyTorch's state_dict()["state"] ("3.momentum_buffer", "0.exp_avg", "0.step"); only the
@@ -47,6 +51,8 @@ class Sgd : public Optimizer {
  public:
   Sgd(TensorList parameters, SgdOptions options);
   void Step() override;
+  double lr() const override { return options_.lr; }
+  void set_lr(double lr) override { options_.lr = lr; }
   std::vector<std::pair<std::string, Tensor>> StateTensors() const override;
   absl::Status LoadStateTensors(const std::vector<std::pair<std::string, Tensor>>& state) override;
 
@@ -67,6 +73,8 @@ class Adam : public Optimizer {
  public:
   Adam(TensorList parameters, AdamOptions options);
   void Step() override;
+  double lr() const override { return options_.lr; }
+  void set_lr(double lr) override { options_.lr = lr; }
   std::vector<std::pair<std::string, Tensor>> StateTensors() const override;
   absl::Status LoadStateTensors(const std::vector<std::pair<std::string, Tensor>>& state) override;
 

@@ -51,6 +51,9 @@ class ZeroRedundancyOptimizer final : public Optimizer, public join::Joinable {
 
   // Collective: steps this rank's shard, then every owner broadcasts its shard.
   void Step() override;
+  // The shard's optimizer's learning rate.
+  double lr() const override { return local_->lr(); }
+  void set_lr(double lr) override { local_->set_lr(lr); }
 
   int OwnerOf(size_t index) const { return owner_[index]; }
   // The parameters this rank steps (and keeps optimizer state for).

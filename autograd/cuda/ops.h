@@ -63,6 +63,13 @@ void EmbeddingGather(const Tensor& weight, const Tensor& indices, const Tensor& 
 // dw[v] <- sum of g[i] over the i with indices[i] == v, in index order (deterministic).
 void EmbeddingBackward(const Tensor& g, const Tensor& indices, const Tensor& dw);
 
+// --- sequence.cu --------------------------------------------------------------------------
+// out [b, d] <- the mean of each sequence's first lengths[i] rows of x [b * L, d] (lengths int64
+// [b] on x's GPU, already range-checked), each column summed in row order.
+void SequenceMean(const Tensor& x, const Tensor& lengths, const Tensor& out);
+// dx [b * L, d] <- g[i] / lengths[i] in sequence i's valid rows, zero in its padding rows.
+void SequenceMeanBackward(const Tensor& g, const Tensor& lengths, const Tensor& dx);
+
 // --- optim.cu -----------------------------------------------------------------------------
 // One Adam step on every element of param (grad, exp_avg, exp_avg_sq alike on its GPU).
 void AdamStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,

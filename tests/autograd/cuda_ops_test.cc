@@ -154,6 +154,14 @@ TEST_P(CudaOpsTest, EmbeddingWithRepeatedIndices) {
                   [](const TensorList& t) { return EmbeddingLookup(t[0], t[1]); });
 }
 
+TEST_P(CudaOpsTest, SequenceMeanOverPaddedSequences) {
+  // 4 sequences of L = 6 rows, one full, one of a single row; wider than a block.
+  const Tensor x = Rand({24, 300}, 34);
+  const Tensor lengths = Tensor::FromVector<int64_t>({3, 6, 1, 4}, {4});
+  ExpectSameOnGpu("sequence_mean", {x, lengths},
+                  [](const TensorList& t) { return SequenceMean(t[0], t[1]); });
+}
+
 TEST_P(CudaOpsTest, SmallNetworkEndToEnd) {
   const Tensor x = Rand({8, 6}, 29), w1 = Rand({16, 6}, 30), b1 = Rand({16}, 31);
   const Tensor w2 = Rand({5, 16}, 32), b2 = Rand({5}, 33);
@@ -222,6 +230,11 @@ TEST(CudaOpsErrorsTest, MixedDevicesAreRejected) {
         EmbeddingLookup(gpu, Tensor::FromVector<int64_t>({0, 1}, {2}));
       },
       "embedding");
+  expect_error(
+      [&] {
+        SequenceMean(gpu, Tensor::FromVector<int64_t>({1, 2}, {2}));
+      },
+      "sequence_mean");
   try {
     Add(cpu, gpu);
   } catch (const Error& e) {
@@ -236,6 +249,7 @@ TEST(CudaOpsErrorsTest, OutOfRangeTargetsAndIndices) {
   const Tensor logits = Random({2, 3}, DType::kFloat32, 51).To(kGpu);
   EXPECT_THROW(CrossEntropy(logits, Tensor::FromVector<int64_t>({0, 3}, {2}).To(kGpu)), Error);
   EXPECT_THROW(EmbeddingLookup(logits, Tensor::FromVector<int64_t>({2}, {1}).To(kGpu)), Error);
+  EXPECT_THROW(SequenceMean(logits, Tensor::FromVector<int64_t>({2, 0}, {2}).To(kGpu)), Error);
 }
 
 }  // namespace

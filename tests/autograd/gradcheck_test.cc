@@ -5,6 +5,8 @@
 // backward, and compares each element with (L(x + h e_j) - L(x - h e_j)) / 2h.
 #include <cmath>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
@@ -139,6 +141,11 @@ std::vector<OpCase> Cases() {
        [](const TensorList& x) {
          return EmbeddingLookup(x[0], Targets({4, 0, 4, 2}));
        }},
+      {"sequence_mean",
+       {{12, 3}},
+       [](const TensorList& x) {
+         return SequenceMean(x[0], Targets({2, 4, 1}));  // 3 sequences of L = 4 rows
+       }},
       {"composite_mlp",
        {{4, 3}, {5, 3}, {5}, {2, 5}},
        [](const TensorList& x) {
@@ -195,6 +202,100 @@ TEST(OpErrorsTest, CrossEntropyTargetOutOfRangeNamesTheRow) {
         << e.what();
   }
   EXPECT_THROW(EmbeddingLookup(Tensor::Zeros({2, 2}), Targets({2})), Error);
+}
+
+// Three sequences of L = 5 rows, lengths 2, 5, 1: rows 2-4 and 11-14 are padding.
+Tensor SequenceLengths() { return Targets({2, 5, 1}); }
+bool IsPaddingRow(int64_t row) { return (row >= 2 && row < 5) || (row >= 11 && row < 15); }
+
+TEST(SequenceMeanTest, MeansEachSequenceOverItsOwnRows) {
+  Tensor x = Tensor::Empty({15, 2}, DType::kFloat64);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = static_cast<double>(i);
+  // Row r holds (2r, 2r + 1): sequence 0 averages rows 0-1, 1 rows 5-9, 2 row 10.
+  EXPECT_EQ(SequenceMean(x, SequenceLengths()).ToDoubles(),
+            (std::vector<double>{1, 2, 14, 15, 20, 21}));
+}
+
+// Whatever the padding rows hold — even fed through a layer before the pooling — the output
+// and every gradient are the same, and the padding rows' gradient is exactly zero.
+TEST(SequenceMeanTest, PaddingChangesNeitherOutputNorGradient) {
+  struct Result {
+    std::vector<double> out, input_grad, weight_grad;
+  };
+  auto run = [](double padding) {
+    Generator gen(5);
+    Tensor input = RandomTensor({15, 3}, gen);
+    Tensor weight = RandomTensor({4, 3}, gen);
+    const Tensor upstream = RandomTensor({3, 4}, gen);
+    for (int64_t row = 0; row < 15; ++row) {
+      if (IsPaddingRow(row)) input.Rows(row, row + 1).Fill(padding);
+    }
+    input.set_requires_grad(true);
+    weight.set_requires_grad(true);
+    Tensor out = Tanh(SequenceMean(Linear(input, weight, Tensor()), SequenceLengths()));
+    Sum(Mul(out, upstream)).Backward();
+    return Result{out.ToDoubles(), input.grad().ToDoubles(), weight.grad().ToDoubles()};
+  };
+  const Result zeros = run(0.0), large = run(1e3), negative = run(-7.5);
+  for (const Result* other : {&large, &negative}) {
+    EXPECT_EQ(other->out, zeros.out);
+    EXPECT_EQ(other->input_grad, zeros.input_grad);
+    EXPECT_EQ(other->weight_grad, zeros.weight_grad);
+  }
+  for (int64_t i = 0; i < 15 * 3; ++i) {
+    if (IsPaddingRow(i / 3)) {
+      EXPECT_EQ(large.input_grad[i], 0.0) << "padding row " << i / 3;
+    } else {
+      EXPECT_NE(large.input_grad[i], 0.0) << "valid row " << i / 3;
+    }
+  }
+}
+
+// The error text for a call, or "" when it did not throw.
+std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SequenceMeanTest, BadLengthsAreRejectedNamingTheFirst) {
+  const Tensor x = Tensor::Zeros({21, 2}, DType::kFloat64);  // 3 sequences of L = 7
+  EXPECT_EQ(ErrorOf([&] {
+              SequenceMean(x, Targets({7, 1, 0}));
+            }),
+            "[sequence_mean] lengths[2] = 0 must be in [1, L=7]");
+  EXPECT_EQ(ErrorOf([&] {
+              SequenceMean(x, Targets({3, 8, -1}));
+            }),
+            "[sequence_mean] lengths[1] = 8 must be in [1, L=7]");
+  EXPECT_EQ(ErrorOf([&] {
+              SequenceMean(x, Targets({-2, 1, 1}));
+            }),
+            "[sequence_mean] lengths[0] = -2 must be in [1, L=7]");
+  EXPECT_EQ(ErrorOf([&] {
+              SequenceMean(x, Targets({1, 1, 1, 1}));
+            }),
+            "[sequence_mean] x has 21 rows, not a multiple of the 4 sequences in lengths (x "
+            "must hold b padded sequences of L rows each)");
+  EXPECT_EQ(ErrorOf([&] {
+              SequenceMean(Tensor::Zeros({0, 2}), Targets({1}));
+            }),
+            "[sequence_mean] lengths[0] = 1 must be in [1, L=0]");
+  EXPECT_NE(ErrorOf([&] {
+              SequenceMean(x, Tensor::Zeros({0}, DType::kInt64));
+            }).find("[sequence_mean] lengths must be int64 of shape [b] with b >= 1"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              SequenceMean(x, Tensor::Full({3}, 1.0));
+            }).find("[sequence_mean] lengths must be int64"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              SequenceMean(x.Flatten(), Targets({1}));
+            }).find("[sequence_mean] x must be 2-D"),
+            std::string::npos);
 }
 
 TEST(OpValuesTest, CrossEntropyOfUniformLogitsIsLogClasses) {

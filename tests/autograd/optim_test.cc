@@ -17,6 +17,16 @@ TEST(OptimTest, PlainSgdStep) {
   EXPECT_EQ(p.ToDoubles(), (std::vector<double>{0.0, 3.0}));
 }
 
+TEST(OptimTest, SetLrChangesTheNextStep) {
+  Tensor p = Param({1.0});
+  Sgd sgd({p}, {.lr = 0.5});
+  p.set_grad(Tensor::FromVector<double>({1.0}, {1}));
+  sgd.set_lr(0.25);
+  EXPECT_EQ(sgd.lr(), 0.25);
+  sgd.Step();
+  EXPECT_EQ(p.item(), 0.75);
+}
+
 TEST(OptimTest, ParametersWithoutGradAreSkipped) {
   Tensor p = Param({1.0}), q = Param({1.0});
   Adam adam({p, q}, {.lr = 0.1});
