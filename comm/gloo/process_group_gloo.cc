@@ -199,10 +199,8 @@ class ProcessGroupGloo final : public ProcessGroup {
     std::vector<int64_t> send_bytes, recv_bytes;
     for (int64_t s : send) send_bytes.push_back(s * element);
     for (int64_t r : recv) recv_bytes.push_back(r * element);
-    if (std::accumulate(send_bytes.begin(), send_bytes.end(), int64_t{0}) == 0 &&
-        std::accumulate(recv_bytes.begin(), recv_bytes.end(), int64_t{0}) == 0) {
-      return;
-    }
+    // No shortcut for a rank with nothing to send or receive: gloo's alltoallv exchanges a
+    // (possibly empty) message with every peer, and the peers wait for it.
     gloo::AlltoallvOptions opts(context_);
     opts.setInput(static_cast<uint8_t*>(input.raw_data()), send_bytes);
     opts.setOutput(static_cast<uint8_t*>(output.raw_data()), recv_bytes);

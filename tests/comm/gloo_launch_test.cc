@@ -58,6 +58,21 @@ TEST_P(GlooLaunchTest, EveryCollectiveMatchesTheLocalReference) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooLaunchTest, testing::Values(1, 2, 3, 4));
 
+// The sample sort's property checks, the same as on the threads world, across processes.
+class GlooSampleSortTest : public testing::TestWithParam<int> {};
+
+TEST_P(GlooSampleSortTest, PropertiesHoldAcrossProcesses) {
+  Result r = RunShell(Launch(GetParam(), "sample_sort"));
+  EXPECT_EQ(r.status, 0) << r.out;
+  for (int rank = 0; rank < GetParam(); ++rank) {
+    EXPECT_TRUE(
+        absl::StrContains(r.out, "[rank " + std::to_string(rank) + "] sample sort properties hold"))
+        << r.out;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooSampleSortTest, testing::Values(2, 3));
+
 TEST(GlooFaultTest, ARankThatDiesMakesTheOthersFailAndTheLauncherNamesIt) {
   Result r = RunShell(Launch(3, "die"));
   EXPECT_EQ(r.status, 1) << r.out;

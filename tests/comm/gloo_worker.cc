@@ -1,6 +1,8 @@
 // A rank of a multi-process Gloo job, run by `ddpkit launch` from gloo_launch_test.cc.
 //
 //   gloo_worker check            every collective x dtype x size against local references
+//   gloo_worker sample_sort      the sample sort's property checks (collective_checks.h), every
+//                                case, then ExchangeRows and a width mismatch
 //   gloo_worker die              rank 1 exits (code 3) after the first allreduce; the others try
 //                                a second one and must fail with a clear error, not hang
 //   gloo_worker mismatch         rank 0 allreduces 4 elements, the others 5 (run at DETAIL)
@@ -28,7 +30,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   ProcessGroupOptions options;
-  options.timeout = absl::Seconds(mode == "check" ? 60 : 5);
+  options.timeout = absl::Seconds(mode == "check" || mode == "sample_sort" ? 60 : 5);
   absl::StatusOr<std::unique_ptr<DistributedWorld>> world =
       DistributedWorld::InitGloo(*env, options);
   if (!world.ok()) {
@@ -49,6 +51,22 @@ int main(int argc, char** argv) {
       }
     }
     std::cout << "all collectives match on rank " << group.rank() << "\n";
+    return 0;
+  }
+  if (mode == "sample_sort") {
+    absl::Status status;
+    for (const testing_util::SampleSortCase& c : testing_util::SampleSortCases(group.size())) {
+      if (status.ok()) status = testing_util::CheckSampleSort(group, c).status();
+    }
+    if (status.ok()) status = testing_util::CheckExchangeRows(group);
+    if (status.ok() && group.size() > 1) {
+      status = testing_util::CheckSampleSortRejectsMismatchedWidths(group);
+    }
+    if (!status.ok()) {
+      std::cerr << "FAILED: " << status.message() << "\n";
+      return 1;
+    }
+    std::cout << "sample sort properties hold on rank " << group.rank() << "\n";
     return 0;
   }
   if (mode == "die") {
