@@ -15,5 +15,6 @@ Subcommand TraceSubcommand();
 Subcommand FrSubcommand();
 Subcommand ChaosSubcommand();
 Subcommand RecomputeSubcommand();
+Subcommand VarlenSubcommand();
 
 }  // namespace ddpkit::cli

@@ -12,6 +12,9 @@ ABSL_FLAG(std::string, weights, "", "initial weights: a safetensors state dict")
 ABSL_FLAG(std::string, device, "cpu",
           "where the work runs: cpu, cuda or cuda:N (threads: every rank on that GPU, each on its "
           "own stream; nccl: each rank on cuda:LOCAL_RANK)");
+ABSL_FLAG(std::string, data, "",
+          "training data, a safetensors file (train: x float32 [N, IN] and y int64 [N]; varlen: "
+          "int64 tokens (flat), lengths and labels); default: a seeded synthetic task");
 ABSL_FLAG(int32_t, batch_size, 32, "rows per rank per micro-batch");
 ABSL_FLAG(int32_t, steps, 60, "optimizer steps");
 ABSL_FLAG(double, lr, 0.1, "SGD learning rate");

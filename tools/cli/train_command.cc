@@ -13,9 +13,6 @@
 #include "tools/cli/print_json.h"
 #include "tools/jobs/train/trainer.h"
 
-ABSL_FLAG(std::string, data, "",
-          "training rows: a safetensors file with x (float32 [N, IN]) and y (int64 [N]); "
-          "default: a seeded synthetic task");
 ABSL_FLAG(int32_t, grad_accum, 1,
           "micro-batches per optimizer step; all but the last run under no_sync");
 ABSL_FLAG(std::string, save_grads, "",

@@ -129,6 +129,24 @@ double Accuracy(nn::Module& model, const ClassificationData& data) {
   return static_cast<double>(correct) / static_cast<double>(data.rows());
 }
 
+int64_t ModelHash(const nn::Module& model) {
+  uint64_t h = 1469598103934665603ull;
+  for (const Tensor& parameter : model.Parameters()) {
+    const Tensor p = parameter.is_cuda() ? parameter.To(Device::Cpu()) : parameter;
+    const auto* bytes = static_cast<const unsigned char*>(p.raw_data());
+    for (size_t i = 0; i < p.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return static_cast<int64_t>(h >> 2);
+}
+
+absl::StatusOr<bool> ModelsIdentical(const nn::Module& model, comm::ProcessGroup& group) {
+  const int64_t hash = ModelHash(model);
+  Tensor hashes = Tensor::FromVector<int64_t>({hash, -hash}, {2});
+  DDPKIT_RETURN_IF_ERROR(
+      WaitFor(group.Allreduce(hashes, comm::ReduceOp::kMax), "comparing the final models"));
+  return hashes.data<int64_t>()[0] == -hashes.data<int64_t>()[1];
+}
+
 int64_t ParameterElements(const nn::Module& model) {
   int64_t n = 0;
   for (const Tensor& p : model.Parameters()) n += p.numel();

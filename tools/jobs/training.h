@@ -78,6 +78,12 @@ absl::StatusOr<RankOptimizer> MakeOptimizer(const DdpTrainingConfig& config,
 // Top-1 accuracy of `model` over every row of `data` (0 for no rows).
 double Accuracy(nn::Module& model, const ClassificationData& data);
 
+// FNV-1a over the parameters' bytes (kept positive, so an allreduce MAX of (h, -h) tells
+// whether every rank holds the same model).
+int64_t ModelHash(const nn::Module& model);
+// Collective: whether every rank of `group` holds bit-identical parameters.
+absl::StatusOr<bool> ModelsIdentical(const nn::Module& model, comm::ProcessGroup& group);
+
 // Elements over all of the model's parameter tensors.
 int64_t ParameterElements(const nn::Module& model);
 

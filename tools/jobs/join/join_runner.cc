@@ -160,17 +160,6 @@ double GradNorm(const nn::Module& model) {
   return std::sqrt(sum);
 }
 
-// FNV-1a over the parameters' bytes, kept positive so MAX of (h, -h) compares cleanly.
-int64_t ModelHash(const nn::Module& model) {
-  uint64_t h = 1469598103934665603ull;
-  for (const Tensor& parameter : model.Parameters()) {
-    const Tensor p = parameter.is_cuda() ? parameter.To(Device::Cpu()) : parameter;
-    const auto* bytes = static_cast<const unsigned char*>(p.raw_data());
-    for (size_t i = 0; i < p.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-  }
-  return static_cast<int64_t>(h >> 2);
-}
-
 // This rank's own iterations. The lowest active rank of each iteration logs the gradient it
 // stepped with and the collectives it issued.
 void TrainLoop(const JoinRunConfig& config, Rank& rank) {
@@ -263,11 +252,8 @@ absl::Status Summarize(const JoinRunConfig& config, Rank& rank, JoinReport& repo
   comm::ProcessGroup& group = rank.group;
   comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
   DDPKIT_RETURN_IF_ERROR(rank.log.Combine(group));
-  const int64_t hash = ModelHash(*rank.model);
-  Tensor hashes = Tensor::FromVector<int64_t>({hash, -hash}, {2});
-  DDPKIT_RETURN_IF_ERROR(
-      WaitFor(group.Allreduce(hashes, comm::ReduceOp::kMax), "comparing the final models"));
-  report.set_models_identical(hashes.data<int64_t>()[0] == -hashes.data<int64_t>()[1]);
+  DDPKIT_ASSIGN_OR_RETURN(const bool identical, ModelsIdentical(*rank.model, group));
+  report.set_models_identical(identical);
   Tensor stepped = Tensor::Zeros({group.size()}, DType::kInt64);
   stepped.data<int64_t>()[group.rank()] = rank.optimizer.elements_stepped;
   DDPKIT_RETURN_IF_ERROR(WaitFor(group.Allreduce(stepped), "sharing the optimizer shard sizes"));
