@@ -62,8 +62,7 @@ TEST(VarlenJobTest, TheRecipeBalancesRanksAndSampleWeightingIsExact) {
     EXPECT_LE(s.longest() * *std::max_element(s.batch_sizes().begin(), s.batch_sizes().end()), 256);
   }
   // The curriculum: the batch size falls as the samples get longer.
-  EXPECT_GT(report->steps(0).global_batch(),
-            report->steps(trained.steps() - 1).global_batch());
+  EXPECT_GT(report->steps(0).global_batch(), report->steps(trained.steps() - 1).global_batch());
   const WeightingCheck& check = report->weighting_check();
   ASSERT_GE(check.step(), 0);
   EXPECT_LT(check.sample_error(), 1e-5);
