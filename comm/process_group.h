@@ -64,7 +64,7 @@ class ProcessGroup {
   const ProcessGroupOptions& options() const { return options_; }
   const FlightRecorder& flight_recorder() const { return recorder_; }
   // OK while the group is usable; after a failure, that first failure.
-  absl::Status health() const;
+  virtual absl::Status health() const;
   // The flight-recorder dump this rank wrote after its first failure ("" if none).
   std::string flight_recorder_dump_path() const;
 
@@ -101,6 +101,12 @@ class ProcessGroup {
  protected:
   ProcessGroup(int rank, int size, ProcessGroupOptions options);
 
+  // Every public collective checks its arguments and ends here. The base queues `c` on this
+  // group's communication thread; a composite (ProcessGroupRoundRobin) overrides it to hand the
+  // checked call to one of the groups it owns — the one hook that lets it forward every
+  // collective without redefining each.
+  virtual std::shared_ptr<Work> Submit(Collective c);
+
   // Derived constructors call StartCommThread() when ready; derived destructors call
   // StopCommThread() first (it finishes queued work) so Execute never runs on a dead object.
   void StartCommThread();
@@ -124,7 +130,9 @@ class ProcessGroup {
   virtual void AbortCommunication() {}
 
  private:
-  std::shared_ptr<Work> Submit(Collective c);
+  // The composite calls its groups' Submit and keeps its own recorder and listener.
+  friend class ProcessGroupRoundRobin;
+
   void CommLoop();
   absl::Status RunOne(const Collective& c);
   // Execute on the communication stream of c.device, then the watchdog until the GPU is done.

@@ -10,6 +10,7 @@
 #include "autograd/log.h"
 #include "comm/gloo/process_group_gloo.h"
 #include "comm/nccl/process_group_nccl.h"
+#include "comm/round_robin.h"
 #include "comm/store/token.h"
 
 namespace ddpkit::comm {
@@ -61,6 +62,59 @@ absl::Status RendezvousFailure(const absl::Status& status, Store& store, int wor
                       StrCat(status.message(), "; rank", missing.size() > 1 ? "s " : " ",
                              absl::StrJoin(missing, ", "),
                              " did not arrive at the rendezvous (dead, stuck, or not started)"));
+}
+
+// A view of a store with every key under `prefix`: each round-robin group after the first
+// rendezvouses (and records its failures) in its own namespace, so their keys do not clash.
+class PrefixStore final : public Store {
+ public:
+  PrefixStore(std::shared_ptr<Store> store, std::string prefix)
+      : store_(std::move(store)), prefix_(std::move(prefix)) {}
+  absl::Status Set(const std::string& key, const std::string& value,
+                   absl::Duration reply_timeout) override {
+    return store_->Set(prefix_ + key, value, reply_timeout);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
+    return store_->Get(prefix_ + key, timeout);
+  }
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta,
+                              absl::Duration reply_timeout) override {
+    return store_->Add(prefix_ + key, delta, reply_timeout);
+  }
+  absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) override {
+    return store_->Wait(Prefixed(keys), timeout);
+  }
+  absl::StatusOr<bool> Check(const std::vector<std::string>& keys,
+                             absl::Duration reply_timeout) override {
+    return store_->Check(Prefixed(keys), reply_timeout);
+  }
+
+ private:
+  std::vector<std::string> Prefixed(const std::vector<std::string>& keys) const {
+    std::vector<std::string> out;
+    for (const std::string& k : keys) out.push_back(prefix_ + k);
+    return out;
+  }
+  std::shared_ptr<Store> store_;
+  std::string prefix_;
+};
+
+// One gloo group, or a round-robin composite over `groups` of them (group i > 0 under "rrI/").
+absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooGroups(const EnvRendezvous& env,
+                                                               const std::shared_ptr<Store>& store,
+                                                               const std::string& listen,
+                                                               const ProcessGroupOptions& options,
+                                                               int groups) {
+  std::vector<std::unique_ptr<ProcessGroup>> owned;
+  for (int i = 0; i < groups; ++i) {
+    std::shared_ptr<Store> own =
+        i == 0 ? store : std::make_shared<PrefixStore>(store, StrCat("rr", i, "/"));
+    DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> group,
+                            CreateGlooProcessGroup(env.rank, env.world_size, own, listen, options));
+    owned.push_back(std::move(group));
+  }
+  if (groups == 1) return std::move(owned[0]);
+  return std::unique_ptr<ProcessGroup>(std::make_unique<ProcessGroupRoundRobin>(std::move(owned)));
 }
 
 }  // namespace
@@ -119,7 +173,10 @@ absl::Status DistributedWorld::Adopt(absl::StatusOr<std::unique_ptr<ProcessGroup
 }
 
 absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitGloo(
-    const EnvRendezvous& env, ProcessGroupOptions options) {
+    const EnvRendezvous& env, ProcessGroupOptions options, int round_robin_groups) {
+  DDPKIT_CHECK(round_robin_groups >= 1 && round_robin_groups <= kMaxRoundRobinGroups,
+               "[InitGloo] round_robin_groups must be in [1, ", kMaxRoundRobinGroups, "], got ",
+               round_robin_groups);
   DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> world, JoinStore(env, options));
   // Gloo listens on the address peers reach this host by: the one given, else loopback for a
   // local job, else the host name.
@@ -128,7 +185,7 @@ absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitGloo(
   if (!local) ::gethostname(host, sizeof(host));
   const std::string listen = !env.local_addr.empty() ? env.local_addr : local ? "127.0.0.1" : host;
   DDPKIT_RETURN_IF_ERROR(world->Adopt(
-      CreateGlooProcessGroup(env.rank, env.world_size, world->store_, listen, options), options));
+      CreateGlooGroups(env, world->store_, listen, options, round_robin_groups), options));
   return world;
 }
 

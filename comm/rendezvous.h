@@ -35,8 +35,10 @@ absl::StatusOr<EnvRendezvous> ReadEnvRendezvous();
 // rank 0 does not take the store away from ranks still shutting down.
 class DistributedWorld {
  public:
+  // round_robin_groups K > 1: group() is a ProcessGroupRoundRobin over K gloo groups, each
+  // with its own connections and store namespace (comm/round_robin.h).
   static absl::StatusOr<std::unique_ptr<DistributedWorld>> InitGloo(
-      const EnvRendezvous& env, ProcessGroupOptions options = {});
+      const EnvRendezvous& env, ProcessGroupOptions options = {}, int round_robin_groups = 1);
   // The nccl backend on this process's GPU, cuda:LOCAL_RANK (one GPU per local rank, as
   // torchrun's jobs pick theirs). InvalidArgument in a build without CUDA.
   static absl::StatusOr<std::unique_ptr<DistributedWorld>> InitNccl(

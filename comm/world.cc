@@ -1,7 +1,10 @@
 #include "comm/world.h"
 
+#include "autograd/compute_threads.h"
 #include "comm/nccl/process_group_nccl.h"
 #include "comm/rendezvous.h"
+#include "comm/round_robin.h"
+#include "comm/thread_budget.h"
 #include "comm/threads/threads_world.h"
 
 namespace ddpkit::comm {
@@ -19,6 +22,22 @@ absl::Status ValidateWorldSpec(const WorldSpec& world) {
                "] for the threads backend (one thread per rank), got ", world.world_size,
                "; for more ranks use --backend gloo under `ddpkit launch`"));
   }
+  if (world.threads_per_rank < 0 || world.threads_per_rank > kMaxThreadsWorldSize) {
+    return absl::InvalidArgumentError(StrCat("--threads-per-rank must be in [0, ",
+                                             kMaxThreadsWorldSize, "] (0: cores / ranks), got ",
+                                             world.threads_per_rank));
+  }
+  if (world.round_robin_groups < 1 || world.round_robin_groups > kMaxRoundRobinGroups) {
+    return absl::InvalidArgumentError(
+        StrCat("--round-robin-groups must be in [1, ", kMaxRoundRobinGroups,
+               "] (process groups per rank, used in turn), got ", world.round_robin_groups));
+  }
+  if (world.backend == "nccl" && world.round_robin_groups != 1) {
+    return absl::InvalidArgumentError(
+        StrCat("--round-robin-groups ", world.round_robin_groups,
+               " is not supported with --backend nccl (one communicator per rank); use 1, or "
+               "--backend gloo or threads"));
+  }
   if (!(world.options.timeout > absl::ZeroDuration())) {
     return absl::InvalidArgumentError(StrCat("--timeout must be > 0 seconds, got ",
                                              absl::ToDoubleSeconds(world.options.timeout)));
@@ -35,11 +54,17 @@ absl::StatusOr<int> WorldSize(const WorldSpec& world) {
 absl::Status RunOnWorld(const WorldSpec& world,
                         const std::function<absl::Status(ProcessGroup&)>& body) {
   DDPKIT_RETURN_IF_ERROR(ValidateWorldSpec(world));
-  if (world.backend == "threads") return RunThreadsWorld(world.world_size, body, world.options);
+  DDPKIT_ASSIGN_OR_RETURN(const ThreadBudget budget, ResolveThreadBudget(world));
+  SetComputeThreads(budget.threads);
+  if (world.backend == "threads") {
+    return RunThreadsWorld(world.world_size, body, world.options, world.round_robin_groups);
+  }
   DDPKIT_ASSIGN_OR_RETURN(EnvRendezvous env, ReadEnvRendezvous());
-  DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> distributed,
-                          world.backend == "nccl" ? DistributedWorld::InitNccl(env, world.options)
-                                                  : DistributedWorld::InitGloo(env, world.options));
+  DDPKIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<DistributedWorld> distributed,
+      world.backend == "nccl"
+          ? DistributedWorld::InitNccl(env, world.options)
+          : DistributedWorld::InitGloo(env, world.options, world.round_robin_groups));
   return body(distributed->group());
 }
 

@@ -20,18 +20,24 @@ struct WorldSpec {
   // cuda:LOCAL_RANK): one process per rank under `ddpkit launch`.
   std::string backend = "threads";
   int world_size = 1;  // threads only; gloo and nccl take WORLD_SIZE from the launcher
-  ProcessGroupOptions options;
+  ProcessGroupOptions options = {};
+  int threads_per_rank = 0;  // compute threads per rank; 0: the thread budget decides
+  // K > 1: each rank's group is a ProcessGroupRoundRobin over K groups (comm/round_robin.h), so
+  // K collectives run at once. threads and gloo; nccl takes 1.
+  int round_robin_groups = 1;
 };
 
 // InvalidArgument for an unknown backend, nccl in a build without CUDA, a threads world of
-// fewer than one rank, or a timeout that is not positive; the messages name the flags.
+// fewer than one rank, a timeout that is not positive, a negative thread count, or a
+// round-robin group count outside [1, 16] (or > 1 with nccl); the messages name the flags.
 absl::Status ValidateWorldSpec(const WorldSpec& world);
 
 // The number of ranks `world` will have: world_size for threads; for gloo and nccl, WORLD_SIZE
 // from the env:// rendezvous variables (InvalidArgument naming the variable when it is missing).
 absl::StatusOr<int> WorldSize(const WorldSpec& world);
 
-// threads: runs `body` on world_size rank threads of this process, each with its own group of
+// First sizes the BLAS pool by the thread budget (comm/thread_budget.h). Then threads: runs
+// `body` on world_size rank threads of this process, each with its own group of
 // one shared world. gloo and nccl: join the env:// world (`ddpkit launch` sets it up) and run
 // `body` once, as this process's rank (nccl: on cuda:LOCAL_RANK). Returns OK or the first error
 // (threads: the lowest failing rank's, prefixed "rank R: ").

@@ -7,6 +7,7 @@
 #include "autograd/log.h"
 #include "comm/cuda/reduce.h"
 #include "comm/reduce.h"
+#include "comm/round_robin.h"
 
 namespace ddpkit::comm {
 namespace {
@@ -376,9 +377,33 @@ absl::Status ProcessGroupThreads::Execute(const Collective& c) {
   return world_->Exchange(rank(), c, options().timeout);
 }
 
+namespace {
+
+// This rank's group: one group of worlds[0], or a round-robin composite over one group of each
+// world. `on_closed` sees the group the body got, once it has run everything queued.
+std::unique_ptr<ProcessGroup> MakeRankGroup(
+    const std::vector<std::shared_ptr<ThreadsWorld>>& worlds, int rank,
+    const ProcessGroupOptions& options, std::function<void(const ProcessGroup&)> on_closed) {
+  if (worlds.size() == 1) {
+    return std::make_unique<ProcessGroupThreads>(worlds[0], rank, options, std::move(on_closed));
+  }
+  std::vector<std::unique_ptr<ProcessGroup>> groups;
+  for (const auto& world : worlds) {
+    groups.push_back(std::make_unique<ProcessGroupThreads>(world, rank, options));
+  }
+  return std::make_unique<ProcessGroupRoundRobin>(std::move(groups), std::move(on_closed));
+}
+
+}  // namespace
+
 absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessGroup&)>& body,
-                             ProcessGroupOptions options) {
-  auto world = std::make_shared<ThreadsWorld>(size);
+                             ProcessGroupOptions options, int round_robin_groups) {
+  DDPKIT_CHECK(round_robin_groups >= 1, "[RunThreadsWorld] round_robin_groups must be >= 1, got ",
+               round_robin_groups);
+  std::vector<std::shared_ptr<ThreadsWorld>> worlds;
+  for (int i = 0; i < round_robin_groups; ++i) {
+    worlds.push_back(std::make_shared<ThreadsWorld>(size));
+  }
   std::vector<absl::Status> results(size);
   std::vector<RankRecord> records(size);
   std::vector<std::thread> threads;
@@ -394,20 +419,22 @@ absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessG
         records[rank] = RankRecord::Of(g);
       };
       try {
-        ProcessGroupThreads group(
-            world, rank, options,
-            options.fr_dump_dir.empty() ? nullptr : std::function(keep_record));
-        status = body(group);
+        std::unique_ptr<ProcessGroup> group =
+            MakeRankGroup(worlds, rank, options,
+                          options.fr_dump_dir.empty() ? nullptr : std::function(keep_record));
+        status = body(*group);
         cuda::SynchronizeAll();
       } catch (const Error& e) {
         status = e.ToStatus();
       } catch (const std::exception& e) {
         status = absl::InternalError(e.what());
       }
-      if (!status.ok()) {
-        world->Abort(rank, status);
-      } else {
-        world->Depart(rank);
+      for (const auto& world : worlds) {
+        if (!status.ok()) {
+          world->Abort(rank, status);
+        } else {
+          world->Depart(rank);
+        }
       }
       results[rank] = status;
     });

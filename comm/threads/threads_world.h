@@ -118,8 +118,10 @@ class ProcessGroupThreads final : public ProcessGroup {
 // Runs body(group) for every rank on its own thread, each with its own group of one shared
 // world, and returns OK or the lowest failing rank's error prefixed "rank R: ". A rank that
 // fails (an error or an exception) aborts the world, and a rank that finishes departs from it,
-// so the others never wait for the timeout on a rank that is gone.
+// so the others never wait for the timeout on a rank that is gone. With round_robin_groups
+// K > 1, K worlds: each rank's group is a ProcessGroupRoundRobin (comm/round_robin.h) over its
+// group of each.
 absl::Status RunThreadsWorld(int size, const std::function<absl::Status(ProcessGroup&)>& body,
-                             ProcessGroupOptions options = {});
+                             ProcessGroupOptions options = {}, int round_robin_groups = 1);
 
 }  // namespace ddpkit::comm

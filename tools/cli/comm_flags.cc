@@ -8,6 +8,12 @@ ABSL_FLAG(std::string, backend, "threads",
           "rank, cuda:LOCAL_RANK, under `ddpkit launch`; needs a CUDA build)");
 ABSL_FLAG(int32_t, world_size, 4, "ranks in the threads backend's world");
 ABSL_FLAG(double, timeout, 300, "seconds any collective may take before it fails");
+ABSL_FLAG(int32_t, threads_per_rank, 0,
+          "compute (BLAS) threads per rank; 0: OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else "
+          "this host's cores / its ranks");
+ABSL_FLAG(int32_t, round_robin_groups, 1,
+          "process groups per rank, used in turn (collective i on group i mod K), so K collectives "
+          "run at once; threads and gloo backends, 1 to 16");
 
 namespace ddpkit::cli {
 
@@ -18,6 +24,8 @@ absl::Status WorldFromFlags(jobs::WorldConfig& config) {
   }
   config.backend = absl::GetFlag(FLAGS_backend);
   config.world_size = absl::GetFlag(FLAGS_world_size);
+  config.threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank);
+  config.round_robin_groups = absl::GetFlag(FLAGS_round_robin_groups);
   config.comm_options.timeout = absl::Seconds(timeout);
   // A failed collective leaves every rank's flight recorder here, for `ddpkit fr analyze`.
   if (config.comm_options.fr_dump_dir.empty()) config.comm_options.fr_dump_dir = "ddpkit_fr";

@@ -15,7 +15,8 @@ ABSL_DECLARE_FLAG(double, timeout);
 namespace ddpkit::cli {
 
 // Flag names (Abseil spelling) a subcommand lists to accept them.
-inline const std::vector<std::string> kCommFlagNames = {"backend", "world_size", "timeout"};
+inline const std::vector<std::string> kCommFlagNames = {"backend", "world_size", "timeout",
+                                                        "threads_per_rank", "round_robin_groups"};
 
 // Sets the config's backend, world size and timeout; InvalidArgument naming the flag.
 absl::Status WorldFromFlags(jobs::WorldConfig& config);

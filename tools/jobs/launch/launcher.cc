@@ -18,6 +18,7 @@
 
 #include "autograd/error.h"
 #include "comm/store/token.h"
+#include "comm/thread_budget.h"
 #include "tools/jobs/launch/proc_stat.h"
 
 namespace ddpkit::jobs {
@@ -165,6 +166,10 @@ absl::StatusOr<Rendezvous> ResolveRendezvous(const LaunchOptions& options) {
   ::setenv("DDPKIT_RESTART_COUNT", std::to_string(restart).c_str(), 1);
   if (!options.local_addr.empty()) ::setenv("DDPKIT_LOCAL_ADDR", options.local_addr.c_str(), 1);
   ::setenv(comm::kStoreTokenEnv, rendezvous.store_token.c_str(), 1);
+  // As torchrun does: each rank's BLAS pool gets its share of this host's cores, unless the
+  // user chose (comm/thread_budget.h).
+  ::setenv("OMP_NUM_THREADS",
+           std::to_string(comm::ThreadsPerProcess(options.nproc_per_node)).c_str(), 0);
   std::vector<char*> argv;
   for (const std::string& arg : options.command) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);

@@ -4,8 +4,10 @@
 #include <chrono>
 #include <optional>
 
+#include "autograd/compute_threads.h"
 #include "autograd/ops.h"
 #include "autograd/safetensors.h"
+#include "comm/thread_budget.h"
 #include "reducer/named_comm_hook.h"
 #include "tools/jobs/checkpoint/train_checkpoint.h"
 #include "tools/jobs/dataset.h"
@@ -86,6 +88,11 @@ TrainReport DescribeSetup(const TrainConfig& config, const Rank& rank) {
   report.set_data(rank.data.description);
   report.set_backend(std::string(rank.group.backend_name()));
   report.set_world_size(rank.group.size());
+  report.set_compute_threads(ComputeThreads());
+  if (absl::StatusOr<comm::ThreadBudget> budget = comm::ResolveThreadBudget(config.world());
+      budget.ok()) {
+    report.set_thread_budget(budget->ToString());
+  }
   report.set_batch_size(config.batch_size);
   report.set_grad_accum(config.grad_accum);
   report.set_steps(config.steps);

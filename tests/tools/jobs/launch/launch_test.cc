@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "autograd/compute_threads.h"
 #include "gtest/gtest.h"
 #include "tests/run_command.h"
 
@@ -87,6 +89,18 @@ TEST(LaunchTest, MaxRestartsStartsEveryRankAgainUntilTheJobSucceeds) {
   r = RunShell(kDdpkit + " launch --max-restarts -1 -- true");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "--max-restarts must be 0 or more")) << r.out;
+}
+
+// As torchrun: each rank's BLAS pool gets its share of the cores unless the user chose.
+TEST(LaunchTest, EachRankGetsItsShareOfTheCoresUnlessTheUserChose) {
+  const std::string show = " -- sh -c 'echo threads $OMP_NUM_THREADS'";
+  const int share = std::max(1, ddpkit::AvailableCores() / 2);
+  Result r = RunShell("env -u OMP_NUM_THREADS " + kDdpkit +
+                      " launch --standalone --nproc-per-node 2" + show);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, absl::StrCat("[rank 1] threads ", share))) << r.out;
+  r = RunShell("OMP_NUM_THREADS=7 " + kDdpkit + " launch --standalone --nproc-per-node 2" + show);
+  EXPECT_TRUE(absl::StrContains(r.out, "[rank 0] threads 7")) << r.out;
 }
 
 // The whole story: a rank dies mid-training (after step 3), the launcher restarts every rank,
