@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/run_command.h"
+#include "tests/state_dict_compare.h"
 
 namespace {
 
@@ -27,21 +28,6 @@ std::string Launch(int nproc, const std::string& mode, const std::string& env = 
   return env + " " +
          DDPKIT_BINARY_DIR "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node " +
          std::to_string(nproc) + " -- " DDPKIT_BINARY_DIR "/bin/gloo_worker " + mode;
-}
-
-// Two saved state dicts hold the same tensors, equal to float32 rounding.
-void ExpectSameWeights(const std::string& path_a, const std::string& path_b) {
-  absl::StatusOr<ddpkit::SafetensorsFile> a = ddpkit::ReadSafetensors(path_a);
-  absl::StatusOr<ddpkit::SafetensorsFile> b = ddpkit::ReadSafetensors(path_b);
-  ASSERT_TRUE(a.ok() && b.ok()) << path_a << ", " << path_b;
-  ASSERT_EQ(a->tensors.size(), b->tensors.size());
-  for (const auto& [name, tensor] : a->tensors) {
-    const ddpkit::Tensor* other = b->Find(name);
-    ASSERT_NE(other, nullptr) << name;
-    for (int64_t i = 0; i < tensor.numel(); ++i) {
-      ASSERT_NEAR(tensor.at(i), other->at(i), 1e-6) << name << "[" << i << "]";
-    }
-  }
 }
 
 class GlooLaunchTest : public testing::TestWithParam<int> {};
@@ -120,7 +106,7 @@ TEST(GlooDdpTest, TrainThroughTheLauncherMatchesTheThreadsWorld) {
   Result t = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit" + train + "--world-size 2 --save-weights " +
                       threads_weights);
   ASSERT_EQ(t.status, 0) << t.out;
-  ExpectSameWeights(gloo_weights, threads_weights);
+  ddpkit::testing_util::ExpectSameStateDicts(gloo_weights, threads_weights, 1e-6);
 }
 
 // Uneven inputs across processes: Join (with the ZeRO optimizer as a second joinable) ends
@@ -141,7 +127,7 @@ TEST(GlooJoinTest, UnevenInputsThroughTheLauncher) {
   EXPECT_TRUE(absl::StrContains(g.out, "final models identical on all ranks: yes")) << g.out;
   Result t = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit" + join + "--save-weights " + threads_weights);
   ASSERT_EQ(t.status, 0) << t.out;
-  ExpectSameWeights(gloo_weights, threads_weights);
+  ddpkit::testing_util::ExpectSameStateDicts(gloo_weights, threads_weights, 1e-6);
 
   Result n = RunShell(
       DDPKIT_BINARY_DIR

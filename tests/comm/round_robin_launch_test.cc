@@ -6,6 +6,7 @@
 #include "autograd/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/run_command.h"
+#include "tests/state_dict_compare.h"
 
 namespace {
 
@@ -22,22 +23,6 @@ std::string Launched(const std::string& args) {
          kTrain + args;
 }
 
-// Two saved state dicts hold bitwise the same tensors.
-void ExpectIdenticalWeights(const std::string& path_a, const std::string& path_b) {
-  absl::StatusOr<ddpkit::SafetensorsFile> a = ddpkit::ReadSafetensors(path_a);
-  absl::StatusOr<ddpkit::SafetensorsFile> b = ddpkit::ReadSafetensors(path_b);
-  ASSERT_TRUE(a.ok() && b.ok()) << path_a << ", " << path_b;
-  ASSERT_EQ(a->tensors.size(), b->tensors.size());
-  for (const auto& [name, tensor] : a->tensors) {
-    const ddpkit::Tensor* other = b->Find(name);
-    ASSERT_NE(other, nullptr) << name;
-    ASSERT_EQ(tensor.numel(), other->numel()) << name;
-    for (int64_t i = 0; i < tensor.numel(); ++i) {
-      ASSERT_EQ(tensor.at(i), other->at(i)) << name << "[" << i << "]";
-    }
-  }
-}
-
 TEST(RoundRobinTrainTest, TwoGroupsTrainBitwiseAsOneOnThreads) {
   const std::string one = ::testing::TempDir() + "/rr_threads_k1.safetensors",
                     two = ::testing::TempDir() + "/rr_threads_k2.safetensors";
@@ -48,7 +33,7 @@ TEST(RoundRobinTrainTest, TwoGroupsTrainBitwiseAsOneOnThreads) {
       kTrain + "--world-size 2 --round-robin-groups 2 --save-weights " + two);
   ASSERT_EQ(b.status, 0) << b.out;
   EXPECT_TRUE(absl::StrContains(b.out, "world: 2 ranks (round_robin(threads x2))")) << b.out;
-  ExpectIdenticalWeights(one, two);
+  ddpkit::testing_util::ExpectSameStateDicts(one, two);
 }
 
 TEST(RoundRobinTrainTest, TwoGlooGroupsTrainBitwiseAsOneThroughTheLauncher) {
@@ -61,7 +46,7 @@ TEST(RoundRobinTrainTest, TwoGlooGroupsTrainBitwiseAsOneThroughTheLauncher) {
       Launched("--backend gloo --round-robin-groups 2 --save-weights " + two));
   ASSERT_EQ(b.status, 0) << b.out;
   EXPECT_TRUE(absl::StrContains(b.out, "world: 2 ranks (round_robin(gloo x2))")) << b.out;
-  ExpectIdenticalWeights(one, two);
+  ddpkit::testing_util::ExpectSameStateDicts(one, two);
 }
 
 TEST(RoundRobinTrainTest, ABadGroupCountIsRefusedNamingTheFlag) {

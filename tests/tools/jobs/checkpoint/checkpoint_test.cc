@@ -15,6 +15,7 @@
 #include "autograd/safetensors.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/state_dict_compare.h"
 #include "tools/jobs/train/trainer.h"
 
 namespace ddpkit::jobs {
@@ -46,20 +47,6 @@ absl::StatusOr<TrainReport> TrainWithCheckpoints(TrainConfig config, const std::
                                                  int every = 2, int keep = 2) {
   config.checkpoint = {.dir = dir, .every = every, .keep = keep};
   return Train(config);
-}
-
-// Every tensor of two safetensors files equal, bit for bit.
-void ExpectBitwiseEqual(const std::string& path_a, const std::string& path_b) {
-  absl::StatusOr<SafetensorsFile> a = ReadSafetensors(path_a), b = ReadSafetensors(path_b);
-  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
-  ASSERT_EQ(a->tensors.size(), b->tensors.size());
-  for (const auto& [name, tensor] : a->tensors) {
-    const Tensor* other = b->Find(name);
-    ASSERT_NE(other, nullptr) << name;
-    ASSERT_EQ(tensor.nbytes(), other->nbytes()) << name;
-    EXPECT_EQ(std::memcmp(tensor.raw_data(), other->raw_data(), tensor.nbytes()), 0)
-        << name << " differs between " << path_a << " and " << path_b;
-  }
 }
 
 std::vector<std::string> Entries(const std::string& dir) {
@@ -114,9 +101,9 @@ TEST_P(RestartTest, StoppedAndResumedEqualsUninterruptedBitwise) {
   for (int i = 0; i < kSteps - kStopAt; ++i) {
     EXPECT_EQ(rest->losses(i), uninterrupted->losses(kStopAt + i)) << "step " << kStopAt + i;
   }
-  ExpectBitwiseEqual(straight, resumed);
+  testing_util::ExpectSameStateDicts(straight, resumed);
   // And what the last checkpoint holds is that same model.
-  ExpectBitwiseEqual(straight, dir + "/step-00000007/model.safetensors");
+  testing_util::ExpectSameStateDicts(straight, dir + "/step-00000007/model.safetensors");
   EXPECT_EQ(Entries(dir), (std::vector<std::string>{"step-00000006", "step-00000007"}));
   fs::remove_all(dir);
   fs::remove(straight);
@@ -211,7 +198,7 @@ TEST(CheckpointFallbackTest, DamagedLatestFallsBackToThePreviousOne) {
     EXPECT_TRUE(absl::StrContains(warning, "moved to " + dir + "/damaged-step-00000004"))
         << warning;
     EXPECT_TRUE(absl::StrContains(warning, "falling back to " + dir + "/step-00000002")) << warning;
-    ExpectBitwiseEqual(straight, straight + ".resumed");
+    testing_util::ExpectSameStateDicts(straight, straight + ".resumed");
     fs::remove_all(dir);
   }
   fs::remove(straight);
