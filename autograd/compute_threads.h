@@ -1,7 +1,7 @@
-// How many threads one BLAS call may use: the size of OpenBLAS's thread pool, which every GEMM
-// of every rank in this process shares. Ranks that each run a GEMM at once should together use
-// about the cores there are; more only makes them take turns (comm/world.h's thread budget
-// sets it per job).
+// How many threads one GEMM may use: the size of OpenBLAS's pool, which every float64 GEMM of
+// every rank in this process shares, and of the OpenMP team each thread's oneDNN GEMMs run on.
+// Ranks that each run a GEMM at once should together use about the cores there are; more only
+// makes them take turns (comm/thread_budget.h sets it per job).
 #pragma once
 
 namespace ddpkit {

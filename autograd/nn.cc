@@ -142,7 +142,17 @@ void Sequential::Append(std::shared_ptr<Module> module) {
 
 Tensor Sequential::Forward(const Tensor& input) {
   Tensor x = input;
-  for (const auto& layer : layers_) x = layer->Forward(x);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    // A Linear followed by a ReLU runs as one op (LinearRelu): same numbers, one pass fewer.
+    auto* linear = dynamic_cast<Linear*>(layers_[i].get());
+    if (linear != nullptr && i + 1 < layers_.size() &&
+        dynamic_cast<ReLU*>(layers_[i + 1].get()) != nullptr) {
+      x = LinearRelu(x, linear->weight(), linear->bias());
+      ++i;
+      continue;
+    }
+    x = layers_[i]->Forward(x);
+  }
   return x;
 }
 

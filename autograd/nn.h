@@ -99,7 +99,8 @@ class ReLU : public Module {
   std::string Describe() const override { return "ReLU()"; }
 };
 
-// Children named "0", "1", ...; Forward applies them in order.
+// Children named "0", "1", ...; Forward applies them in order (a Linear and the ReLU after it as
+// one LinearRelu op).
 class Sequential : public Module {
  public:
   Sequential() = default;

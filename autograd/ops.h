@@ -48,6 +48,10 @@ Tensor SequenceMean(const Tensor& x, const Tensor& lengths);
 Tensor Matmul(const Tensor& a, const Tensor& b);  // [m, k] x [k, n] -> [m, n]
 // x [n, in], weight [out, in] (PyTorch's layout), bias [out] or undefined -> [n, out].
 Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// Relu(Linear(x, weight, bias)) as one op on the host: the bias and ReLU applied in the GEMM's
+// epilogue, one backward node that masks the gradient and sums it for the bias in one pass.
+// nn::Sequential uses it for a Linear followed by a ReLU.
+Tensor LinearRelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // --- Losses (ops/loss.cc) --------------------------------------------------------------------
 Tensor LogSoftmax(const Tensor& x);  // over the last dimension of [n, c]

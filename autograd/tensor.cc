@@ -8,12 +8,11 @@
 #include "autograd/cuda/kernels.h"
 #include "autograd/cuda/runtime.h"
 #include "autograd/engine.h"
+#include "autograd/host_allocator.h"
 #include "autograd/memory_stats.h"
 
 namespace ddpkit {
 namespace {
-
-constexpr size_t kAlignment = 64;
 
 // Element conversions through double (exact for every value of every dtype but int64 beyond
 // 2^53, which never holds a class label or index that large).
@@ -80,10 +79,7 @@ Storage::Storage(size_t nbytes, Device device, bool zeroed) : nbytes_(nbytes), d
     if (zeroed) cuda::MemsetZero(data_, nbytes, device);
     return;  // the memory counters are the host's (memory_stats.h)
   }
-  const size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-  data_ =
-      static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded));
-  DDPKIT_CHECK(data_ != nullptr, "[Storage] out of memory allocating ", nbytes, " bytes");
+  data_ = static_cast<std::byte*>(HostAllocate(nbytes));
   if (zeroed) std::memset(data_, 0, nbytes);
   NoteStorageAllocated(static_cast<int64_t>(nbytes));
 }
@@ -94,7 +90,7 @@ Storage::~Storage() {
     return;
   }
   NoteStorageFreed(static_cast<int64_t>(nbytes_));
-  std::free(data_);
+  HostFree(data_, nbytes_);
 }
 
 AutogradMeta& TensorImpl::meta() {

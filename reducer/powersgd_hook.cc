@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "autograd/gemm.h"
 #include "autograd/kernels.h"
 #include "reducer/distributed_data_parallel.h"
 #include "reducer/orthogonalize.h"

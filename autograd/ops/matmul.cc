@@ -1,8 +1,9 @@
-// Matrix products through OpenBLAS (cuBLAS for GPU tensors: Gemm dispatches). Backward formulas
-// call Gemm with transpose flags instead of materialising transposes, and skip the product for an
-// input that needs no gradient (the data batch, usually).
+// Matrix products through Gemm (autograd/gemm.h: oneDNN or OpenBLAS on the host, cuBLAS on a
+// GPU). Backward formulas call Gemm with transpose flags instead of materialising transposes, and
+// skip the product for an input that needs no gradient (the data batch, usually).
 #include "autograd/cuda/ops.h"
 #include "autograd/function.h"
+#include "autograd/gemm.h"
 #include "autograd/kernels.h"
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
@@ -29,10 +30,10 @@ void ColumnSums(const Tensor& g, const Tensor& sums) {
   }
   DispatchFloating(g.dtype(), "linear_backward", [&]<typename T>() {
     const int64_t rows = g.size(0), cols = g.size(1);
-    const T* dy = g.data<T>();
-    T* s = sums.data<T>();
+    T* __restrict s = sums.data<T>();  // not a view of g: the row loop vectorises
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < cols; ++j) s[j] += dy[r * cols + j];
+      const T* __restrict dy = g.data<T>() + r * cols;
+      for (int64_t j = 0; j < cols; ++j) s[j] += dy[j];
     }
   });
 }
@@ -72,49 +73,127 @@ Tensor Matmul(const Tensor& a, const Tensor& b) {
 }
 
 // ---------------------------------------------------------------------------- linear
-Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  CheckMatrix("linear", "input", x);
-  CheckMatrix("linear", "weight", weight);
-  DDPKIT_CHECK(x.dtype() == weight.dtype(), "[linear] input is ", DTypeName(x.dtype()),
+namespace {
+
+void CheckLinear(std::string_view op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  CheckMatrix(op, "input", x);
+  CheckMatrix(op, "weight", weight);
+  DDPKIT_CHECK(x.dtype() == weight.dtype(), "[", op, "] input is ", DTypeName(x.dtype()),
                ", weight is ", DTypeName(weight.dtype()));
-  CheckSameDevice("linear", x, weight);
-  DDPKIT_CHECK(x.size(1) == weight.size(1), "[linear] input has ", x.size(1),
+  CheckSameDevice(op, x, weight);
+  DDPKIT_CHECK(x.size(1) == weight.size(1), "[", op, "] input has ", x.size(1),
                " features but weight ", ShapeString(weight.shape()), " expects ", weight.size(1));
-  const int64_t rows = x.size(0), in = x.size(1), out_features = weight.size(0);
   if (bias.defined()) {
-    DDPKIT_CHECK(bias.dtype() == x.dtype() && bias.shape() == Shape{out_features},
-                 "[linear] bias must be ", DTypeName(x.dtype()), "[", out_features, "], got ",
+    DDPKIT_CHECK(bias.dtype() == x.dtype() && bias.shape() == Shape{weight.size(0)}, "[", op,
+                 "] bias must be ", DTypeName(x.dtype()), "[", weight.size(0), "], got ",
                  DTypeName(bias.dtype()), ShapeString(bias.shape()));
-    CheckSameDevice("linear", x, bias);
+    CheckSameDevice(op, x, bias);
   }
-  // y = x W^T + b: start from b in every row, then let gemm add x W^T (beta = 1).
+}
+
+// y = x W^T + b, then max(0, y) when `relu`: one GEMM with the bias and activation applied in
+// its epilogue (on a GPU: the bias broadcast first, then a GEMM with beta 1).
+Tensor LinearForward(const Tensor& x, const Tensor& weight, const Tensor& bias, bool relu) {
+  const int64_t rows = x.size(0), in = x.size(1), out_features = weight.size(0);
   Tensor out = Tensor::Uninitialized({rows, out_features}, x.dtype(), x.device());
+  if (!out.is_cuda()) {
+    GemmBiasAct(false, true, rows, out_features, in, x, weight, {.bias = bias, .relu = relu}, out);
+    return out;
+  }
+  DDPKIT_CHECK(!relu, "[linear_relu] runs on the host; on a GPU use relu(linear(...))");
   double beta = 0.0;
   if (bias.defined() && rows > 0) {
     BroadcastBias(out, bias);
     beta = 1.0;
   }
   Gemm(false, true, rows, out_features, in, 1.0, x, weight, beta, out);
+  return out;
+}
 
-  // dx = dy W,  dW = dy^T x,  db = column sums of dy.
+// g <- g where y > 0, else 0 (ReLU's backward from its output), and sums <- its column sums:
+// one pass over the gradient for both.
+void ReluMaskAndColumnSums(const Tensor& g, const Tensor& y, const Tensor& sums) {
+  DispatchFloating(g.dtype(), "linear_relu_backward", [&]<typename T>() {
+    const int64_t rows = g.size(0), cols = g.size(1);
+    T* s = sums.defined() ? sums.data<T>() : nullptr;
+    for (int64_t r = 0; r < rows; ++r) {
+      // Distinct rows of distinct tensors: __restrict lets the row loops vectorise.
+      T* __restrict dy = g.data<T>() + r * cols;
+      const T* __restrict out = y.data<T>() + r * cols;
+      for (int64_t j = 0; j < cols; ++j) dy[j] = out[j] > T(0) ? dy[j] : T(0);
+      if (s == nullptr) continue;
+      T* __restrict sum = s;
+      for (int64_t j = 0; j < cols; ++j) sum[j] += dy[j];
+    }
+  });
+}
+
+struct LinearSaved {
+  Tensor x, w;
+  bool x_grad, w_grad, b_grad;
+  int64_t rows, in, out_features;
+};
+
+// dx = dy W,  dW = dy^T x  (db, the column sums of dy, is computed by the caller).
+TensorList LinearBackward(const LinearSaved& s, const Tensor& dy, Tensor db) {
+  Tensor dx, dw;
+  if (s.x_grad) {
+    dx = Tensor::Uninitialized({s.rows, s.in}, dy.dtype(), dy.device());
+    Gemm(false, false, s.rows, s.in, s.out_features, 1.0, dy, s.w, 0.0, dx);
+  }
+  if (s.w_grad) {
+    dw = Tensor::Uninitialized({s.out_features, s.in}, dy.dtype(), dy.device());
+    Gemm(true, false, s.out_features, s.in, s.rows, 1.0, dy, s.x, 0.0, dw);
+  }
+  return {dx, dw, db};
+}
+
+LinearSaved Save(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return {.x = x.Detach(),
+          .w = weight.Detach(),
+          .x_grad = x.requires_grad(),
+          .w_grad = weight.requires_grad(),
+          .b_grad = bias.defined() && bias.requires_grad(),
+          .rows = x.size(0),
+          .in = x.size(1),
+          .out_features = weight.size(0)};
+}
+
+}  // namespace
+
+Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  CheckLinear("linear", x, weight, bias);
+  Tensor out = LinearForward(x, weight, bias, /*relu=*/false);
   RecordOp(out, "LinearBackward", {&x, &weight, &bias},
-           [x = x.Detach(), w = weight.Detach(), x_grad = x.requires_grad(),
-            w_grad = weight.requires_grad(), b_grad = bias.defined() && bias.requires_grad(), rows,
-            in, out_features](const Tensor& g) -> TensorList {
-             Tensor dx, dw, db;
-             if (x_grad) {
-               dx = Tensor::Uninitialized({rows, in}, g.dtype(), g.device());
-               Gemm(false, false, rows, in, out_features, 1.0, g, w, 0.0, dx);
-             }
-             if (w_grad) {
-               dw = Tensor::Uninitialized({out_features, in}, g.dtype(), g.device());
-               Gemm(true, false, out_features, in, rows, 1.0, g, x, 0.0, dw);
-             }
-             if (b_grad) {
-               db = Tensor::Empty({out_features}, g.dtype(), g.device());
+           [s = Save(x, weight, bias)](const Tensor& g) -> TensorList {
+             Tensor db;
+             if (s.b_grad) {
+               db = Tensor::Empty({s.out_features}, g.dtype(), g.device());
                ColumnSums(g, db);
              }
-             return {dx, dw, db};
+             return LinearBackward(s, g, db);
+           });
+  return out;
+}
+
+Tensor LinearRelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  CheckLinear("linear_relu", x, weight, bias);
+  if (x.is_cuda()) return Relu(Linear(x, weight, bias));  // two kernels and two nodes there
+  Tensor out = LinearForward(x, weight, bias, /*relu=*/true);
+  // ReLU's backward reads the output (y > 0 exactly where the pre-activation was), so the
+  // pre-activation is never kept.
+  RecordOp(out, "LinearReluBackward", {&x, &weight, &bias},
+           [s = Save(x, weight, bias), y = out.Detach()](const Tensor& g) -> TensorList {
+             // Masked in place when no one else can see the gradient, else in a copy.
+             Tensor dy = g;
+             if (!IsSoleOwner(g)) {
+               dy = Tensor::Uninitialized(g.shape(), g.dtype(), g.device());
+               dy.CopyFrom(g);
+             }
+             Tensor db =
+                 s.b_grad ? Tensor::Empty({s.out_features}, g.dtype(), g.device()) : Tensor();
+             ReluMaskAndColumnSums(dy, y, db);
+             return LinearBackward(s, dy, db);
            });
   return out;
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/gemm.h"
 #include "autograd/kernels.h"
 #include "autograd/nn.h"
 #include "autograd/ops.h"

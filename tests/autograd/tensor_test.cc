@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "autograd/gemm.h"
 #include "autograd/kernels.h"
 #include "autograd/ops.h"
 #include "gtest/gtest.h"

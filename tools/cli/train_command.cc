@@ -69,9 +69,10 @@ void PrintSetup(const jobs::TrainReport& setup) {
   std::cout << absl::StrFormat("ddpkit train: %s, %d parameter tensors (%d elements)\n",
                                setup.model(), setup.parameter_names_size(), setup.num_parameters())
             << absl::StrFormat(
-                   "world: %d ranks (%s); per rank %d rows x %d micro-batch(es) per step; %s\n",
+                   "world: %d ranks (%s); per rank %d rows x %d micro-batch(es) per step; %s; "
+                   "float32 GEMMs: %s\n",
                    setup.world_size(), setup.backend(), setup.batch_size(), setup.grad_accum(),
-                   setup.thread_budget())
+                   setup.thread_budget(), setup.gemm_library())
             << absl::StrFormat("data: %s; %s lr %g, momentum %g, %d steps\n", setup.data(),
                                setup.optimizer() == "zero-sgd" ? "ZeRO-1 SGD" : "SGD", setup.lr(),
                                setup.momentum(), setup.steps())

@@ -9,7 +9,8 @@ DDPKIT_DEBIAN_PACKAGES=(
   libprotobuf-dev protobuf-compiler    # typed reports
   nlohmann-json3-dev                   # safetensors headers
   zlib1g-dev                           # checkpoint checksums (crc32)
-  libopenblas-dev                      # matmul
+  libopenblas-dev                      # float64 GEMMs, LAPACK (autograd/gemm.h)
+  libdnnl-dev                          # float32 GEMMs: oneDNN (autograd/gemm.h)
   libgloo-dev                          # the gloo backend
   libgtest-dev libgmock-dev            # tests
   libbenchmark-dev                     # benchmarks

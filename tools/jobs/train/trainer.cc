@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "autograd/compute_threads.h"
+#include "autograd/gemm.h"
 #include "autograd/ops.h"
 #include "autograd/safetensors.h"
 #include "comm/thread_budget.h"
@@ -93,6 +94,7 @@ TrainReport DescribeSetup(const TrainConfig& config, const Rank& rank) {
       budget.ok()) {
     report.set_thread_budget(budget->ToString());
   }
+  report.set_gemm_library(std::string(GemmLibraryName(CurrentGemmLibrary())));
   report.set_batch_size(config.batch_size);
   report.set_grad_accum(config.grad_accum);
   report.set_steps(config.steps);
