@@ -7,6 +7,7 @@
 // not that of Debian's uninstrumented Abseil.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "comm/spin_wait.h"
 
 namespace ddpkit::comm {
 
@@ -36,13 +38,16 @@ class Completion {
     return value_;
   }
 
-  // Blocks until complete. Wait(timeout): nullopt when `timeout` passes first.
+  // Blocks until complete (a short spin first: comm/spin_wait.h). Wait(timeout): nullopt when
+  // `timeout` passes first.
   T Wait() const {
+    SpinUntil([this] { return published_.load(std::memory_order_acquire); });
     std::unique_lock<std::mutex> lock(mu_);
     completed_cv_.wait(lock, [this] { return value_.has_value(); });
     return *value_;
   }
   std::optional<T> Wait(absl::Duration timeout) const {
+    SpinUntil([this] { return published_.load(std::memory_order_acquire); });
     std::unique_lock<std::mutex> lock(mu_);
     if (!completed_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
                                 [this] { return value_.has_value(); })) {
@@ -82,6 +87,7 @@ class Completion {
         if (callbacks_.empty()) {
           value_ = std::move(value);
           completed_at_ = Clock::now();
+          published_.store(true, std::memory_order_release);
           break;
         }
         callbacks.swap(callbacks_);
@@ -99,6 +105,8 @@ class Completion {
   std::optional<T> value_;
   Clock::time_point completed_at_{};
   std::vector<Callback> callbacks_;
+  // Set with value_, read without the lock: what a spinning Wait polls.
+  std::atomic<bool> published_{false};
 };
 
 }  // namespace ddpkit::comm

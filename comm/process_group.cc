@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "autograd/log.h"
+#include "comm/spin_wait.h"
 
 namespace ddpkit::comm {
 namespace {
@@ -114,6 +115,7 @@ std::shared_ptr<Work> ProcessGroup::Submit(Collective c) {
     return work;
   }
   queue_.emplace_back(std::move(c), work);
+  queued_.store(queue_.size(), std::memory_order_release);
   lock.unlock();
   queue_cv_.notify_one();
   return work;
@@ -125,10 +127,16 @@ void ProcessGroup::CommLoop() {
     absl::Status status;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      if (queue_.empty() && !stopping_) {  // a collective issued right after is common: spin
+        lock.unlock();
+        SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; });
+        lock.lock();
+      }
       queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, nothing left to run
       item = std::move(queue_.front());
       queue_.pop_front();
+      queued_.store(queue_.size(), std::memory_order_release);
       status = broken_;
     }
     auto& [collective, work] = item;

@@ -156,6 +156,7 @@ class ProcessGroup {
   // Guarded by mu_:
   uint64_t next_sequence_number_ = 1;
   std::deque<std::pair<Collective, std::shared_ptr<Work>>> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), polled without mu_ by the idle comm thread
   bool stopping_ = false;
   absl::Status broken_;  // the first failure; OK while usable
   std::string dump_path_;

@@ -1,5 +1,6 @@
 #include "comm/threads/threads_world.h"
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -132,7 +133,7 @@ void ThreadsWorld::Depart(int rank) {
     std::lock_guard<std::mutex> lock(mu_);
     departed_[rank] = true;
   }
-  changed_.notify_all();
+  Notify();
 }
 
 absl::Status ThreadsWorld::Blocker(const Slot& slot, const std::string& what) const {
@@ -157,7 +158,7 @@ void ThreadsWorld::Abort(int rank, const absl::Status& reason) {
       aborted_ = absl::UnavailableError(StrCat("rank ", rank, " failed: ", reason.message()));
     }
   }
-  changed_.notify_all();
+  Notify();
 }
 
 Tensor ThreadsWorld::AcquireStaging(DType dtype, int64_t numel, Device device) {
@@ -202,8 +203,10 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
     return absl::OkStatus();
   }
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
-  // Chunked allreduce reads the inputs in place; everything else reads private copies.
+  // Chunked allreduce reads the inputs in place; everything else reads private copies. A small
+  // allreduce is cheaper staged: each rank then reduces all of it alone, with no barrier after.
   const bool chunked = c.op == OpType::kAllreduce && !IsHalf(c.input.dtype()) && size_ > 1 &&
+                       c.input.nbytes() >= kChunkedMinBytes &&
                        (c.device.is_cpu() || size_ <= cuda::kMaxRankOrderInputs);
   // The other ranks read this rank's GPU input directly: it must be complete, not just queued.
   if (c.ready) c.ready->Synchronize();
@@ -211,7 +214,7 @@ absl::Status ThreadsWorld::Exchange(int rank, const Collective& c, absl::Duratio
   Slot& slot = Arrive(rank, c, chunked, lock);
   if (absl::Status failure = AwaitEveryone(slot, c, deadline, timeout, lock); !failure.ok()) {
     lock.unlock();
-    changed_.notify_all();  // others waiting on this slot fail with it too
+    Notify();  // others waiting on this slot fail with it too
     return failure;
   }
   if (!slot.checked) {
@@ -256,7 +259,7 @@ ThreadsWorld::Slot& ThreadsWorld::Arrive(int rank, const Collective& c, bool chu
   slot.staged[rank] = staged;
   slot.arrived[rank] = true;
   ++slot.num_arrived;
-  changed_.notify_all();
+  Notify();
   return slot;
 }
 
@@ -266,7 +269,7 @@ absl::Status ThreadsWorld::AwaitEveryone(Slot& slot, const Collective& c,
                                          std::unique_lock<std::mutex>& lock) {
   const std::string what = StrCat(OpTypeName(c.op), " (sequence number ", c.sequence_number,
                                   ", world size ", size_, ")");
-  changed_.wait_until(lock, deadline, [&] {
+  WaitUntil(lock, deadline, [&] {
     return slot.num_arrived == size_ || !slot.failure.ok() || !Blocker(slot, what).ok();
   });
   // A failed slot stays in the map, so a rank arriving late fails at once with the same error.
@@ -287,39 +290,44 @@ absl::Status ThreadsWorld::AwaitEveryone(Slot& slot, const Collective& c,
 
 void ThreadsWorld::ChunkedAllreduce(int rank, const Collective& c, Slot& slot,
                                     std::unique_lock<std::mutex>& lock) {
-  // Every rank is in this slot already, so the two waits below are short and miss no one.
+  // Every rank is in this slot already; it stays until all have left, and so do the buffers.
   const int64_t n = c.input.numel();
   const DType dtype = c.input.dtype();
-  auto chunk = [&](int r) {
-    return std::pair<int64_t, int64_t>{n * r / size_, n * (r + 1) / size_};
-  };
-  // 1. Reduce this rank's chunk of every buffer, in rank order, into its own buffer.
-  auto [begin, end] = chunk(rank);
-  std::vector<const void*> inputs;
-  for (const Tensor& t : slot.staged) inputs.push_back(At(t, begin));
   const Device device = c.device;
+  const size_t element = ElementSize(dtype);
+  // Slices that stay in cache on the host; one per rank on a GPU (each ends in a stream drain).
+  const int64_t num_slices =
+      device.is_cuda() ? size_
+                       : std::clamp<int64_t>(n * element / kSliceBytes, size_, n / size_ + 1);
+  auto bounds = [&](int64_t s) {
+    return std::pair<int64_t, int64_t>{n * s / num_slices, n * (s + 1) / num_slices};
+  };
   lock.unlock();
-  ReduceRankOrderOn(device, inputs, At(c.output, begin), end - begin, dtype, c.reduce_op);
-  if (c.reduce_op == ReduceOp::kAvg) {
-    DivideInPlaceOn(device, At(c.output, begin), end - begin, dtype, size_);
+  std::vector<const void*> inputs(size_);
+  // Claim the next unclaimed slice, reduce it (every rank's buffer in rank order) into this
+  // rank's buffer, copy the result into every other rank's; until none is left. Only the
+  // claimer touches a slice, so no other locking is needed.
+  for (int64_t s; (s = slot.next_slice.fetch_add(1, std::memory_order_relaxed)) < num_slices;) {
+    auto [begin, end] = bounds(s);
+    for (int r = 0; r < size_; ++r) inputs[r] = At(slot.staged[r], begin);
+    void* own = At(c.output, begin);
+    ReduceRankOrderOn(device, inputs, own, end - begin, dtype, c.reduce_op);
+    if (c.reduce_op == ReduceOp::kAvg) DivideInPlaceOn(device, own, end - begin, dtype, size_);
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank) CopyBytesOn(device, At(slot.staged[r], begin), own, (end - begin) * element);
+    }
+    DrainStream(device);
+    if (slot.slices_done.fetch_add(1, std::memory_order_acq_rel) + 1 == num_slices) {
+      lock.lock();
+      Notify();
+      lock.unlock();
+    }
   }
-  DrainStream(device);
+  // Wait for the slices other ranks claimed: then every buffer holds the whole result, and no
+  // one reads or writes any of them again.
   lock.lock();
-  ++slot.num_reduced;
-  changed_.notify_all();
-  changed_.wait(lock, [&] { return slot.num_reduced == size_; });
-  // 2. Copy every other chunk from its owner; 3. keep every buffer in place until all have.
-  lock.unlock();
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank) continue;
-    auto [b, e] = chunk(r);
-    CopyBytesOn(device, At(c.output, b), At(slot.staged[r], b), (e - b) * ElementSize(dtype));
-  }
-  DrainStream(device);
-  lock.lock();
-  ++slot.num_copied;
-  changed_.notify_all();
-  changed_.wait(lock, [&] { return slot.num_copied == size_; });
+  WaitUntil(lock, std::chrono::steady_clock::time_point::max(),
+            [&] { return slot.slices_done.load(std::memory_order_acquire) == num_slices; });
 }
 
 void ThreadsWorld::Compute(int rank, const Collective& c,

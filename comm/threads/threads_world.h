@@ -5,13 +5,18 @@
 // world's slot for that number and waits — up to the group timeout — for the others. The first
 // rank to see all of them compares the calls (op, dtype, counts; a mismatch fails every rank
 // with the same message). Then:
-//  * allreduce (float32/64, int32/64) works as NCCL does inside a node: each rank reduces its
-//    1/n chunk, reading every rank's buffer in place and writing the result into its own
-//    buffer's chunk (only the owner ever touches a chunk in this phase); after a barrier each
-//    rank copies the other chunks from their owners; a last barrier keeps every buffer in place
-//    until all have copied;
-//  * every other collective stages copies of the inputs, and each rank computes its own output
-//    from them.
+//  * allreduce (float32/64, int32/64, from kChunkedMinBytes) works in place on the ranks' own
+//    buffers, cut into slices of about kSliceBytes: each rank's communication thread claims the
+//    next unclaimed slice, reduces it — every rank's buffer, in rank order — into its own buffer
+//    and copies the result into the others', until none is left; then it waits for the slices
+//    the others claimed. Whichever threads the scheduler runs do the work, so a rank whose
+//    thread is off its core (compute threads outnumber cores during backward) delays no one —
+//    where a reduce-scatter then all-gather in step would stall at every step. A slice is
+//    reduced then copied while still in cache;
+//  * every other collective, and a smaller allreduce, stages copies of the inputs, and each rank
+//    computes its own output from them.
+// Every wait spins briefly before it sleeps (comm/spin_wait.h): a hand-off between threads
+// then takes a few µs, not a futex wake-up.
 // Every element is reduced in rank order by exactly one rank, so results are exact,
 // deterministic and bitwise identical on every rank, whatever the thread timing.
 //
@@ -24,6 +29,7 @@
 // timeout; RunThreadsWorld does that for you.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -33,11 +39,18 @@
 
 #include "absl/container/node_hash_map.h"
 #include "comm/process_group.h"
+#include "comm/spin_wait.h"
 
 namespace ddpkit::comm {
 
 class ThreadsWorld {
  public:
+  // Allreduces from this size are chunked; smaller ones staged.
+  static constexpr int64_t kChunkedMinBytes = 32 << 10;
+  // The chunked allreduce's slice: small enough that the result, just reduced, is still in cache
+  // when it is copied to the other buffers; large enough that claiming one costs nothing.
+  static constexpr int64_t kSliceBytes = 256 << 10;
+
   explicit ThreadsWorld(int size);
   int size() const { return size_; }
 
@@ -54,8 +67,9 @@ class ThreadsWorld {
   struct Slot {
     std::vector<CollectiveFingerprint> prints;  // per rank, valid where arrived[r]
     std::vector<Tensor> staged;                 // per rank: its input, or a copy of it
-    int num_reduced = 0;                        // chunked allreduce: ranks done with their chunk
-    int num_copied = 0;                         // chunked allreduce: ranks done copying
+    // Chunked allreduce, used without mu_: the next slice to claim, and the slices finished.
+    std::atomic<int64_t> next_slice{0};
+    std::atomic<int64_t> slices_done{0};
     std::vector<bool> arrived;
     int num_arrived = 0;
     int num_done = 0;
@@ -68,13 +82,36 @@ class ThreadsWorld {
   // The steps of Exchange, with mu_ held through `lock`. Arrive stages this rank's input in the
   // slot of the collective's sequence number; AwaitEveryone waits for the other ranks and
   // returns the slot's failure (the same for every rank of it) when they cannot all come;
-  // ChunkedAllreduce is NCCL's intra-node allreduce (see above).
+  // ChunkedAllreduce is the in-place allreduce of large buffers (see above).
   Slot& Arrive(int rank, const Collective& c, bool chunked, std::unique_lock<std::mutex>& lock);
   absl::Status AwaitEveryone(Slot& slot, const Collective& c,
                              std::chrono::steady_clock::time_point deadline, absl::Duration timeout,
                              std::unique_lock<std::mutex>& lock);
   void ChunkedAllreduce(int rank, const Collective& c, Slot& slot,
                         std::unique_lock<std::mutex>& lock);
+  // Every change a waiter may be waiting for: bumps epoch_ (what spinning waiters poll), then
+  // wakes the sleeping ones.
+  void Notify() {
+    epoch_.fetch_add(1, std::memory_order_release);
+    changed_.notify_all();
+  }
+  // changed_.wait_until(lock, deadline, done), after spinning on epoch_ for a while (no
+  // deadline: time_point::max()).
+  template <typename Done>
+  bool WaitUntil(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline,
+                 Done done) {
+    if (done()) return true;
+    uint64_t seen = epoch_.load(std::memory_order_acquire);
+    lock.unlock();
+    const bool changed = SpinUntil([&] { return epoch_.load(std::memory_order_acquire) != seen; });
+    lock.lock();
+    if (changed && done()) return true;
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      changed_.wait(lock, done);
+      return true;
+    }
+    return changed_.wait_until(lock, deadline, done);
+  }
   // Why `slot` cannot complete now (departed or aborted ranks), or OK while it still may.
   absl::Status Blocker(const Slot& slot, const std::string& what) const;  // with mu_ held
   static void Compute(int rank, const Collective& c,
@@ -88,6 +125,7 @@ class ThreadsWorld {
   const int size_;
   std::mutex mu_;
   std::condition_variable changed_;  // a rank arrived, failed or departed
+  std::atomic<uint64_t> epoch_{0};   // bumped with every notify of changed_
   // Guarded by mu_. node_hash_map: a waiting rank holds a Slot& while others insert slots.
   absl::node_hash_map<uint64_t, Slot> slots_;
   absl::Status aborted_;  // the first rank failure

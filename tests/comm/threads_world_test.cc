@@ -38,8 +38,10 @@ std::vector<Case> Cases() {
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
                       DType::kInt32, DType::kInt64}) {
     for (int world : {1, 2, 3, 4}) {
-      for (int64_t count : {0, 1, 7, 100003}) {
+      // 100003 float32s: two slices of the chunked allreduce; 2500007: ten, of odd sizes.
+      for (int64_t count : {0, 1, 7, 100003, 2500007}) {
         if (count == 100003 && dtype != DType::kFloat32 && world != 4) continue;  // keep it quick
+        if (count == 2500007 && (dtype != DType::kFloat32 || world != 3)) continue;
         cases.push_back({dtype, world, count});
       }
     }
@@ -53,21 +55,32 @@ INSTANTIATE_TEST_SUITE_P(AllDtypesWorldsSizes, CollectivesTest, testing::ValuesI
                                          info.param.world_size, "_count", info.param.count);
                          });
 
-TEST(ThreadsWorldTest, ResultsAreBitwiseIdenticalOnEveryRank) {
-  constexpr int kWorld = 4;
-  constexpr int64_t kCount = 4099;
-  std::vector<std::vector<double>> results(kWorld);
-  ASSERT_TRUE(RunThreadsWorld(kWorld, [&](ProcessGroup& group) {
-                Tensor t = Tensor::Empty({kCount});
-                std::vector<float> values(kCount);  // values whose float sum depends on the order
-                for (int64_t i = 0; i < kCount; ++i)
-                  values[i] = 1.0f / static_cast<float>(group.rank() * kCount + i + 1) * 1e3f;
-                t.CopyFrom(Tensor::FromVector<float>(values, {kCount}));
-                absl::Status status = group.Allreduce(t)->Wait();
-                results[group.rank()] = t.ToDoubles();
-                return status;
-              }).ok());
-  for (int r = 1; r < kWorld; ++r) EXPECT_EQ(results[r], results[0]) << "rank " << r;
+// Both allreduce paths — staged (small) and chunked (from kChunkedMinBytes, many slices) — give
+// every rank the same bits: the float sum in rank order, whoever's thread reduced each slice.
+TEST(ThreadsWorldTest, ResultsAreBitwiseIdenticalOnEveryRankAndInRankOrder) {
+  constexpr int kWorld = 3;
+  // Values whose float sum depends on the order of the additions.
+  auto value = [](int rank, int64_t i) {
+    return 1.0f / static_cast<float>((rank * 7919 + i) % 1000 + 1) * (rank == 1 ? -1e3f : 1e3f);
+  };
+  for (int64_t count : {int64_t{4099}, int64_t{1000003}}) {
+    ASSERT_EQ(count * 4 >= ThreadsWorld::kChunkedMinBytes, count > 4099);
+    std::vector<std::vector<double>> results(kWorld);
+    ASSERT_TRUE(RunThreadsWorld(kWorld, [&](ProcessGroup& group) {
+                  std::vector<float> values(count);
+                  for (int64_t i = 0; i < count; ++i) values[i] = value(group.rank(), i);
+                  Tensor t = Tensor::FromVector<float>(values, {count});
+                  absl::Status status = group.Allreduce(t)->Wait();
+                  results[group.rank()] = t.ToDoubles();
+                  return status;
+                }).ok());
+    for (int r = 1; r < kWorld; ++r) EXPECT_EQ(results[r], results[0]) << "rank " << r;
+    for (int64_t i = 0; i < count; ++i) {
+      float sum = value(0, i);
+      for (int r = 1; r < kWorld; ++r) sum += value(r, i);
+      ASSERT_EQ(results[0][i], sum) << "element " << i << " of " << count;
+    }
+  }
 }
 
 TEST(ThreadsWorldTest, CollectivesRunAsynchronouslyInSubmissionOrder) {
