@@ -2,28 +2,44 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <map>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "autograd/log.h"
 #include "comm/gloo/process_group_gloo.h"
+#include "comm/mpi/mpi_runtime.h"
+#include "comm/mpi/process_group_mpi.h"
 #include "comm/nccl/process_group_nccl.h"
 #include "comm/round_robin.h"
+#include "comm/slurm_env.h"
 #include "comm/store/token.h"
 
 namespace ddpkit::comm {
 namespace {
 
-absl::StatusOr<std::string> Required(const char* name) {
+// A variable from the environment, else from Slurm's (comm/slurm_env.h); null when neither has it.
+const char* Lookup(const char* name) {
+  static const std::map<std::string, std::string> slurm = TorchrunVariablesFromSlurm();
   const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') {
+  if (value != nullptr && *value != '\0') return value;
+  auto it = slurm.find(name);
+  return it == slurm.end() ? nullptr : it->second.c_str();
+}
+
+absl::StatusOr<std::string> Required(const char* name) {
+  const char* value = Lookup(name);
+  if (value == nullptr) {
     return absl::InvalidArgumentError(
         StrCat("env:// rendezvous: environment variable ", name,
                " expected, but not set; run under "
-               "`ddpkit launch` (which sets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), or use "
-               "--backend threads"));
+               "`ddpkit launch` (which sets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE) or srun, "
+               "or use --backend threads"));
   }
   return std::string(value);
 }
@@ -128,11 +144,11 @@ absl::StatusOr<EnvRendezvous> ReadEnvRendezvous() {
   DDPKIT_ASSIGN_OR_RETURN(env.world_size, Integer("WORLD_SIZE", world, 1, 1 << 20));
   DDPKIT_ASSIGN_OR_RETURN(std::string rank, Required("RANK"));
   DDPKIT_ASSIGN_OR_RETURN(env.rank, Integer("RANK", rank, 0, env.world_size - 1));
-  if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) {
+  if (const char* v = Lookup("LOCAL_WORLD_SIZE")) {
     DDPKIT_ASSIGN_OR_RETURN(env.local_world_size,
                             Integer("LOCAL_WORLD_SIZE", v, 1, env.world_size));
   }
-  if (const char* v = std::getenv("LOCAL_RANK")) {
+  if (const char* v = Lookup("LOCAL_RANK")) {
     DDPKIT_ASSIGN_OR_RETURN(env.local_rank, Integer("LOCAL_RANK", v, 0, env.local_world_size - 1));
   }
   if (const char* v = std::getenv(kStoreTokenEnv)) env.store_token = v;
@@ -201,6 +217,89 @@ absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitNccl(
                      options));
     return world;
   }
+}
+
+namespace {
+
+// `text` on `root`, to every rank of MPI_COMM_WORLD, within `timeout` (a rank that never comes
+// fails the others instead of hanging them). On the main thread, before any group exists.
+absl::Status BroadcastString(std::string& text, int root, absl::Duration timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
+  auto run = [&](void* data, int count, MPI_Datatype type) -> absl::Status {
+    MPI_Request request;
+    DDPKIT_RETURN_IF_ERROR(
+        mpi::Check(MPI_Ibcast(data, count, type, root, MPI_COMM_WORLD, &request), "MPI_Ibcast"));
+    for (int done = 0;;) {
+      DDPKIT_RETURN_IF_ERROR(mpi::Check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test"));
+      if (done) return absl::OkStatus();
+      if (std::chrono::steady_clock::now() >= deadline) {
+        mpi::MarkAbandoned();
+        return absl::DeadlineExceededError(
+            StrCat("mpi: the rendezvous (rank 0 telling every rank where its store is) timed out "
+                   "after ",
+                   absl::FormatDuration(timeout), "; a rank is dead, stuck, or not started"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  };
+  int length = static_cast<int>(text.size());
+  DDPKIT_RETURN_IF_ERROR(run(&length, 1, MPI_INT));
+  text.resize(length);
+  return run(text.data(), length, MPI_CHAR);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitMpi(
+    ProcessGroupOptions options, int round_robin_groups) {
+  DDPKIT_CHECK(round_robin_groups >= 1 && round_robin_groups <= kMaxRoundRobinGroups,
+               "[InitMpi] round_robin_groups must be in [1, ", kMaxRoundRobinGroups, "], got ",
+               round_robin_groups);
+  DDPKIT_RETURN_IF_ERROR(mpi::EnsureInitialized());
+  const int rank = mpi::WorldRank(), size = mpi::WorldSize();
+  std::unique_ptr<DistributedWorld> world(new DistributedWorld());
+  world->world_size_ = size;
+  world->timeout_ = options.timeout;
+  // Rank 0's store: on loopback when every rank is on this host, else on the host's name.
+  std::string where;  // "host port token", or "" when rank 0 could not start it
+  absl::Status served;
+  if (rank == 0) {
+    char host[256] = "127.0.0.1";
+    if (mpi::RanksOnThisHost() != size) ::gethostname(host, sizeof(host));
+    absl::StatusOr<std::string> token = NewStoreToken();
+    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
+        token.ok() ? TcpStoreServer::Start(host, 0, *token)
+                   : absl::StatusOr<std::unique_ptr<TcpStoreServer>>(token.status());
+    served = server.status();
+    if (server.ok()) {
+      world->server_ = *std::move(server);
+      where = StrCat(host, " ", world->server_->port(), " ", *token);
+    }
+  }
+  DDPKIT_RETURN_IF_ERROR(BroadcastString(where, 0, options.timeout));
+  DDPKIT_RETURN_IF_ERROR(served);
+  std::vector<std::string> parts = absl::StrSplit(where, ' ');
+  int port = 0;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &port)) {
+    return absl::UnavailableError("mpi: rank 0 could not start the job's store (see its error)");
+  }
+  DDPKIT_ASSIGN_OR_RETURN(world->store_,
+                          TcpStore::Connect(parts[0], port, options.timeout, parts[2]));
+  DDPKIT_RETURN_IF_ERROR(world->store_->Set(ArrivedKey(rank), "1"));
+  std::vector<std::unique_ptr<ProcessGroup>> groups;
+  for (int i = 0; i < round_robin_groups; ++i) {
+    std::shared_ptr<Store> own =
+        i == 0 ? std::shared_ptr<Store>(world->store_)
+               : std::make_shared<PrefixStore>(world->store_, StrCat("rr", i, "/"));
+    absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+        CreateMpiProcessGroup(MPI_COMM_WORLD, own, options);
+    if (!group.ok()) return group.status();
+    groups.push_back(*std::move(group));
+  }
+  world->group_ = round_robin_groups == 1
+                      ? std::move(groups[0])
+                      : std::make_unique<ProcessGroupRoundRobin>(std::move(groups));
+  return world;
 }
 
 DistributedWorld::~DistributedWorld() {

@@ -1,5 +1,6 @@
 // env:// rendezvous, as torchrun: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (required),
-// LOCAL_RANK, LOCAL_WORLD_SIZE and DDPKIT_STORE_TOKEN (optional). `ddpkit launch` sets them.
+// LOCAL_RANK, LOCAL_WORLD_SIZE and DDPKIT_STORE_TOKEN (optional). `ddpkit launch` sets them; in
+// a Slurm step started by srun, those unset come from SLURM_* (comm/slurm_env.h).
 #pragma once
 
 #include <memory>
@@ -43,6 +44,11 @@ class DistributedWorld {
   // torchrun's jobs pick theirs). InvalidArgument in a build without CUDA.
   static absl::StatusOr<std::unique_ptr<DistributedWorld>> InitNccl(
       const EnvRendezvous& env, ProcessGroupOptions options = {});
+  // The mpi backend (comm/mpi/): rank and size from MPI, as mpirun or srun started this
+  // process. Rank 0 hosts the store (for the failure diagnosis) on a free port with a fresh
+  // token and tells the others where through MPI. K > 1: K groups, each on its own communicator.
+  static absl::StatusOr<std::unique_ptr<DistributedWorld>> InitMpi(
+      ProcessGroupOptions options = {}, int round_robin_groups = 1);
   ~DistributedWorld();
   ProcessGroup& group() { return *group_; }
   Store& store() { return *store_; }

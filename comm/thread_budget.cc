@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "autograd/compute_threads.h"
 #include "autograd/error.h"
+#include "comm/mpi/mpi_runtime.h"
 #include "comm/world.h"
 
 namespace ddpkit::comm {
@@ -26,6 +28,10 @@ absl::StatusOr<int> PositiveFromEnv(const char* name) {
 
 absl::StatusOr<int> RanksHere(const WorldSpec& world) {
   if (world.backend == "threads") return std::max(1, world.world_size);
+  if (world.backend == "mpi") {  // MPI knows which of its ranks share this host
+    DDPKIT_RETURN_IF_ERROR(mpi::EnsureInitialized());
+    return mpi::RanksOnThisHost();
+  }
   DDPKIT_ASSIGN_OR_RETURN(const int local, PositiveFromEnv("LOCAL_WORLD_SIZE"));
   return std::max(1, local);
 }
@@ -35,6 +41,10 @@ absl::StatusOr<int> RanksHere(const WorldSpec& world) {
 std::string ThreadBudget::ToString() const {
   const std::string threads_text =
       StrCat(threads, " compute thread", threads == 1 ? "" : "s", " per rank");
+  if (source == "cores bound to this rank") {
+    return StrCat(threads_text, " (", cores, " core", cores == 1 ? "" : "s",
+                  " bound to this rank by its launcher)");
+  }
   if (source == "cores / ranks") {
     return StrCat(threads_text, " (", cores, " cores / ", ranks_here, " rank",
                   ranks_here == 1 ? "" : "s", " here)");
@@ -58,6 +68,13 @@ absl::StatusOr<ThreadBudget> ResolveThreadBudget(const WorldSpec& world) {
       budget.source = name;
       return budget;
     }
+  }
+  // mpirun binds each rank to its own cores by default: the affinity is already its share.
+  if (world.backend == "mpi" &&
+      budget.cores < static_cast<int>(std::thread::hardware_concurrency())) {
+    budget.threads = budget.cores;
+    budget.source = "cores bound to this rank";
+    return budget;
   }
   budget.threads = std::max(1, budget.cores / budget.ranks_here);
   budget.source = "cores / ranks";

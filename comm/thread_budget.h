@@ -4,8 +4,10 @@
 // one), as torchrun sets OMP_NUM_THREADS for its processes.
 //
 // Who decides, first match wins: --threads-per-rank; OPENBLAS_NUM_THREADS; OMP_NUM_THREADS (which
-// `ddpkit launch` exports to cores ÷ --nproc-per-node when it is unset); cores ÷ ranks here.
-// "Ranks here": world_size for a threads world, LOCAL_WORLD_SIZE (the launcher's) for processes.
+// `ddpkit launch` exports to cores ÷ --nproc-per-node when it is unset); for mpi, the cores
+// mpirun bound this rank to, when it did; cores ÷ ranks here.
+// "Ranks here": world_size for a threads world, LOCAL_WORLD_SIZE (the launcher's) for gloo and
+// nccl processes, the ranks MPI places on this host for mpi.
 #pragma once
 
 #include <string>
@@ -20,8 +22,8 @@ struct ThreadBudget {
   int threads = 1;          // per rank
   int cores = 1;            // this process may run on (its affinity)
   int ranks_here = 1;       // ranks sharing them
-  std::string source = {};  // "--threads-per-rank", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS" or
-                            // "cores / ranks"
+  std::string source = {};  // "--threads-per-rank", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                            // "cores bound to this rank" or "cores / ranks"
   // "1 compute thread per rank (2 cores / 2 ranks here)".
   std::string ToString() const;
 };

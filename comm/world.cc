@@ -2,6 +2,7 @@
 
 #include "autograd/compute_threads.h"
 #include "autograd/gemm.h"
+#include "comm/mpi/mpi_runtime.h"
 #include "comm/nccl/process_group_nccl.h"
 #include "comm/rendezvous.h"
 #include "comm/round_robin.h"
@@ -11,9 +12,10 @@
 namespace ddpkit::comm {
 
 absl::Status ValidateWorldSpec(const WorldSpec& world) {
-  if (world.backend != "threads" && world.backend != "gloo" && world.backend != "nccl") {
+  if (world.backend != "threads" && world.backend != "gloo" && world.backend != "nccl" &&
+      world.backend != "mpi") {
     return absl::InvalidArgumentError(
-        StrCat("--backend must be threads, gloo or nccl, got '", world.backend, "'"));
+        StrCat("--backend must be threads, gloo, mpi or nccl, got '", world.backend, "'"));
   }
   if (world.backend == "nccl" && !kWithCuda) return absl::InvalidArgumentError(kNcclUnavailable);
   if (world.backend == "threads" &&
@@ -50,6 +52,10 @@ absl::Status ValidateWorldSpec(const WorldSpec& world) {
 
 absl::StatusOr<int> WorldSize(const WorldSpec& world) {
   if (world.backend == "threads") return world.world_size;
+  if (world.backend == "mpi") {
+    DDPKIT_RETURN_IF_ERROR(mpi::EnsureInitialized());
+    return mpi::WorldSize();
+  }
   DDPKIT_ASSIGN_OR_RETURN(EnvRendezvous env, ReadEnvRendezvous());
   return env.world_size;
 }
@@ -61,6 +67,11 @@ absl::Status RunOnWorld(const WorldSpec& world,
   SetComputeThreads(budget.threads);
   if (world.backend == "threads") {
     return RunThreadsWorld(world.world_size, body, world.options, world.round_robin_groups);
+  }
+  if (world.backend == "mpi") {
+    DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> distributed,
+                            DistributedWorld::InitMpi(world.options, world.round_robin_groups));
+    return body(distributed->group());
   }
   DDPKIT_ASSIGN_OR_RETURN(EnvRendezvous env, ReadEnvRendezvous());
   DDPKIT_ASSIGN_OR_RETURN(

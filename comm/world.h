@@ -17,9 +17,10 @@ inline constexpr int kMaxThreadsWorldSize = 1024;
 // A world to run on, as the --backend, --world-size and --timeout flags describe it.
 struct WorldSpec {
   // "threads": ranks as threads of this process; "gloo" (CPU) or "nccl" (one GPU per rank,
-  // cuda:LOCAL_RANK): one process per rank under `ddpkit launch`.
+  // cuda:LOCAL_RANK): one process per rank under `ddpkit launch`; "mpi" (CPU): one process per
+  // rank under mpirun or srun.
   std::string backend = "threads";
-  int world_size = 1;  // threads only; gloo and nccl take WORLD_SIZE from the launcher
+  int world_size = 1;  // threads only; gloo and nccl take WORLD_SIZE from the launcher, mpi MPI's
   ProcessGroupOptions options = {};
   int threads_per_rank = 0;  // compute threads per rank; 0: the thread budget decides
   // K > 1: each rank's group is a ProcessGroupRoundRobin over K groups (comm/round_robin.h), so
@@ -33,13 +34,15 @@ struct WorldSpec {
 absl::Status ValidateWorldSpec(const WorldSpec& world);
 
 // The number of ranks `world` will have: world_size for threads; for gloo and nccl, WORLD_SIZE
-// from the env:// rendezvous variables (InvalidArgument naming the variable when it is missing).
+// from the env:// rendezvous variables (InvalidArgument naming the variable when it is missing);
+// for mpi, MPI_COMM_WORLD's size (initialising MPI).
 absl::StatusOr<int> WorldSize(const WorldSpec& world);
 
 // First sizes the BLAS pool by the thread budget (comm/thread_budget.h). Then threads: runs
 // `body` on world_size rank threads of this process, each with its own group of
 // one shared world. gloo and nccl: join the env:// world (`ddpkit launch` sets it up) and run
-// `body` once, as this process's rank (nccl: on cuda:LOCAL_RANK). Returns OK or the first error
+// `body` once, as this process's rank (nccl: on cuda:LOCAL_RANK); mpi: the same in the world
+// mpirun or srun started. Returns OK or the first error
 // (threads: the lowest failing rank's, prefixed "rank R: ").
 absl::Status RunOnWorld(const WorldSpec& world,
                         const std::function<absl::Status(ProcessGroup&)>& body);

@@ -16,7 +16,7 @@
 #include <numeric>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_join.h"
+#include "comm/failure_diagnosis.h"
 #include "comm/reduce.h"
 
 namespace ddpkit::comm {
@@ -233,47 +233,17 @@ class ProcessGroupGloo final : public ProcessGroup {
   }
 
   // Turns Gloo's exception into our error: which op, which sequence number, and — by asking the
-  // store where every rank stopped — which ranks never answered. All within
-  // DiagnosisTime(): each survivor records itself, then reads who else has until everyone
-  // has or the window closes; a store that does not answer in the window (its host, rank 0,
-  // dead or stuck) is itself the answer.
+  // store where every rank stopped — which ranks never answered (comm/failure_diagnosis.h).
   absl::Status Diagnose(const Collective& c, const std::string& gloo_error) {
     const bool timed_out = absl::StrContains(gloo_error, "Timed out");
-    const absl::Time deadline = absl::Now() + DiagnosisTime(options());
-    const std::string prefix = StrCat("ddpkit/failed/", c.sequence_number, "/");
-    std::string who;
-    if (store_->Set(prefix + std::to_string(rank()), "1", DiagnosisTime(options())).ok()) {
-      std::vector<int> silent = SilentRanks(prefix, deadline);
-      if (!silent.empty()) {
-        who = StrCat("; rank", silent.size() > 1 ? "s " : " ", absl::StrJoin(silent, ", "),
-                     " did not reach this collective (dead, stuck, or issuing something else)");
-      }
-    } else {
-      who = "; rank 0 did not answer through the store it hosts (dead or stuck)";
-    }
+    const std::string who =
+        RanksThatDidNotArrive(*store_, rank(), size(), c.sequence_number, options());
     return absl::Status(
         timed_out ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
         StrCat(Describe(c),
                timed_out ? StrCat(" timed out after ", absl::FormatDuration(options().timeout))
                          : " failed",
                ": ", gloo_error, who));
-  }
-
-  // The ranks that have not recorded themselves under `prefix` by `deadline`. The store has
-  // just answered this rank's own record, so each check gets the whole window to be answered.
-  std::vector<int> SilentRanks(const std::string& prefix, absl::Time deadline) {
-    std::vector<int> silent;
-    while (true) {
-      silent.clear();
-      for (int r = 0; r < size(); ++r) {
-        absl::StatusOr<bool> there =
-            store_->Check({prefix + std::to_string(r)}, DiagnosisTime(options()));
-        if (!there.ok()) return {};  // the store went away: no verdict
-        if (!*there) silent.push_back(r);
-      }
-      if (silent.empty() || absl::Now() >= deadline) return silent;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
   }
 
   std::shared_ptr<gloo::Context> context_;

@@ -2,8 +2,10 @@
 #include "comm/rendezvous.h"
 
 #include <cstdlib>
+#include <map>
 
 #include "absl/strings/match.h"
+#include "comm/slurm_env.h"
 #include "gtest/gtest.h"
 
 namespace ddpkit::comm {
@@ -69,6 +71,40 @@ TEST_F(EnvRendezvousTest, ABusyPortSaysWhatToDo) {
   ASSERT_FALSE(second.ok());
   EXPECT_TRUE(absl::StrContains(second.status().message(), "is another job using this port?"))
       << second.status();
+}
+
+TEST(SlurmEnvTest, NodelistsAndTasksPerNode) {
+  EXPECT_EQ(FirstHostOfNodelist("gpu[07-09,12],cpu1"), "gpu07");
+  EXPECT_EQ(FirstHostOfNodelist("node1,node2"), "node1");
+  EXPECT_EQ(FirstHostOfNodelist("rack[3]-n[1-4]"), "rack3-n[1-4]");
+  EXPECT_EQ(FirstHostOfNodelist("solo"), "solo");
+  EXPECT_EQ(FirstHostOfNodelist(""), "");
+  EXPECT_EQ(TasksOnNode("4(x2),3", 0), 4);
+  EXPECT_EQ(TasksOnNode("4(x2),3", 1), 4);
+  EXPECT_EQ(TasksOnNode("4(x2),3", 2), 3);
+  EXPECT_EQ(TasksOnNode("4(x2),3", 3), 0);
+  EXPECT_EQ(TasksOnNode("2(y2)", 0), 0);
+}
+
+// srun starts ranks with SLURM_* set and none of torchrun's variables: they are derived.
+TEST(SlurmEnvTest, TorchrunVariablesFromASlurmStep) {
+  const std::map<std::string, std::string> slurm = {{"SLURM_PROCID", "5"},
+                                                    {"SLURM_NTASKS", "8"},
+                                                    {"SLURM_LOCALID", "1"},
+                                                    {"SLURM_NODEID", "1"},
+                                                    {"SLURM_TASKS_PER_NODE", "4(x2)"},
+                                                    {"SLURM_JOB_NODELIST", "gpu[07-08]"},
+                                                    {"SLURM_JOB_ID", "123456"}};
+  for (const auto& [name, value] : slurm) ::setenv(name.c_str(), value.c_str(), 1);
+  const std::map<std::string, std::string> vars = TorchrunVariablesFromSlurm();
+  for (const auto& [name, value] : slurm) ::unsetenv(name.c_str());
+  EXPECT_EQ(vars, (std::map<std::string, std::string>{{"RANK", "5"},
+                                                      {"WORLD_SIZE", "8"},
+                                                      {"LOCAL_RANK", "1"},
+                                                      {"LOCAL_WORLD_SIZE", "4"},
+                                                      {"MASTER_ADDR", "gpu07"},
+                                                      {"MASTER_PORT", "23456"}}));
+  EXPECT_TRUE(TorchrunVariablesFromSlurm().empty());  // outside a step: nothing
 }
 
 }  // namespace

@@ -76,21 +76,21 @@ void PrintAllreduce(const jobs::BenchAllreduceReport& r) {
       r.memcpy_bytes() / r.memcpy_us() / 1e3);
   std::cout << absl::StrFormat("# %10s  %12s  %6s  %5s  %10s  %11s  %11s  %6s", "size", "count",
                                "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
-  if (r.raw_gloo_reference()) std::cout << absl::StrFormat("  %12s  %9s", "raw_gloo(us)", "ratio");
+  const bool raw = !r.raw_reference().empty();
+  if (raw)
+    std::cout << absl::StrFormat("  %12s  %9s", StrCat("raw_", r.raw_reference(), "(us)"), "ratio");
   std::cout << "\n";
   for (const jobs::AllreducePoint& p : r.points()) {
     std::cout << absl::StrFormat("  %10d  %12d  %6s  %5s  %10.1f  %11.3f  %11.3f  %6d", p.bytes(),
                                  p.count(), "float", "sum", p.time_us(), p.algbw_gbps(),
                                  p.busbw_gbps(), p.wrong());
-    if (r.raw_gloo_reference()) {
-      std::cout << absl::StrFormat("  %12.1f  %9.2f", p.raw_gloo_us(),
-                                   p.time_us() / p.raw_gloo_us());
-    }
+    if (raw) std::cout << absl::StrFormat("  %12.1f  %9.2f", p.raw_us(), p.time_us() / p.raw_us());
     std::cout << "\n";
   }
   std::cout << absl::StrFormat("# Avg bus bandwidth    : %.3f GB/s\n", r.avg_busbw_gbps());
-  if (r.raw_gloo_reference()) {
-    std::cout << "# ratio = ddpkit time / raw Gloo time at the same size (target <= 1.10)\n";
+  if (raw) {
+    std::cout << "# ratio = ddpkit time / the raw " << r.raw_reference()
+              << " allreduce's at the same size (target <= 1.10)\n";
   }
 }
 
@@ -150,7 +150,7 @@ Subcommand BenchSubcommand() {
   return {.name = "bench",
           .summary = "measure allreduce bandwidth, or DDP's step cost, against references",
           .usage =
-              "ddpkit bench allreduce [--backend threads|gloo|nccl] [--device cpu|cuda] "
+              "ddpkit bench allreduce [--backend threads|gloo|mpi|nccl] [--device cpu|cuda] "
               "[--world-size N] "
               "[--min-bytes B] [--max-bytes B] [--json]\n       ddpkit bench ddp "
               "[--model mlp:...] [--batch-size B] [--world-size N] [--bucket-caps 0.5,1,...] "

@@ -4,8 +4,10 @@
 
 ABSL_FLAG(std::string, backend, "threads",
           "threads (ranks as threads of this process), gloo (CPU tensors, one process per "
-          "rank, under `ddpkit launch`) or nccl (GPU tensors, one process and one GPU per "
-          "rank, cuda:LOCAL_RANK, under `ddpkit launch`; needs a CUDA build)");
+          "rank, under `ddpkit launch` or srun), mpi (CPU tensors, one process per rank, under "
+          "mpirun or srun; shared memory between ranks on a host) or nccl (GPU tensors, one "
+          "process and one GPU per rank, cuda:LOCAL_RANK, under `ddpkit launch`; needs a CUDA "
+          "build)");
 ABSL_FLAG(int32_t, world_size, 4, "ranks in the threads backend's world");
 ABSL_FLAG(double, timeout, 300, "seconds any collective may take before it fails");
 ABSL_FLAG(int32_t, threads_per_rank, 0,
@@ -13,7 +15,7 @@ ABSL_FLAG(int32_t, threads_per_rank, 0,
           "this host's cores / its ranks");
 ABSL_FLAG(int32_t, round_robin_groups, 1,
           "process groups per rank, used in turn (collective i on group i mod K), so K collectives "
-          "run at once; threads and gloo backends, 1 to 16");
+          "run at once; threads, gloo and mpi backends, 1 to 16");
 
 namespace ddpkit::cli {
 

@@ -216,7 +216,8 @@ Subcommand TrainSubcommand() {
   return {.name = "train",
           .summary = "data-parallel training of an MLP with DDP (synthetic data by default)",
           .usage =
-              "ddpkit train [--world-size N | --backend gloo|nccl under ddpkit launch] "
+              "ddpkit train [--world-size N | --backend gloo|nccl under ddpkit launch | --backend "
+              "mpi under mpirun] "
               "[--device cpu|cuda] [--model mlp:IN,...,OUT] [--data FILE] [DDP flags] [flags]",
           .flag_names = flags,
           .run = RunTrain};

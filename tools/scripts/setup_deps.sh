@@ -12,6 +12,7 @@ DDPKIT_DEBIAN_PACKAGES=(
   libopenblas-dev                      # float64 GEMMs, LAPACK (autograd/gemm.h)
   libdnnl-dev                          # float32 GEMMs: oneDNN (autograd/gemm.h)
   libgloo-dev                          # the gloo backend
+  libopenmpi-dev openmpi-bin           # the mpi backend, and mpirun for its tests
   libgtest-dev libgmock-dev            # tests
   libbenchmark-dev                     # benchmarks
   clang-format                         # the format check (tools/scripts/check_format.sh)

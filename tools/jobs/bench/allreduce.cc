@@ -1,10 +1,11 @@
 // `ddpkit bench allreduce`: allreduce bandwidth in nccl-tests' columns, beside references
-// measured in the same run (memcpy on this machine; raw Gloo for the gloo backend).
+// measured in the same run (memcpy on this machine; the library's own allreduce for gloo and mpi).
 #include <cstring>
 #include <vector>
 
 #include "autograd/cuda/runtime.h"
 #include "comm/gloo/process_group_gloo.h"
+#include "comm/mpi/process_group_mpi.h"
 #include "tools/jobs/bench/bench.h"
 #include "tools/jobs/training.h"
 
@@ -61,10 +62,11 @@ absl::StatusOr<int64_t> CountWrong(comm::ProcessGroup& group, Tensor& t) {
   return static_cast<int64_t>(total.item());
 }
 
-// One size: correctness, then the mean time of `iters` allreduces after `warmup` (and raw
-// Gloo's at the same size on the gloo backend).
+// One size: correctness, then the mean time of `iters` allreduces after `warmup` (and the raw
+// library allreduce's at the same size for gloo and mpi).
 absl::StatusOr<AllreducePoint> Measure(const BenchAllreduceConfig& config,
-                                       comm::ProcessGroup& group, int64_t bytes, bool raw_gloo) {
+                                       comm::ProcessGroup& group, int64_t bytes,
+                                       const std::string& raw) {
   AllreducePoint point;
   point.set_bytes(bytes);
   point.set_count(bytes / 4);
@@ -82,12 +84,14 @@ absl::StatusOr<AllreducePoint> Measure(const BenchAllreduceConfig& config,
   point.set_time_us(seconds * 1e6);
   point.set_algbw_gbps(algbw);
   point.set_busbw_gbps(algbw * 2.0 * (group.size() - 1) / group.size());
-  if (raw_gloo) {
+  if (!raw.empty()) {
     DDPKIT_RETURN_IF_ERROR(group.Barrier()->Wait());
     DDPKIT_ASSIGN_OR_RETURN(absl::Duration d,
-                            comm::TimeRawGlooAllreduce(group, point.count(), config.iters));
-    DDPKIT_ASSIGN_OR_RETURN(const double raw, Slowest(group, absl::ToDoubleSeconds(d)));
-    point.set_raw_gloo_us(raw * 1e6);
+                            raw == "gloo"
+                                ? comm::TimeRawGlooAllreduce(group, point.count(), config.iters)
+                                : comm::TimeRawMpiAllreduce(group, point.count(), config.iters));
+    DDPKIT_ASSIGN_OR_RETURN(const double seconds, Slowest(group, absl::ToDoubleSeconds(d)));
+    point.set_raw_us(seconds * 1e6);
   }
   return point;
 }
@@ -98,13 +102,16 @@ absl::StatusOr<BenchAllreduceReport> SweepOnRank(const BenchAllreduceConfig& con
   report.set_backend(std::string(group.backend_name()));
   report.set_world_size(group.size());
   report.set_rank(group.rank());
-  report.set_raw_gloo_reference(config.backend == "gloo");
+  // Round-robin composites hand collectives to several groups: no single library call to match.
+  if ((config.backend == "gloo" || config.backend == "mpi") && config.round_robin_groups == 1) {
+    report.set_raw_reference(config.backend);
+  }
   report.set_device(RankDevice(config.device, group).ToString());
   const int64_t min_bytes = std::max<int64_t>(4, config.min_bytes);
   double busbw_sum = 0;
   for (int64_t bytes = min_bytes; bytes <= config.max_bytes; bytes *= 2) {
     DDPKIT_ASSIGN_OR_RETURN(AllreducePoint point,
-                            Measure(config, group, bytes, report.raw_gloo_reference()));
+                            Measure(config, group, bytes, report.raw_reference()));
     busbw_sum += point.busbw_gbps();
     *report.add_points() = point;
   }

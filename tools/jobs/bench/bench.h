@@ -3,7 +3,7 @@
 //    rank (on a world of one, the reducer's own cost), exposed against total communication, and
 //    step time against bucket_cap_mb, as in the DDP paper (Li et al., 2020);
 //  * allreduce: bandwidth in nccl-tests' columns, against memcpy on this machine (and, on the
-//    gloo backend, Gloo's own allreduce).
+//    gloo and mpi backends, the library's own allreduce called directly).
 #pragma once
 
 #include <string>

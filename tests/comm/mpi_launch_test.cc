@@ -1,0 +1,91 @@
+// MPI jobs started with `mpirun`, as a user would (label mpi): the collectives, a stuck rank,
+// mismatched calls, and DDP training against the threads world.
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "tests/run_command.h"
+#include "tests/state_dict_compare.h"
+
+namespace {
+
+using Result = ddpkit::testing_util::CommandResult;
+
+// OpenMPI refuses root unless told twice (CI runs as root); --oversubscribe lets a 2-core
+// machine run 3 or 4 ranks; --tag-output prefixes each line with [job,rank].
+std::string MpiRun(int ranks, const std::string& program, const std::string& env = "") {
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env +
+         " mpirun --oversubscribe --tag-output -np " + std::to_string(ranks) + " " + program;
+}
+
+std::string Worker(const std::string& mode) { return DDPKIT_BINARY_DIR "/bin/mpi_worker " + mode; }
+
+std::string RankLine(int rank, const std::string& text) {
+  return "[1," + std::to_string(rank) + "]<stdout>:" + text;
+}
+
+class MpiLaunchTest : public testing::TestWithParam<int> {};
+
+TEST_P(MpiLaunchTest, EveryCollectiveMatchesTheLocalReference) {
+  Result r = ddpkit::testing_util::RunCommandMerged(MpiRun(GetParam(), Worker("check")));
+  EXPECT_EQ(r.status, 0) << r.out;
+  for (int rank = 0; rank < GetParam(); ++rank) {
+    EXPECT_TRUE(absl::StrContains(r.out, RankLine(rank, "all collectives match"))) << r.out;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, MpiLaunchTest, testing::Values(1, 2, 3));
+
+TEST(MpiRoundRobinTest, EveryCollectiveMatchesOverTwoCommunicators) {
+  Result r = ddpkit::testing_util::RunCommandMerged(MpiRun(2, Worker("check_round_robin")));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, RankLine(1, "all collectives match"))) << r.out;
+}
+
+TEST(MpiSampleSortTest, PropertiesHoldAcrossProcesses) {
+  Result r = ddpkit::testing_util::RunCommandMerged(MpiRun(3, Worker("sample_sort")));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, RankLine(2, "sample sort properties hold"))) << r.out;
+}
+
+// A rank that stops (alive, silent): its peers time out in the collective it never joined,
+// name it through the store, and end; mpirun then ends the job.
+TEST(MpiFaultTest, AStoppedRankIsNamedWithinTheTimeout) {
+  Result r = ddpkit::testing_util::RunCommandMerged(MpiRun(3, Worker("stop")));
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out,
+                                "ALLREDUCE (sequence number 2, world size 3) timed out "
+                                "after 5s; rank 2 did not reach this collective"))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "MPI cannot cancel a collective")) << r.out;
+}
+
+TEST(MpiFaultTest, MismatchedCollectivesAreCaughtAtDetail) {
+  Result r =
+      ddpkit::testing_util::RunCommandMerged(MpiRun(2, Worker("mismatch"), "DDPKIT_DEBUG=DETAIL"));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out,
+                                "rank 0 called ALLREDUCE(SUM, float32, 4 elements) but rank 1 "
+                                "called ALLREDUCE(SUM, float32, 5 elements)"))
+      << r.out;
+}
+
+// DDP over MPI processes trains exactly as the same world of threads.
+TEST(MpiDdpTest, TrainUnderMpirunMatchesTheThreadsWorld) {
+  const std::string dir = ::testing::TempDir();
+  const std::string mpi_weights = dir + "/ddp_mpi.safetensors",
+                    threads_weights = dir + "/ddp_threads_for_mpi.safetensors";
+  const std::string train = DDPKIT_BINARY_DIR
+      "/bin/ddpkit train --steps 4 --batch-size 8 --bucket-cap-mb 0.01 --first-bucket-mb 0.004 ";
+  Result m = ddpkit::testing_util::RunCommandMerged(
+      MpiRun(2, train + "--backend mpi --save-weights " + mpi_weights));
+  ASSERT_EQ(m.status, 0) << m.out;
+  EXPECT_TRUE(absl::StrContains(m.out, "world: 2 ranks (mpi)")) << m.out;
+  EXPECT_TRUE(absl::StrContains(m.out, "buckets rebuilt")) << m.out;
+  Result t = ddpkit::testing_util::RunCommandMerged(train + "--world-size 2 --save-weights " +
+                                                    threads_weights);
+  ASSERT_EQ(t.status, 0) << t.out;
+  ddpkit::testing_util::ExpectSameStateDicts(mpi_weights, threads_weights, 1e-6);
+}
+
+}  // namespace

@@ -1,0 +1,81 @@
+// A rank of an MPI job, run by `mpirun` from mpi_launch_test.cc.
+//
+//   mpi_worker check        every collective x dtype x size against local references, on one
+//                           group and on a round-robin composite of two
+//   mpi_worker sample_sort  the sample sort's property checks (collective_checks.h)
+//   mpi_worker stop         rank 2 stops itself (SIGSTOP) after the first allreduce; the others
+//                           time out in the second, name it, and exit with code 4
+//   mpi_worker mismatch     rank 0 allreduces 4 elements, the others 5 (run at DETAIL)
+//
+// Exit status 0 when the mode's expectation held; the reason is printed otherwise.
+#include <csignal>
+#include <iostream>
+#include <string>
+
+#include "comm/rendezvous.h"
+#include "tests/comm/collective_checks.h"
+
+using namespace ddpkit;
+using namespace ddpkit::comm;
+
+namespace {
+
+absl::Status CheckEverything(ProcessGroup& group) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                      DType::kInt32, DType::kInt64}) {
+    for (int64_t count : {0, 1, 7, 4099}) {
+      DDPKIT_RETURN_IF_ERROR(testing_util::CheckAllCollectives(group, dtype, count));
+    }
+  }
+  return testing_util::CheckAllCollectives(group, DType::kFloat32, 1000003);
+}
+
+int Report(const absl::Status& status, const std::string& what, int rank) {
+  if (!status.ok()) {
+    std::cerr << "FAILED: " << status.message() << "\n";
+    return 1;
+  }
+  std::cout << what << " on rank " << rank << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  ProcessGroupOptions options;
+  options.timeout = absl::Seconds(mode == "check" || mode == "sample_sort" ? 60 : 5);
+  const int groups = mode == "check_round_robin" ? 2 : 1;
+  absl::StatusOr<std::unique_ptr<DistributedWorld>> world =
+      DistributedWorld::InitMpi(options, groups);
+  if (!world.ok()) {
+    std::cerr << world.status().message() << "\n";
+    return 1;
+  }
+  ProcessGroup& group = (*world)->group();
+  if (mode == "check" || mode == "check_round_robin") {
+    return Report(CheckEverything(group), "all collectives match", group.rank());
+  }
+  if (mode == "sample_sort") {
+    absl::Status status;
+    for (const testing_util::SampleSortCase& c : testing_util::SampleSortCases(group.size())) {
+      if (status.ok()) status = testing_util::CheckSampleSort(group, c).status();
+    }
+    if (status.ok()) status = testing_util::CheckExchangeRows(group);
+    return Report(status, "sample sort properties hold", group.rank());
+  }
+  if (mode == "stop") {
+    if (!group.Allreduce(Tensor::Full({8}, 1.0))->Wait().ok()) return 1;
+    if (group.rank() == 2) std::raise(SIGSTOP);  // stuck: alive, silent
+    absl::Status status = group.Allreduce(Tensor::Full({8}, 1.0))->Wait();
+    std::cout << "second allreduce: " << status << std::endl;
+    return status.ok() ? 1 : 4;
+  }
+  if (mode == "mismatch") {
+    absl::Status status = group.Allreduce(Tensor::Full({group.rank() == 0 ? 4 : 5}, 1.0))->Wait();
+    std::cout << "mismatched allreduce: " << status << "\n";
+    return status.code() == absl::StatusCode::kFailedPrecondition ? 0 : 1;
+  }
+  std::cerr << "unknown mode " << mode << "\n";
+  return 2;
+}
