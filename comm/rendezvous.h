@@ -47,8 +47,8 @@ class DistributedWorld {
   // The mpi backend (comm/mpi/): rank and size from MPI, as mpirun or srun started this
   // process. Rank 0 hosts the store (for the failure diagnosis) on a free port with a fresh
   // token and tells the others where through MPI. K > 1: K groups, each on its own communicator.
-  static absl::StatusOr<std::unique_ptr<DistributedWorld>> InitMpi(
-      ProcessGroupOptions options = {}, int round_robin_groups = 1);
+  static absl::StatusOr<std::unique_ptr<DistributedWorld>> InitMpi(ProcessGroupOptions options = {},
+                                                                   int round_robin_groups = 1);
   ~DistributedWorld();
   ProcessGroup& group() { return *group_; }
   Store& store() { return *store_; }
