@@ -16,22 +16,40 @@ ABSL_FLAG(int64_t, min_bytes, 1024, "allreduce: smallest message size in bytes")
 ABSL_FLAG(int64_t, max_bytes, 16 << 20, "allreduce: largest message size in bytes (sizes double)");
 ABSL_FLAG(int32_t, iters, 20, "timed iterations per measurement");
 ABSL_FLAG(int32_t, warmup_iters, 5, "untimed iterations per measurement");
-ABSL_FLAG(std::string, bucket_caps, "0.5,1,5,10,25,50", "ddp: bucket_cap_mb values for the sweep");
+ABSL_FLAG(std::string, bucket_caps, "0.5,1,5,10,25,50",
+          "ddp: bucket_cap_mb values for the sweep (paper: 0,0.5,1,5,10,25,50,100; 0 there is one "
+          "bucket per parameter)");
+ABSL_FLAG(std::string, sync_every, "1,2,4,8",
+          "paper: K values, an allreduce every K-th micro-batch (no_sync between); starts with 1");
 
 namespace ddpkit::cli {
 namespace {
 
-absl::StatusOr<std::vector<double>> ParseCaps(const std::string& text) {
+// `allow_zero`: bench paper, where 0 stands for one bucket per parameter.
+absl::StatusOr<std::vector<double>> ParseCaps(const std::string& text, bool allow_zero = false) {
   std::vector<double> caps;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     double cap;
-    if (!absl::SimpleAtod(part, &cap) || !(cap > 0)) {
-      return absl::InvalidArgumentError(
-          StrCat("--bucket-caps: '", std::string(part), "' is not a positive number"));
+    if (!absl::SimpleAtod(part, &cap) || !(cap > 0 || (allow_zero && cap == 0))) {
+      return absl::InvalidArgumentError(StrCat("--bucket-caps: '", std::string(part), "' is not a ",
+                                               allow_zero ? "number >= 0" : "positive number"));
     }
     caps.push_back(cap);
   }
   return caps;
+}
+
+absl::StatusOr<std::vector<int>> ParseSyncEvery(const std::string& text) {
+  std::vector<int> ks;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int k;
+    if (!absl::SimpleAtoi(part, &k) || k < 1) {
+      return absl::InvalidArgumentError(
+          StrCat("--sync-every: '", std::string(part), "' is not a whole number >= 1"));
+    }
+    ks.push_back(k);
+  }
+  return ks;
 }
 
 void PrintDdp(const jobs::BenchDdpReport& r) {
@@ -136,11 +154,71 @@ int RunBenchAllreduce() {
   return EmitReport<jobs::BenchAllreduceReport>(*report, absl::GetFlag(FLAGS_json), PrintAllreduce);
 }
 
+void PrintPaper(const jobs::BenchPaperReport& r) {
+  std::cout << absl::StrFormat(
+      "# ddpkit bench paper: %s (%d tensors, %.1f MB), batch %d per rank, %d ranks (%s); %s\n"
+      "# the DDP paper's experiments (Li et al., VLDB 2020, section 5); medians of %d steps, "
+      "the slowest rank's\n\n",
+      r.model(), r.parameter_tensors(), r.parameter_bytes() / 1e6, r.batch_size(), r.world_size(),
+      r.backend(), r.thread_budget(), r.iters());
+  std::cout << "1. latency breakdown per step (ms)\n"
+            << absl::StrFormat("%-12s %9s %10s %9s %10s %9s %11s\n", "mode", "forward", "backward",
+                               "exposed", "optimizer", "step", "total comm");
+  for (const jobs::PhaseBreakdown& b : r.breakdown()) {
+    std::cout << absl::StrFormat("%-12s %9.2f %10.2f %9.2f %10.2f %9.2f %11.2f\n", b.mode(),
+                                 b.forward_ms(), b.backward_compute_ms(), b.exposed_comm_ms(),
+                                 b.optimizer_ms(), b.step_ms(), b.comm_ms());
+  }
+  std::cout << absl::StrFormat(
+      "overlap makes the step %.1f%% faster (the paper: 21-39%%)\n\n"
+      "2. step time against bucket_cap_mb (0: one bucket per parameter)\n%14s %8s %9s %12s\n",
+      100 * r.overlap_speedup(), "bucket_cap_mb", "buckets", "step(ms)", "exposed(ms)");
+  for (const jobs::CapPoint& p : r.caps()) {
+    std::cout << absl::StrFormat("%14g %8d %9.2f %12.2f\n", p.bucket_cap_mb(), p.buckets(),
+                                 p.step_ms(), p.exposed_comm_ms());
+  }
+  std::cout << absl::StrFormat(
+      "\n3. skipping synchronisation: an allreduce every K-th micro-batch, no_sync between\n"
+      "%4s %18s %9s\n",
+      "K", "ms/micro-batch", "speedup");
+  for (const jobs::SyncPoint& p : r.sync()) {
+    std::cout << absl::StrFormat("%4d %18.2f %8.2fx\n", p.sync_every(), p.iteration_ms(),
+                                 p.speedup());
+  }
+  if (!r.svg_path().empty()) std::cout << "\nwrote " << r.svg_path() << "\n";
+}
+
+// bench paper's own defaults (BenchPaperConfig's) where the shared flags were not given.
+int RunBenchPaper() {
+  jobs::BenchPaperConfig config;
+  if (absl::Status s = WorldFromFlags(config); !s.ok()) return Fail("bench", s);
+  if (FlagDiffersFromDefault("bucket_caps")) {
+    absl::StatusOr<std::vector<double>> caps =
+        ParseCaps(absl::GetFlag(FLAGS_bucket_caps), /*allow_zero=*/true);
+    if (!caps.ok()) return Fail("bench", caps.status());
+    config.bucket_caps = *caps;
+  }
+  absl::StatusOr<std::vector<int>> sync_every = ParseSyncEvery(absl::GetFlag(FLAGS_sync_every));
+  if (!sync_every.ok()) return Fail("bench", sync_every.status());
+  config.sync_every = *sync_every;
+  if (FlagDiffersFromDefault("model")) config.model = absl::GetFlag(FLAGS_model);
+  if (FlagDiffersFromDefault("batch_size")) config.batch_size = absl::GetFlag(FLAGS_batch_size);
+  if (FlagDiffersFromDefault("iters")) config.iters = absl::GetFlag(FLAGS_iters);
+  if (FlagDiffersFromDefault("warmup_iters")) {
+    config.warmup_iters = absl::GetFlag(FLAGS_warmup_iters);
+  }
+  config.out_dir = absl::GetFlag(FLAGS_out);
+  absl::StatusOr<jobs::BenchPaperReport> report = jobs::BenchPaper(config);
+  if (!report.ok()) return Fail("bench", report.status());
+  return EmitReport<jobs::BenchPaperReport>(*report, absl::GetFlag(FLAGS_json), PrintPaper);
+}
+
 int RunBench(const std::vector<std::string>& positionals) {
   if (positionals.size() == 1 && positionals[0] == "ddp") return RunBenchDdp();
   if (positionals.size() == 1 && positionals[0] == "allreduce") return RunBenchAllreduce();
-  std::cerr << "ddpkit bench: name what to measure: 'ddpkit bench allreduce [flags]' or "
-               "'ddpkit bench ddp [flags]'\n";
+  if (positionals.size() == 1 && positionals[0] == "paper") return RunBenchPaper();
+  std::cerr << "ddpkit bench: name what to measure: 'ddpkit bench allreduce [flags]', "
+               "'ddpkit bench ddp [flags]' or 'ddpkit bench paper [flags]'\n";
   return kExitUsage;
 }
 
@@ -148,16 +226,19 @@ int RunBench(const std::vector<std::string>& positionals) {
 
 Subcommand BenchSubcommand() {
   return {.name = "bench",
-          .summary = "measure allreduce bandwidth, or DDP's step cost, against references",
+          .summary = "measure allreduce bandwidth, DDP's step cost, or the DDP paper's experiments",
           .usage =
               "ddpkit bench allreduce [--backend threads|gloo|mpi|nccl] [--device cpu|cuda] "
               "[--world-size N] "
               "[--min-bytes B] [--max-bytes B] [--json]\n       ddpkit bench ddp "
               "[--model mlp:...] [--batch-size B] [--world-size N] [--bucket-caps 0.5,1,...] "
-              "[--json]",
+              "[--json]\n       ddpkit bench paper [--model mlp:...] [--batch-size B] "
+              "[--world-size N] [--bucket-caps 0,0.5,...] [--sync-every 1,2,4,8] [--out DIR] "
+              "[--json]  (defaults: mlp:784,2048,2048,2048,2048,10, batch 64, 10 steps, 3 "
+              "warm-up)",
           .flag_names = {"backend", "world_size", "timeout", "device", "min_bytes", "max_bytes",
-                         "iters", "warmup_iters", "model", "batch_size", "bucket_caps", "json",
-                         "trace"},
+                         "iters", "warmup_iters", "model", "batch_size", "bucket_caps",
+                         "sync_every", "out", "json", "trace"},
           .takes_positionals = true,
           .run = RunBench};
 }

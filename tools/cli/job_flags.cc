@@ -28,8 +28,8 @@ ABSL_FLAG(std::string, save_weights, "",
           "write rank 0's final weights here (safetensors, atomically)");
 ABSL_FLAG(bool, json, false, "print only a JSON report on stdout");
 ABSL_FLAG(std::string, out, "",
-          "contrastive: write curves.csv and curves.svg into this directory; trace svg: the SVG "
-          "file; trace merge: the merged trace");
+          "contrastive: write curves.csv and curves.svg into this directory; bench paper: "
+          "paper.svg; trace svg: the SVG file; trace merge: the merged trace");
 ABSL_FLAG(std::string, trace, "",
           "write a Chrome trace of the run to FILE (open it in ui.perfetto.dev or "
           "chrome://tracing; `ddpkit trace stats|svg FILE` read it); under gloo each rank writes "

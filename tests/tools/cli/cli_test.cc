@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -68,7 +69,12 @@ TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
                            "contrastive --device gpu",
                            "recompute --blocks 0",
                            "recompute --width -3",
-                           "recompute --world-size 2 --steps 0"}) {
+                           "recompute --world-size 2 --steps 0",
+                           "bench paper --sync-every 2,4",
+                           "bench paper --sync-every 1,0",
+                           "bench paper --bucket-caps 0,-1",
+                           "bench ddp --bucket-caps 0",
+                           "bench sweep"}) {
     Result r = RunDdpkit(args);
     EXPECT_EQ(r.status, 2) << args;
     if (*args == '\0') continue;  // bare `ddpkit` prints the overview on stderr
@@ -306,6 +312,38 @@ TEST(CliTest, RecomputeShowsTheErrorAndBothFixes) {
 
 // The readers of --trace files and flight-recorder dumps: one line and exit 2 for a wrong
 // command line, exit 1 naming the file when it cannot be read.
+// The DDP paper's three experiments on a small model: every row there, each in its place, and
+// the picture written.
+TEST(CliTest, BenchPaperRunsTheThreeExperiments) {
+  const std::string dir = testing::TempDir() + "/bench_paper_" + std::to_string(::getpid());
+  Result r = RunDdpkit(
+      "bench paper --world-size 2 --model mlp:16,32,32,4 --batch-size 8 --iters 2 "
+      "--warmup-iters 1 --bucket-caps 0,1 --sync-every 1,2,4 --json --out " +
+      dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  ASSERT_EQ(report["breakdown"].size(), 2u);
+  EXPECT_EQ(report["breakdown"][0]["mode"], "overlap");
+  EXPECT_EQ(report["breakdown"][1]["mode"], "no overlap");
+  for (const auto& b : report["breakdown"]) EXPECT_GT(b["step_ms"].get<double>(), 0) << b;
+  ASSERT_EQ(report["caps"].size(), 2u);
+  EXPECT_EQ(report["caps"][0]["buckets"], 6);  // cap 0: one bucket per parameter tensor
+  EXPECT_EQ(report["caps"][1]["buckets"], 1);  // 1 MB holds the whole 1.8 KB model
+  ASSERT_EQ(report["sync"].size(), 3u);
+  EXPECT_EQ(report["sync"][0]["speedup"], 1.0);
+  EXPECT_EQ(report["sync"][2]["sync_every"], 4);
+  std::string svg;
+  {
+    std::ifstream in(dir + "/paper.svg");
+    svg.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (const char* title : {"1. Where a step goes", "2. Step time vs bucket size",
+                            "3. Skipping synchronisation", "K = 4"}) {
+    EXPECT_TRUE(absl::StrContains(svg, title)) << title;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliTest, TraceAndFrUsageErrors) {
   for (const char* args : {"trace", "trace stats", "trace frobnicate t.json", "trace svg t.json",
                            "trace svg t.json --out x.svg --iterations 3:1", "fr", "fr analyze",

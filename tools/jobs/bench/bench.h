@@ -3,7 +3,9 @@
 //    rank (on a world of one, the reducer's own cost), exposed against total communication, and
 //    step time against bucket_cap_mb, as in the DDP paper (Li et al., 2020);
 //  * allreduce: bandwidth in nccl-tests' columns, against memcpy on this machine (and, on the
-//    gloo and mpi backends, the library's own allreduce called directly).
+//    gloo and mpi backends, the library's own allreduce called directly);
+//  * paper: the DDP paper's three experiments — the step's latency breakdown with overlap on and
+//    off, step time against bucket_cap_mb, and skipping synchronisation with no_sync.
 #pragma once
 
 #include <string>
@@ -33,5 +35,20 @@ struct BenchAllreduceConfig : WorldConfig {
   Device device = Device::Cpu();  // where the buffers live (nccl: each rank's own GPU)
 };
 absl::StatusOr<BenchAllreduceReport> BenchAllreduce(const BenchAllreduceConfig& config);
+
+// The DDP paper's experiments (paper.cc).
+struct BenchPaperConfig : WorldConfig {
+  // Five weight matrices of 3-16 MB: enough tensors and bytes for the bucket cap to matter.
+  std::string model = "mlp:784,2048,2048,2048,2048,10";
+  int batch_size = 64;  // rows per rank
+  int iters = 10;       // timed steps per measurement
+  int warmup_iters = 3;
+  std::vector<double> bucket_caps = {0, 0.5, 1, 5, 10, 25, 50, 100};  // 0: one per parameter
+  std::vector<int> sync_every = {1, 2, 4, 8};
+  std::string out_dir;  // "": no files; else paper.svg (and the report's svg_path)
+};
+absl::StatusOr<BenchPaperReport> BenchPaper(const BenchPaperConfig& config);
+// The three plots side by side: the breakdown, the cap sweep, the no_sync sweep.
+std::string PaperSvg(const BenchPaperReport& report);
 
 }  // namespace ddpkit::jobs

@@ -145,24 +145,45 @@ double Axes::Y(double v) const {
   return y + height * (1 - std::clamp(t, 0.0, 1.0));
 }
 
-void DrawAxes(Svg& svg, const Axes& a, const std::string& x_label, const std::string& y_label) {
-  const Style grid{.stroke = "#e3e3e3", .width = 1};
-  const Style tick{.stroke = "#555555", .width = 1};
-  for (double v : NiceTicks(a.x_min, a.x_max, 8)) {
-    svg.Line(a.X(v), a.y, a.X(v), a.y + a.height, grid);
-    svg.Line(a.X(v), a.y + a.height, a.X(v), a.y + a.height + 4, tick);
-    svg.Text(a.X(v), a.y + a.height + 16, TickLabel(v), 10, "middle", "#444444");
-  }
+namespace {
+
+const Style kGrid{.stroke = "#e3e3e3", .width = 1};
+const Style kTick{.stroke = "#555555", .width = 1};
+
+// A tick, grid line and label at pixel column `px` of the x axis.
+void XTick(Svg& svg, const Axes& a, double px, const std::string& label) {
+  svg.Line(px, a.y, px, a.y + a.height, kGrid);
+  svg.Line(px, a.y + a.height, px, a.y + a.height + 4, kTick);
+  svg.Text(px, a.y + a.height + 16, label, 10, "middle", "#444444");
+}
+
+// The y axis ("" draws none), the frame and the x label: what both kinds of axes share.
+void FinishAxes(Svg& svg, const Axes& a, const std::string& x_label, const std::string& y_label) {
   if (!y_label.empty()) {
     for (double v : NiceTicks(a.y_min, a.y_max, 5)) {
-      svg.Line(a.x, a.Y(v), a.x + a.width, a.Y(v), grid);
-      svg.Line(a.x - 4, a.Y(v), a.x, a.Y(v), tick);
+      svg.Line(a.x, a.Y(v), a.x + a.width, a.Y(v), kGrid);
+      svg.Line(a.x - 4, a.Y(v), a.x, a.Y(v), kTick);
       svg.Text(a.x - 7, a.Y(v) + 3.5, TickLabel(v), 10, "end", "#444444");
     }
     svg.Text(a.x - 40, a.y + a.height / 2, y_label, 11, "middle", "#222222", false, -90);
   }
   svg.Rect(a.x, a.y, a.width, a.height, {.stroke = "#888888", .width = 1});
   svg.Text(a.x + a.width / 2, a.y + a.height + 32, x_label, 11, "middle", "#222222");
+}
+
+}  // namespace
+
+void DrawAxes(Svg& svg, const Axes& a, const std::string& x_label, const std::string& y_label) {
+  for (double v : NiceTicks(a.x_min, a.x_max, 8)) XTick(svg, a, a.X(v), TickLabel(v));
+  FinishAxes(svg, a, x_label, y_label);
+}
+
+void DrawCategoryAxes(Svg& svg, const Axes& a, const std::vector<std::string>& categories,
+                      const std::string& x_label, const std::string& y_label) {
+  for (size_t i = 0; i < categories.size(); ++i) {
+    XTick(svg, a, a.X(static_cast<double>(i)), categories[i]);
+  }
+  FinishAxes(svg, a, x_label, y_label);
 }
 
 void DrawSeries(Svg& svg, const Axes& axes, const Series& series) {

@@ -71,6 +71,10 @@ struct Axes {
 
 // Frame, grid, ticks and labels on both axes (`y_label` "" draws no y axis, for a timeline).
 void DrawAxes(Svg& svg, const Axes& axes, const std::string& x_label, const std::string& y_label);
+// The same with named categories on the x axis instead of numbers: category i at x = i (so give
+// the axes x_min -0.5 and x_max n - 0.5).
+void DrawCategoryAxes(Svg& svg, const Axes& axes, const std::vector<std::string>& categories,
+                      const std::string& x_label, const std::string& y_label);
 
 struct Series {
   std::string label = {};
