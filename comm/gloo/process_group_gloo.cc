@@ -66,11 +66,30 @@ decltype(auto) DispatchAll(DType dtype, F&& f) {
 
 bool IsHalf(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 
+using GlooAlgorithm = gloo::AllreduceOptions::Algorithm;
+
+// DDPKIT_GLOO_ALGORITHM: ring (the default) or bcube, the two allreduce algorithms of Gloo's
+// function API (the one whose calls take a tag and a timeout). Measured on this project's
+// machines, neither wins at any size (docs/performance.md), so ring stays the default.
+absl::StatusOr<GlooAlgorithm> GlooAlgorithmFromEnv() {
+  const char* value = std::getenv("DDPKIT_GLOO_ALGORITHM");
+  if (value == nullptr || *value == '\0' || std::string_view(value) == "ring") {
+    return GlooAlgorithm::RING;
+  }
+  if (std::string_view(value) == "bcube") return GlooAlgorithm::BCUBE;
+  return absl::InvalidArgumentError(StrCat(
+      "DDPKIT_GLOO_ALGORITHM='", value, "' is not a Gloo allreduce algorithm; use ring or bcube"));
+}
+
 class ProcessGroupGloo final : public ProcessGroup {
  public:
   ProcessGroupGloo(int rank, int size, std::shared_ptr<gloo::Context> context,
-                   std::shared_ptr<Store> store, ProcessGroupOptions options)
-      : ProcessGroup(rank, size, options), context_(std::move(context)), store_(std::move(store)) {
+                   std::shared_ptr<Store> store, ProcessGroupOptions options,
+                   GlooAlgorithm algorithm)
+      : ProcessGroup(rank, size, options),
+        context_(std::move(context)),
+        store_(std::move(store)),
+        algorithm_(algorithm) {
     StartCommThread();
   }
   ~ProcessGroupGloo() override { StopCommThread(); }
@@ -186,6 +205,7 @@ class ProcessGroupGloo final : public ProcessGroup {
               static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<T>));
           break;
       }
+      opts.setAlgorithm(algorithm_);
       opts.setTag(Tag(seq));
       opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
       gloo::allreduce(opts);
@@ -248,6 +268,7 @@ class ProcessGroupGloo final : public ProcessGroup {
 
   std::shared_ptr<gloo::Context> context_;
   std::shared_ptr<Store> store_;
+  const GlooAlgorithm algorithm_;
   friend absl::StatusOr<absl::Duration> comm::TimeRawGlooAllreduce(ProcessGroup&, int64_t, int);
 };
 
@@ -266,6 +287,7 @@ absl::StatusOr<absl::Duration> TimeRawGlooAllreduce(ProcessGroup& group, int64_t
       opts.setOutput(data.data(), data.size());
       opts.setReduceFunction(
           static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      opts.setAlgorithm(gloo_group->algorithm_);
       opts.setTag(0x40000000u + static_cast<uint32_t>(i));  // apart from sequence-number tags
       opts.setTimeout(absl::ToChronoMilliseconds(group.options().timeout));
       gloo::allreduce(opts);
@@ -280,6 +302,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(int rank, i
                                                                      std::shared_ptr<Store> store,
                                                                      const std::string& address,
                                                                      ProcessGroupOptions options) {
+  DDPKIT_ASSIGN_OR_RETURN(const GlooAlgorithm algorithm, GlooAlgorithmFromEnv());
   gloo::transport::tcp::attr attr;
   if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != '\0') {
     attr.iface = iface;
@@ -293,7 +316,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(int rank, i
     GlooStoreAdapter adapter(store, options.timeout);
     context->connectFullMesh(adapter, device);
     return std::unique_ptr<ProcessGroup>(
-        new ProcessGroupGloo(rank, size, std::move(context), std::move(store), options));
+        new ProcessGroupGloo(rank, size, std::move(context), std::move(store), options, algorithm));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         StrCat("gloo: rank ", rank, " of ", size, " could not connect to its peers: ", e.what()));

@@ -4,7 +4,8 @@
 // Ranks rendezvous through a Store (connectFullMesh). Each collective maps onto Gloo's function
 // API with the sequence number as its tag and the group timeout as its timeout:
 //
-//   allreduce       gloo::allreduce (ring), in place; AVG = SUM then divide
+//   allreduce       gloo::allreduce, in place; AVG = SUM then divide; ring, or bcube with
+//                   DDPKIT_GLOO_ALGORITHM=bcube
 //   broadcast       gloo::broadcast
 //   allgather(_v)   gloo::allgather / gloo::allgatherv
 //   reduce_scatter  gloo::alltoallv of each rank's segments, then a local sum in rank order
