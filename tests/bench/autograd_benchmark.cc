@@ -1,11 +1,14 @@
 // Linear forward + backward against a raw float32 GEMM of the same library (autograd/gemm.h),
-// measured in the same run.
+// measured in the same run; and every GEMM shape of the MLPs docs/performance.md measures, in
+// each library, against this core's peak (an FMA loop).
 //
-//   build/bin/autograd_benchmark
+//   build/bin/autograd_benchmark                    (one thread: the thread budget of 2 ranks)
+//   build/bin/autograd_benchmark --benchmark_filter=Shape
 //
 // Both report GFLOP/s (decimal). Linear forward+backward does three gemms of the same size
 // (y = x W^T, dx = dy W, dW = dy^T x) plus the bias work, so its rate should approach the raw
 // GEMM's: the target is within 1.5x.
+#include "autograd/compute_threads.h"
 #include "autograd/gemm.h"
 #include "autograd/ops.h"
 #include "autograd/random.h"
@@ -56,6 +59,83 @@ void BM_LinearForwardBackward(benchmark::State& state) {
   SetFlops(state, 3 * 2.0 * n * n * n);
 }
 BENCHMARK(BM_LinearForwardBackward)->Arg(kSize)->Unit(benchmark::kMillisecond);
+
+// The shapes of the MLPs' GEMMs at their batch sizes: forward x Wᵀ, backward dY W and dYᵀ X.
+struct GemmShape {
+  const char* name;
+  bool ta, tb;
+  int64_t m, n, k;
+};
+constexpr GemmShape kShapes[] = {
+    {"fwd_64x2048x784", false, true, 64, 2048, 784},
+    {"fwd_64x2048x2048", false, true, 64, 2048, 2048},
+    {"dX_64x2048x2048", false, false, 64, 2048, 2048},
+    {"dW_2048x2048x64", true, false, 2048, 2048, 64},
+    {"dW_2048x784x64", true, false, 2048, 784, 64},
+    {"small_fwd_32x128x128", false, true, 32, 128, 128},
+    {"small_dW_128x128x32", true, false, 128, 128, 32},
+};
+
+void BM_Shape(benchmark::State& state, GemmShape shape, GemmLibrary library) {
+  const GemmLibrary saved = CurrentGemmLibrary();
+  SetGemmLibrary(library);
+  SetComputeThreads(1);
+  Generator gen(0);
+  Tensor a = Tensor::Empty({shape.m * shape.k}), b = Tensor::Empty({shape.k * shape.n});
+  Tensor c = Tensor::Empty({shape.m * shape.n});
+  gen.FillUniform(a, -1, 1);
+  gen.FillUniform(b, -1, 1);
+  for (auto _ : state) {
+    Gemm(shape.ta, shape.tb, shape.m, shape.n, shape.k, 1.0, a, b, 0.0, c);
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  SetFlops(state, 2.0 * shape.m * shape.n * shape.k);
+  SetGemmLibrary(saved);
+}
+
+// One core's float32 peak: independent FMA chains, as wide as the CPU allows (AVX-512 where it
+// has it, else AVX2), so no chain waits on another.
+template <int kWidth>
+__attribute__((always_inline)) inline double FmaLoop(int64_t iterations) {
+  using Vector = float __attribute__((vector_size(kWidth * 4)));
+  Vector acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = Vector{} + static_cast<float>(i);
+  const Vector mul = Vector{} + 0.999999f, add = Vector{} + 1e-7f;
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (Vector& v : acc) v = v * mul + add;
+    asm volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));
+  }
+  double sum = 0;
+  for (const Vector& v : acc) sum += v[0];
+  return sum;
+}
+__attribute__((target("avx512f,fma"))) double FmaLoop512(int64_t n) { return FmaLoop<16>(n); }
+__attribute__((target("avx2,fma"))) double FmaLoop256(int64_t n) { return FmaLoop<8>(n); }
+
+void BM_FmaPeak(benchmark::State& state) {
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const int width = avx512 ? 16 : 8;
+  constexpr int64_t kIterations = 1 << 20;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(avx512 ? FmaLoop512(kIterations) : FmaLoop256(kIterations));
+  }
+  SetFlops(state, 2.0 * width * 12 * kIterations);
+  state.SetLabel(avx512 ? "avx512 fma" : "avx2 fma");
+}
+BENCHMARK(BM_FmaPeak)->Unit(benchmark::kMillisecond);
+
+int RegisterShapes() {
+  for (const GemmShape& shape : kShapes) {
+    for (GemmLibrary library : {GemmLibrary::kOneDnn, GemmLibrary::kOpenBlas}) {
+      benchmark::RegisterBenchmark(
+          StrCat("BM_Shape/", shape.name, "/", GemmLibraryName(library)).c_str(), BM_Shape, shape,
+          library)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  return 0;
+}
+const int kRegistered = RegisterShapes();
 
 }  // namespace
 }  // namespace ddpkit
