@@ -32,6 +32,8 @@ size_t SizeClass(size_t nbytes) {
 #define DDPKIT_ASAN 1
 #endif
 
+thread_local int64_t t_system_allocations = 0;
+
 bool CachingEnabled() {
 #if defined(DDPKIT_ASAN)
   return false;  // let ASan see every free
@@ -57,6 +59,7 @@ class Cache {
       }
       ++stats_.system_allocations;
     }
+    ++t_system_allocations;
     void* block = std::aligned_alloc(kAlignment, size);
     DDPKIT_CHECK(block != nullptr, "[HostAllocate] out of memory allocating ", nbytes, " bytes");
     return block;
@@ -112,5 +115,6 @@ void* HostAllocate(size_t nbytes) { return TheCache().Allocate(nbytes); }
 void HostFree(void* data, size_t nbytes) { TheCache().Free(data, nbytes); }
 HostAllocatorStats GetHostAllocatorStats() { return TheCache().Stats(); }
 void EmptyHostCache() { TheCache().Empty(); }
+int64_t ThisThreadSystemAllocations() { return t_system_allocations; }
 
 }  // namespace ddpkit

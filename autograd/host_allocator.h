@@ -29,6 +29,9 @@ struct HostAllocatorStats {
   bool caching = true;             // false under ASan or DDPKIT_HOST_CACHE=0
 };
 HostAllocatorStats GetHostAllocatorStats();
+// system_allocations made by the calling thread alone: a rank thread's own count, which its
+// peers' warm-up (in a threads world) does not disturb.
+int64_t ThisThreadSystemAllocations();
 // Returns every idle block to the system.
 void EmptyHostCache();
 

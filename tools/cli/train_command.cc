@@ -144,6 +144,12 @@ void PrintSummary(const jobs::TrainReport& report, const jobs::TrainConfig& conf
         overlap_ms, comm_ms > 0 ? 100 * overlap_ms / comm_ms : 0.0,
         Ms(log.avg_backward_exposed_comm_time()));
   }
+  if (report.host_cache() && report.steps() > 2) {
+    std::cout << absl::StrFormat(
+        "host memory: %d allocation(s) from the system after the first 2 steps (the caching "
+        "allocator serves the rest)\n",
+        report.host_allocations_when_warm());
+  }
   if (log.has_compression()) {
     const reducer::CompressionStats& c = log.compression();
     std::cout << absl::StrFormat(

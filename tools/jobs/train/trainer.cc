@@ -6,6 +6,7 @@
 
 #include "autograd/compute_threads.h"
 #include "autograd/gemm.h"
+#include "autograd/host_allocator.h"
 #include "autograd/ops.h"
 #include "autograd/safetensors.h"
 #include "comm/thread_budget.h"
@@ -185,7 +186,13 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
   Tensor y = Tensor::Empty({config.batch_size}, DType::kInt64, rank.device);
   Tensor losses = Tensor::Zeros({config.steps}, DType::kFloat64);
   std::vector<double> step_ms;
+  // Host memory the caching allocator had to ask this rank's thread's system for once warm.
+  constexpr int kWarmSteps = 2;
+  int64_t system_allocations_when_warm = -1;
   for (int step = first_step; step < config.steps; ++step) {
+    if (step == first_step + kWarmSteps) {
+      system_allocations_when_warm = ThisThreadSystemAllocations();
+    }
     const auto start = std::chrono::steady_clock::now();
     DDPKIT_ASSIGN_OR_RETURN(const double loss, TrainStep(config, rank, step, x, y));
     step_ms.push_back(
@@ -198,6 +205,11 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
     DDPKIT_RETURN_IF_ERROR(
         CheckpointIfDue(config, group, *rank.model, rank.optimizer, step + 1, report));
   }
+  if (system_allocations_when_warm >= 0) {
+    report.set_host_allocations_when_warm(ThisThreadSystemAllocations() -
+                                          system_allocations_when_warm);
+  }
+  report.set_host_cache(GetHostAllocatorStats().caching);
   trace.EndRank(group, rank.ddp->LoggingData());
   DDPKIT_RETURN_IF_ERROR(Finish(config, rank, first_step, losses, step_ms, report));
   return report;
