@@ -1,7 +1,8 @@
-// How many threads one GEMM may use: the size of OpenBLAS's pool, which every float64 GEMM of
-// every rank in this process shares, and of the OpenMP team each thread's oneDNN GEMMs run on.
-// Ranks that each run a GEMM at once should together use about the cores there are; more only
-// makes them take turns (comm/thread_budget.h sets it per job).
+// How many threads one GEMM or elementwise loop may use: the OpenMP team each thread's oneDNN
+// GEMMs and large elementwise loops (autograd/parallel.h) run on. Ranks that each compute at
+// once should together use about the cores there are; more only makes them take turns
+// (comm/thread_budget.h sets it per job). OpenBLAS (float64, thin products) then runs on the
+// calling thread alone.
 #pragma once
 
 namespace ddpkit {

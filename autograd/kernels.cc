@@ -1,6 +1,7 @@
 #include "autograd/kernels.h"
 
 #include "autograd/cuda/kernels.h"
+#include "autograd/parallel.h"
 
 namespace ddpkit {
 namespace {
@@ -23,12 +24,13 @@ void AddInPlace(const Tensor& dst, const Tensor& src, double alpha) {
     T* out = dst.data<T>();
     const T* in = src.data<T>();
     const T a = static_cast<T>(alpha);
-    const int64_t n = dst.numel();
-    if (alpha == 1.0) {
-      for (int64_t i = 0; i < n; ++i) out[i] += in[i];
-    } else {
-      for (int64_t i = 0; i < n; ++i) out[i] += a * in[i];
-    }
+    ParallelFor(dst.numel(), [&](int64_t begin, int64_t end) {
+      if (alpha == 1.0) {
+        for (int64_t i = begin; i < end; ++i) out[i] += in[i];
+      } else {
+        for (int64_t i = begin; i < end; ++i) out[i] += a * in[i];
+      }
+    });
   });
 }
 
@@ -39,7 +41,9 @@ void ScaleInPlace(const Tensor& t, double factor) {
   DispatchFloating(t.dtype(), "ScaleInPlace", [&]<typename T>() {
     T* out = t.data<T>();
     const T f = static_cast<T>(factor);
-    for (int64_t i = 0, n = t.numel(); i < n; ++i) out[i] *= f;
+    ParallelFor(t.numel(), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) out[i] *= f;
+    });
   });
 }
 
@@ -52,7 +56,9 @@ void ScaledCopy(const Tensor& dst, const Tensor& src, double factor) {
     T* out = dst.data<T>();
     const T* in = src.data<T>();
     const T f = static_cast<T>(factor);
-    for (int64_t i = 0, n = dst.numel(); i < n; ++i) out[i] = f * in[i];
+    ParallelFor(dst.numel(), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) out[i] = f * in[i];
+    });
   });
 }
 

@@ -10,6 +10,7 @@
 #include "autograd/engine.h"
 #include "autograd/host_allocator.h"
 #include "autograd/memory_stats.h"
+#include "autograd/parallel.h"
 
 namespace ddpkit {
 namespace {
@@ -233,7 +234,15 @@ void Tensor::CopyFrom(const Tensor& src) const {
     return;
   }
   if (src.dtype() == dtype()) {
-    if (nbytes() > 0) std::memmove(raw_data(), src.raw_data(), nbytes());
+    auto* out = static_cast<std::byte*>(raw_data());
+    const auto* in = static_cast<const std::byte*>(src.raw_data());
+    if (out + nbytes() <= in || in + nbytes() <= out) {  // apart: pieces may go at once
+      ParallelFor(static_cast<int64_t>(nbytes()), [&](int64_t begin, int64_t end) {
+        std::memcpy(out + begin, in + begin, end - begin);
+      });
+    } else if (nbytes() > 0) {
+      std::memmove(out, in, nbytes());
+    }
     return;
   }
   if (src.device() != device()) {  // convert where the destination is

@@ -17,6 +17,7 @@ DDPKIT_DEBIAN_PACKAGES=(
   libbenchmark-dev                     # benchmarks
   clang-format                         # the format check (tools/scripts/check_format.sh)
   clang libclang-rt-14-dev             # the fuzz build: clang and libFuzzer (tools/scripts/fuzz.sh)
+  libomp-dev                           # ... and clang's OpenMP (autograd's elementwise loops)
 )
 
 missing=()
