@@ -77,7 +77,7 @@ TEST_F(NcclTest, TheWorldFlagsTakeNccl) {
   EXPECT_TRUE(ValidateWorldSpec(spec).ok());
   spec.backend = "mpi";
   absl::Status bad = ValidateWorldSpec(spec);
-  EXPECT_THAT(std::string(bad.message()), HasSubstr("threads, gloo or nccl"));
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("threads, gloo, mpi or nccl"));
 }
 
 // Two ranks on one GPU: both learn why, from ddpkit, before NCCL is asked (which would fail
