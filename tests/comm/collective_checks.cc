@@ -1,7 +1,9 @@
 #include "tests/comm/collective_checks.h"
 
 #include <algorithm>
+#include <csignal>
 #include <functional>
+#include <iostream>
 #include <numeric>
 
 #include "absl/strings/str_join.h"
@@ -371,6 +373,20 @@ absl::Status CheckSampleSortRejectsMismatchedWidths(ProcessGroup& group) {
     return absl::InternalError(StrCat("after the mismatch: ", shard.global_rows, " rows"));
   }
   return absl::OkStatus();
+}
+
+int StoppedRankMode(ProcessGroup& group) {
+  if (!group.Allreduce(Tensor::Full({8}, 1.0))->Wait().ok()) return 1;
+  if (group.rank() == 2) std::raise(SIGSTOP);
+  absl::Status status = group.Allreduce(Tensor::Full({8}, 1.0))->Wait();
+  std::cout << "second allreduce: " << status << std::endl;
+  return status.ok() ? 1 : 4;
+}
+
+int MismatchMode(ProcessGroup& group) {
+  absl::Status status = group.Allreduce(Tensor::Full({group.rank() == 0 ? 4 : 5}, 1.0))->Wait();
+  std::cout << "mismatched allreduce: " << status << std::endl;
+  return status.code() == absl::StatusCode::kFailedPrecondition ? 0 : 1;
 }
 
 }  // namespace ddpkit::comm::testing_util

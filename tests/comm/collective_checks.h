@@ -61,4 +61,13 @@ absl::Status CheckExchangeRows(ProcessGroup& group);
 // rank's width), and the group still sorts afterwards. Needs a world of 2 or more.
 absl::Status CheckSampleSortRejectsMismatchedWidths(ProcessGroup& group);
 
+// The fault modes every multi-process worker runs (gloo_worker, mpi_worker), each returning the
+// worker's exit status.
+// "stop": rank 2 stops itself (SIGSTOP: alive, silent) after a first allreduce; the others time
+// out in the second: 4 (a failed job, so the launcher ends the stuck rank), 1 if it succeeded.
+int StoppedRankMode(ProcessGroup& group);
+// "mismatch": rank 0 allreduces 4 elements, the others 5 (run at DETAIL): 0 when every rank got
+// the calls' FailedPrecondition, else 1.
+int MismatchMode(ProcessGroup& group);
+
 }  // namespace ddpkit::comm::testing_util

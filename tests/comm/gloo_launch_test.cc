@@ -184,11 +184,11 @@ TEST(GlooTraceTest, RankFilesMergeIntoOneTrace) {
   const nlohmann::json& ranks = trace["otherData"]["ddpkit"]["ranks"];
   ASSERT_EQ(ranks.size(), 2u);
   for (const nlohmann::json& rank : ranks) {
-    // One host, one monotonic clock: the true offset is 0, so the measured one is within its
-    // own uncertainty (half the best round trip) — however loaded the machine made that trip.
-    EXPECT_LE(std::abs(rank["clock_offset_us"].get<double>()),
-              rank["clock_uncertainty_us"].get<double>() + 1)
-        << rank.dump();
+    // One host, one monotonic clock: the true offset is 0. The estimate errs by how much later
+    // one rank left the barrier before each measurement than the other — a scheduling delay,
+    // tens of µs when the machine is idle, and more than 1 ms under a loaded test run (which
+    // failed the old 1 ms bound); 5 ms still catches an offset applied twice or not at all.
+    EXPECT_LT(std::abs(rank["clock_offset_us"].get<double>()), 5000) << rank.dump();
   }
   EXPECT_FALSE(trace.contains("distributedInfo"));
   Result s = RunShell(DDPKIT_BINARY_DIR "/bin/ddpkit trace stats " + base + " --json");

@@ -11,7 +11,6 @@
 //                                exit with code 4
 //
 // Exit status 0 when the mode's expectation held; the reason is printed otherwise.
-#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -76,18 +75,8 @@ int main(int argc, char** argv) {
     std::cout << "second allreduce: " << status << "\n";
     return status.ok() ? 1 : 0;  // failing (not hanging) is the expected outcome
   }
-  if (mode == "stop") {
-    if (!group.Allreduce(Tensor::Full({8}, 1.0))->Wait().ok()) return 1;
-    if (group.rank() == 2) std::raise(SIGSTOP);  // stuck: alive, silent
-    absl::Status status = group.Allreduce(Tensor::Full({8}, 1.0))->Wait();
-    std::cout << "second allreduce: " << status << "\n";
-    return status.ok() ? 1 : 4;  // a failed job, so the launcher stops the stuck rank
-  }
-  if (mode == "mismatch") {
-    absl::Status status = group.Allreduce(Tensor::Full({group.rank() == 0 ? 4 : 5}, 1.0))->Wait();
-    std::cout << "mismatched allreduce: " << status << "\n";
-    return status.code() == absl::StatusCode::kFailedPrecondition ? 0 : 1;
-  }
+  if (mode == "stop") return testing_util::StoppedRankMode(group);
+  if (mode == "mismatch") return testing_util::MismatchMode(group);
   std::cerr << "unknown mode " << mode << "\n";
   return 2;
 }

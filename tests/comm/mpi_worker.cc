@@ -8,7 +8,6 @@
 //   mpi_worker mismatch     rank 0 allreduces 4 elements, the others 5 (run at DETAIL)
 //
 // Exit status 0 when the mode's expectation held; the reason is printed otherwise.
-#include <csignal>
 #include <iostream>
 #include <string>
 
@@ -64,18 +63,8 @@ int main(int argc, char** argv) {
     if (status.ok()) status = testing_util::CheckExchangeRows(group);
     return Report(status, "sample sort properties hold", group.rank());
   }
-  if (mode == "stop") {
-    if (!group.Allreduce(Tensor::Full({8}, 1.0))->Wait().ok()) return 1;
-    if (group.rank() == 2) std::raise(SIGSTOP);  // stuck: alive, silent
-    absl::Status status = group.Allreduce(Tensor::Full({8}, 1.0))->Wait();
-    std::cout << "second allreduce: " << status << std::endl;
-    return status.ok() ? 1 : 4;
-  }
-  if (mode == "mismatch") {
-    absl::Status status = group.Allreduce(Tensor::Full({group.rank() == 0 ? 4 : 5}, 1.0))->Wait();
-    std::cout << "mismatched allreduce: " << status << "\n";
-    return status.code() == absl::StatusCode::kFailedPrecondition ? 0 : 1;
-  }
+  if (mode == "stop") return testing_util::StoppedRankMode(group);
+  if (mode == "mismatch") return testing_util::MismatchMode(group);
   std::cerr << "unknown mode " << mode << "\n";
   return 2;
 }

@@ -75,7 +75,7 @@ TEST_F(NcclTest, TheWorldFlagsTakeNccl) {
   WorldSpec spec;
   spec.backend = "nccl";
   EXPECT_TRUE(ValidateWorldSpec(spec).ok());
-  spec.backend = "mpi";
+  spec.backend = "ucc";
   absl::Status bad = ValidateWorldSpec(spec);
   EXPECT_THAT(std::string(bad.message()), HasSubstr("threads, gloo, mpi or nccl"));
 }
