@@ -47,17 +47,16 @@ class Cache {
  public:
   void* Allocate(size_t nbytes) {
     const size_t size = SizeClass(nbytes);
-    if (caching_) {
+    {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = idle_.find(size);
-      if (it != idle_.end() && !it->second.empty()) {
+      if (auto it = idle_.find(size); caching_ && it != idle_.end() && !it->second.empty()) {
         void* block = it->second.back();
         it->second.pop_back();
         cached_bytes_ -= size;
         ++stats_.cached_allocations;
         return block;
       }
-      ++stats_.system_allocations;
+      ++stats_.system_allocations;  // every request when not caching
     }
     ++t_system_allocations;
     void* block = std::aligned_alloc(kAlignment, size);

@@ -23,7 +23,7 @@ void* HostAllocate(size_t nbytes);
 void HostFree(void* data, size_t nbytes);
 
 struct HostAllocatorStats {
-  int64_t system_allocations = 0;  // requests the cache could not serve
+  int64_t system_allocations = 0;  // requests the cache could not serve (all, when not caching)
   int64_t cached_allocations = 0;  // requests served from the cache
   int64_t cached_bytes = 0;        // idle in the cache now
   bool caching = true;             // false under ASan or DDPKIT_HOST_CACHE=0
