@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds ddpkit and runs the whole test suite; exits non-zero on any failure.
-#   0. the format check: every C++ file as clang-format writes it (tools/scripts/check_format.sh);
+#   0. the format check: every C++ file as clang-format writes it (tools/scripts/check_format.sh),
+#      and the README's reading path within its line budget (tools/scripts/reading_path.sh);
 #   1. the normal build (with CUDA and NCCL when /usr/local/cuda or CUDA_HOME has them), all tests;
 #      the GPU tests (label gpu) skip with one line each on a machine without a GPU;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, all tests (host code only: ASan's
 #      shadow memory and the CUDA driver's address reservations do not mix, and the GPU code is
 #      compiled by the normal build);
-#   3. a ThreadSanitizer build, the threaded tests (labels comm, join, reducer; not gloo, because
-#      Debian's libgloo is not TSan-instrumented and its own threads would be misreported);
+#   3. a ThreadSanitizer build of only the threaded tests (labels comm, join, reducer: the
+#      tests_<label> targets of tests/CMakeLists.txt) and those tests; not gloo, because Debian's
+#      libgloo is not TSan-instrumented and its own threads would be misreported;
 #   4. the fuzzers: the parsers of untrusted bytes under libFuzzer, 30 s each
 #      (tools/scripts/fuzz.sh; a clang build of only what they need, in build-fuzz/).
 # Skip 2 and 3 with DDPKIT_SKIP_SANITIZERS=1, and 4 with DDPKIT_SKIP_FUZZ=1, for a quick local run.
@@ -15,16 +17,21 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 jobs="$(nproc)"
 
-echo "== ddpkit: format check"
+started=$SECONDS
+phase() { echo "== ddpkit: $1 (at $((SECONDS - started)) s)"; }
+
+phase "format check"
 bash "$root/tools/scripts/setup_deps.sh"
 bash "$root/tools/scripts/check_format.sh"
+bash "$root/tools/scripts/reading_path.sh"
 
-echo "== ddpkit: build and test (build/)"
-bash "$root/tools/scripts/build.sh" "$root/build"
+phase "build and test (build/)"
+bash "$root/tools/scripts/build.sh" "$root/build" -DDDPKIT_CUDA="${DDPKIT_CUDA:-AUTO}" \
+  -DDDPKIT_BUILD_TESTS=ON -DDDPKIT_BUILD_BENCHMARKS=ON -DDDPKIT_DEBUG_INFO=ON  # whatever demo.sh set
 ctest --test-dir "$root/build" --output-on-failure --parallel "$jobs"
 
 if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
-  echo "== ddpkit: build and test under ASan+UBSan (build-asan/)"
+  phase "build and test under ASan+UBSan (build-asan/)"
   bash "$root/tools/scripts/build.sh" "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug \
     "-DDDPKIT_SANITIZE=address;undefined" -DDDPKIT_BUILD_BENCHMARKS=OFF -DDDPKIT_CUDA=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -32,14 +39,16 @@ if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
 fi
 
 if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
-  echo "== ddpkit: build and test under TSan (build-tsan/, threaded tests)"
-  bash "$root/tools/scripts/build.sh" "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug \
+  phase "build and test under TSan (build-tsan/, threaded tests)"
+  DDPKIT_TARGETS="tests_comm tests_join tests_reducer" \
+    bash "$root/tools/scripts/build.sh" "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug \
     -DDDPKIT_SANITIZE=thread -DDDPKIT_BUILD_BENCHMARKS=OFF -DDDPKIT_CUDA=OFF
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --test-dir "$root/build-tsan" -L 'comm|join|reducer' --output-on-failure --parallel "$jobs"
 fi
 
 if [ "${DDPKIT_SKIP_FUZZ:-0}" != 1 ]; then
-  echo "== ddpkit: fuzz the parsers (build-fuzz/, 30 s per harness)"
+  phase "fuzz the parsers (build-fuzz/, 30 s per harness)"
   bash "$root/tools/scripts/fuzz.sh" 30
 fi
+phase "done"

@@ -143,6 +143,10 @@ void PrintSummary(const jobs::TrainReport& report, const jobs::TrainConfig& conf
         Ms(log.avg_forward_compute_time()), Ms(log.avg_backward_compute_time()), comm_ms,
         overlap_ms, comm_ms > 0 ? 100 * overlap_ms / comm_ms : 0.0,
         Ms(log.avg_backward_exposed_comm_time()));
+    if (config.trace_path.empty()) {
+      std::cout << "  see it: add --trace t.json, then `ddpkit trace svg t.json --out t.svg` draws "
+                   "each bucket's allreduce against backward\n";
+    }
   }
   if (report.host_cache() && report.steps() > 2) {
     std::cout << absl::StrFormat(

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages ddpkit builds against, skipping those already present.
-# Run by tools/scripts/build.sh (so by tools/demo.sh and tools/test.sh); safe to run on its own.
+#   setup_deps.sh build   what building build/bin/ddpkit needs (tools/demo.sh)
+#   setup_deps.sh [test]  that and what the tests, benchmarks, format check and fuzzers need
+# Run by tools/scripts/build.sh (its DDPKIT_DEPS picks the set); safe to run on its own.
 set -euo pipefail
 
-DDPKIT_DEBIAN_PACKAGES=(
+# What building build/bin/ddpkit needs (tools/demo.sh installs only these) ...
+DDPKIT_BUILD_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libabsl-dev                          # flags, strings, containers, Status
   libprotobuf-dev protobuf-compiler    # typed reports
@@ -13,12 +16,21 @@ DDPKIT_DEBIAN_PACKAGES=(
   libdnnl-dev                          # float32 GEMMs: oneDNN (autograd/gemm.h)
   libgloo-dev                          # the gloo backend
   libopenmpi-dev openmpi-bin           # the mpi backend, and mpirun for its tests
+)
+# ... and what the test suite adds (tools/test.sh).
+DDPKIT_TEST_PACKAGES=(
   libgtest-dev libgmock-dev            # tests
   libbenchmark-dev                     # benchmarks
   clang-format                         # the format check (tools/scripts/check_format.sh)
   clang libclang-rt-14-dev             # the fuzz build: clang and libFuzzer (tools/scripts/fuzz.sh)
   libomp-dev                           # ... and clang's OpenMP (autograd's elementwise loops)
 )
+
+case "${1:-test}" in
+  build) DDPKIT_DEBIAN_PACKAGES=("${DDPKIT_BUILD_PACKAGES[@]}") ;;
+  test) DDPKIT_DEBIAN_PACKAGES=("${DDPKIT_BUILD_PACKAGES[@]}" "${DDPKIT_TEST_PACKAGES[@]}") ;;
+  *) echo "usage: setup_deps.sh [build|test]   (default: test, everything)" >&2; exit 2 ;;
+esac
 
 missing=()
 for pkg in "${DDPKIT_DEBIAN_PACKAGES[@]}"; do
