@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "comm/backend.h"
 #include "comm/collective_listener.h"
 #include "comm/debug.h"
 #include "comm/flight_recorder.h"

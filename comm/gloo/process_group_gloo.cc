@@ -93,7 +93,7 @@ class ProcessGroupGloo final : public ProcessGroup {
     StartCommThread();
   }
   ~ProcessGroupGloo() override { StopCommThread(); }
-  std::string_view backend_name() const override { return "gloo"; }
+  std::string_view backend_name() const override { return BackendName(Backend::kGloo); }
 
  private:
   uint32_t Tag(uint64_t seq) const { return static_cast<uint32_t>(seq & 0x7fffffff); }

@@ -70,7 +70,7 @@ class ProcessGroupMpi final : public ProcessGroup {
     StopCommThread();
     if (!abandoned_) MPI_Comm_free(&comm_);  // a pending collective keeps it in use
   }
-  std::string_view backend_name() const override { return "mpi"; }
+  std::string_view backend_name() const override { return BackendName(Backend::kMpi); }
   MPI_Comm comm() const { return comm_; }
 
  private:

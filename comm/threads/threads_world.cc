@@ -115,7 +115,7 @@ void DumpTheRest(const std::vector<RankRecord>& records, const std::vector<absl:
         WriteFlightRecorderDump(options.fr_dump_dir, records[r].entries,
                                 {.rank = r,
                                  .world_size = static_cast<int>(records.size()),
-                                 .backend = "threads",
+                                 .backend = std::string(BackendName(Backend::kThreads)),
                                  .reason = reason,
                                  .timeout = options.timeout});
     if (!path.ok()) Log(LogLevel::kError, std::string(path.status().message()));

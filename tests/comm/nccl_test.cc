@@ -73,10 +73,9 @@ TEST_F(NcclTest, AGpuThatIsNotThereIsNamed) {
 
 TEST_F(NcclTest, TheWorldFlagsTakeNccl) {
   WorldSpec spec;
-  spec.backend = "nccl";
+  spec.backend = Backend::kNccl;
   EXPECT_TRUE(ValidateWorldSpec(spec).ok());
-  spec.backend = "ucc";
-  absl::Status bad = ValidateWorldSpec(spec);
+  absl::Status bad = ParseBackend("ucc").status();
   EXPECT_THAT(std::string(bad.message()), HasSubstr("threads, gloo, mpi or nccl"));
 }
 

@@ -5,7 +5,7 @@
 //      any rank starts;
 //   2. on every rank of the world: build the model and the data, run (RunOnEveryRank);
 //   3. return the report of the rank this process reports for — rank 0 of a threads world;
-//      under gloo each process its own, and the command line prints rank 0's.
+//      under gloo, mpi and nccl each process its own, and the command line prints rank 0's.
 //
 // Jobs never read flags or print: tools/cli/ turns flags into a config and a report into text
 // or JSON.
@@ -26,8 +26,8 @@ namespace ddpkit::jobs {
 
 // Where a job runs: --backend, --world-size, --timeout.
 struct WorldConfig {
-  std::string backend = "threads";  // or "gloo"/"nccl": one process per rank, `ddpkit launch`
-  int world_size = 1;               // threads backend only
+  comm::Backend backend = comm::Backend::kThreads;  // comm/backend.h
+  int world_size = 1;                               // threads backend only
   comm::ProcessGroupOptions comm_options;
   int threads_per_rank = 0;    // --threads-per-rank; 0: the thread budget (comm/thread_budget.h)
   int round_robin_groups = 1;  // --round-robin-groups (comm/round_robin.h)

@@ -205,7 +205,7 @@ ContrastiveReport DescribeRun(const Setup& s) {
   const int64_t global = static_cast<int64_t>(c.batch_size) * s.world;
   ContrastiveReport report;
   report.set_world_size(s.world);
-  report.set_backend(c.backend);
+  report.set_backend(std::string(comm::BackendName(c.backend)));
   report.set_batch_size(c.batch_size);
   report.set_global_batch(global);
   report.set_steps(c.steps);

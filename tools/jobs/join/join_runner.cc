@@ -28,7 +28,7 @@ absl::Status Validate(const JoinRunConfig& config) {
                                                "]"));
     }
   }
-  if (config.backend != "threads") return absl::OkStatus();
+  if (!comm::InfoOf(config.backend).ranks_share_process) return absl::OkStatus();
   if (!config.inputs.empty() && config.world_size != 0 &&
       config.world_size != static_cast<int>(config.inputs.size())) {
     return absl::InvalidArgumentError(StrCat("--inputs lists ", config.inputs.size(),
@@ -304,7 +304,7 @@ absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
                             static_cast<double>(config.batch_size) *
                             static_cast<double>(widths.front() + 2);  // synthetic rows
   DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
-                                           config.backend != "threads" ? 1
+                                           !comm::InfoOf(config.backend).ranks_share_process ? 1
                                            : config.world_size > 0
                                                ? config.world_size
                                                : static_cast<int>(config.inputs.size()),

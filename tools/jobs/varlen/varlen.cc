@@ -47,7 +47,8 @@ absl::Status CheckModelFits(const VarlenConfig& config, const SequenceModelSpec&
   widths.push_back(spec.classes);
   const double table = 16.0 * static_cast<double>(spec.vocab) * static_cast<double>(spec.dim);
   return CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, table),
-                           config.backend == "threads" ? config.world_size : 1, "--model");
+                           comm::InfoOf(config.backend).ranks_share_process ? config.world_size : 1,
+                           "--model");
 }
 
 absl::StatusOr<SequenceModelSpec> Validate(const VarlenConfig& config) {
