@@ -1,5 +1,7 @@
 #include "comm/backend.h"
 
+#include <iterator>
+
 #include "autograd/error.h"
 
 namespace ddpkit::comm {
