@@ -1,7 +1,6 @@
 #include "comm/world.h"
 
 #include "autograd/compute_threads.h"
-#include "autograd/gemm.h"
 #include "comm/mpi/mpi_runtime.h"
 #include "comm/nccl/process_group_nccl.h"
 #include "comm/rendezvous.h"
@@ -36,8 +35,6 @@ absl::Status ValidateWorldSpec(const WorldSpec& world) {
         "--round-robin-groups ", world.round_robin_groups, " is not supported with --backend ",
         backend.name, " (one communicator per rank); use 1, or --backend gloo or threads"));
   }
-  // A bad DDPKIT_GEMM is reported here, before any rank starts, not at the first GEMM.
-  DDPKIT_RETURN_IF_ERROR(GemmLibraryFromEnv().status());
   if (!(world.options.timeout > absl::ZeroDuration())) {
     return absl::InvalidArgumentError(StrCat("--timeout must be > 0 seconds, got ",
                                              absl::ToDoubleSeconds(world.options.timeout)));

@@ -1,6 +1,7 @@
 // Running one function per rank on a world, whatever the backend: what every job behind a
 // `ddpkit` subcommand calls. It sits on the backends' own entry points — RunThreadsWorld
-// (comm/threads/threads_world.h) and DistributedWorld::InitGloo / InitNccl (comm/rendezvous.h).
+// (comm/threads/threads_world.h) and DistributedWorld::InitGloo / InitMpi / InitNccl
+// (comm/rendezvous.h).
 #pragma once
 
 #include <functional>

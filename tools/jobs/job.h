@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "autograd/error.h"
+#include "autograd/gemm.h"
 #include "comm/world.h"
 
 namespace ddpkit::jobs {
@@ -38,11 +39,15 @@ struct WorldConfig {
 };
 
 // Runs `on_rank` on every rank of `world` and returns the report of the rank this process
-// reports for, or the first error. A ddpkit::Error thrown on a rank becomes its Status.
+// reports for, or the first error (an invalid DDPKIT_GEMM before any rank starts). A ddpkit::Error
+// thrown on a rank becomes its Status.
 template <typename Report>
 absl::StatusOr<Report> RunOnEveryRank(
     const comm::WorldSpec& world,
     const std::function<absl::StatusOr<Report>(comm::ProcessGroup&)>& on_rank) {
+  // A bad DDPKIT_GEMM is reported here, before any rank starts, not at the first GEMM (comm
+  // knows nothing of GEMM libraries).
+  if (absl::Status gemm = GemmLibraryFromEnv().status(); !gemm.ok()) return gemm;
   std::mutex mu;
   Report reported;
   absl::Status status = comm::RunOnWorld(world, [&](comm::ProcessGroup& group) -> absl::Status {

@@ -180,7 +180,7 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
   if (trace.recorder != nullptr) trace.recorder->SetIteration(-1);
   if (trace.ddp != nullptr) *trace.ddp = ddp->LoggingData();
   // The global loss: local layout ranks hold shares whose mean is it; global ranks hold it.
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   CheckOk(group.Allreduce(losses)->Wait(), "averaging the losses");
   for (int step = 0; step < c.steps; ++step) {
     curve.add_losses(losses.data<double>()[step] / group.size());

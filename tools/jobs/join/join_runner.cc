@@ -100,7 +100,7 @@ absl::StatusOr<RankRows> LoadRankRows(const JoinRunConfig& config,
 absl::StatusOr<std::vector<int>> ShareIterationCounts(comm::ProcessGroup& group, int mine) {
   Tensor counts = Tensor::Zeros({group.size()}, DType::kInt64);
   counts.data<int64_t>()[group.rank()] = mine;
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   DDPKIT_RETURN_IF_ERROR(WaitFor(group.Allreduce(counts), "sharing the iteration counts"));
   std::vector<int> inputs(group.size());
   for (int r = 0; r < group.size(); ++r) inputs[r] = static_cast<int>(counts.data<int64_t>()[r]);
@@ -250,7 +250,7 @@ JoinReport DescribeRun(const JoinRunConfig& config, const Rank& rank) {
 // optimizer shard sizes; then rank 0's accuracy and saved weights.
 absl::Status Summarize(const JoinRunConfig& config, Rank& rank, JoinReport& report) {
   comm::ProcessGroup& group = rank.group;
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   DDPKIT_RETURN_IF_ERROR(rank.log.Combine(group));
   DDPKIT_ASSIGN_OR_RETURN(const bool identical, ModelsIdentical(*rank.model, group));
   report.set_models_identical(identical);

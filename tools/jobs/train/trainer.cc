@@ -157,7 +157,7 @@ absl::StatusOr<double> TrainStep(const TrainConfig& config, Rank& rank, int step
 // the accuracy on all rows, the median step time, and rank 0's saved weights.
 absl::Status Finish(const TrainConfig& config, Rank& rank, int first_step, Tensor& losses,
                     const std::vector<double>& step_ms, TrainReport& report) {
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   if (config.steps > 0) DDPKIT_RETURN_IF_ERROR(rank.group.Allreduce(losses)->Wait());
   for (int step = first_step; step < config.steps; ++step) {
     report.add_losses(losses.data<double>()[step] / rank.group.size());
