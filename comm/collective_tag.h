@@ -17,9 +17,9 @@
 namespace ddpkit::comm {
 
 struct CollectiveTag {
-  std::string_view purpose;  // snake case, a string literal; "" untagged
-  int32_t bucket = -1;       // the gradient bucket it reduces, if any
-  bool shadow = false;       // issued by a joined rank on behalf of the active ones
+  std::string_view purpose = {};  // snake case, a string literal; "" untagged
+  int32_t bucket = -1;            // the gradient bucket it reduces, if any
+  bool shadow = false;            // issued by a joined rank on behalf of the active ones
 };
 
 // The purpose as traces and dumps print it: the label, or "untagged".
