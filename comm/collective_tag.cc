@@ -7,25 +7,8 @@ thread_local CollectiveTag current_tag;
 
 }  // namespace
 
-std::string_view CollectivePurposeName(CollectivePurpose purpose) {
-  switch (purpose) {
-    case CollectivePurpose::kUntagged: return "untagged";
-    case CollectivePurpose::kModelCheck: return "model_check";
-    case CollectivePurpose::kModelBroadcast: return "model_broadcast";
-    case CollectivePurpose::kBufferBroadcast: return "buffer_broadcast";
-    case CollectivePurpose::kGradientBucket: return "bucket";
-    case CollectivePurpose::kUsedMap: return "used_map";
-    case CollectivePurpose::kHookCounts: return "hook_counts";
-    case CollectivePurpose::kRebuiltPlan: return "rebuilt_plan";
-    case CollectivePurpose::kJoinCount: return "join_count";
-    case CollectivePurpose::kJoinThrowCheck: return "join_throw_check";
-    case CollectivePurpose::kJoinPlan: return "join_plan";
-    case CollectivePurpose::kJoinFinalSync: return "join_final_sync";
-    case CollectivePurpose::kZeroShard: return "zero_shard";
-    case CollectivePurpose::kClockSync: return "clock_sync";
-    case CollectivePurpose::kJob: return "job";
-  }
-  return "?";
+std::string_view PurposeName(const CollectiveTag& tag) {
+  return tag.purpose.empty() ? "untagged" : tag.purpose;
 }
 
 ScopedCollectiveTag::ScopedCollectiveTag(CollectiveTag tag) : previous_(current_tag) {

@@ -59,8 +59,8 @@ void FlightRecorder::Finished(uint64_t sequence_number, bool ok) {
 }
 
 std::string DescribeTag(const CollectiveTag& tag) {
-  if (tag.purpose == CollectivePurpose::kUntagged) return "";
-  std::string out(CollectivePurposeName(tag.purpose));
+  if (tag.purpose.empty()) return "";
+  std::string out(tag.purpose);
   if (tag.bucket >= 0) absl::StrAppend(&out, " ", tag.bucket);
   if (tag.shadow) out += " (shadow)";
   return out;

@@ -80,7 +80,7 @@ nlohmann::json EntryJson(const FlightRecorder::Entry& e, const FlightRecorderDum
       {"dtype", DTypeName(e.dtype)},
       {"reduce_op", ReduceOpName(e.reduce_op)},
       {"root", e.root},
-      {"purpose", CollectivePurposeName(e.tag.purpose)},
+      {"purpose", PurposeName(e.tag)},
       {"bucket", e.tag.bucket},
       {"shadow", e.tag.shadow},
   };

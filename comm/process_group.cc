@@ -1,14 +1,28 @@
 #include "comm/process_group.h"
 
-#include <chrono>
 #include <numeric>
-#include <thread>
 
 #include "autograd/log.h"
 #include "comm/spin_wait.h"
 
 namespace ddpkit::comm {
 namespace {
+
+// "ALLREDUCE (reduce op SUM) on float32", with the raw value where an enum has no name.
+std::string CallName(const Collective& c) {
+  const auto named = [](std::string_view name, auto value) {
+    return name != "?" ? std::string(name) : StrCat("#", static_cast<int>(value));
+  };
+  const Tensor& t = c.input.defined() ? c.input : c.output;
+  std::string text = StrCat(named(OpTypeName(c.op), c.op), " (reduce op ",
+                            named(ReduceOpName(c.reduce_op), c.reduce_op), ")");
+  if (t.defined()) {
+    StrAppend(&text, " on ",
+              t.dtype() <= DType::kInt64 ? std::string(DTypeName(t.dtype()))
+                                         : StrCat("dtype #", static_cast<int>(t.dtype())));
+  }
+  return text;
+}
 
 int64_t Total(const std::vector<int64_t>& counts) {
   return std::accumulate(counts.begin(), counts.end(), int64_t{0});
@@ -72,6 +86,18 @@ std::string ProcessGroup::Describe(const Collective& c) const {
                 ")");
 }
 
+bool ProcessGroup::Handles(const Collective& c) const {
+  const Tensor& t = c.input.defined() ? c.input : c.output;
+  return c.op <= OpType::kBarrier && c.reduce_op <= ReduceOp::kMax &&
+         (!t.defined() || t.dtype() <= DType::kInt64);
+}
+
+absl::Status ProcessGroup::NotHandled(const Collective& c) const {
+  return absl::InternalError(StrCat(Describe(c), ": the ", backend_name(),
+                                    " backend has no case for ", CallName(c),
+                                    " (a call the base should have refused)"));
+}
+
 void ProcessGroup::PlaceOnDevice(Collective& c) const {
   const Tensor& t = c.input.defined() ? c.input : c.output;
   c.device = t.defined() ? t.device() : DefaultDevice();
@@ -89,7 +115,8 @@ void ProcessGroup::PlaceOnDevice(Collective& c) const {
   }
   DDPKIT_CHECK(SupportsDevice(c.device), "[", OpTypeName(c.op), "] the ", backend_name(),
                " backend does not take tensors on ", c.device.ToString(),
-               " (gloo: host tensors; threads: host or GPU tensors; nccl: the rank's own GPU)");
+               " (gloo and mpi: host tensors; threads: host or GPU tensors; nccl: the rank's own "
+               "GPU)");
   if (c.device.is_cuda()) {
     c.ready = std::make_shared<cuda::Event>(c.device);
     c.ready->Record(cuda::CurrentStream(c.device));
@@ -195,65 +222,18 @@ std::string ProcessGroup::flight_recorder_dump_path() const {
 }
 
 absl::Status ProcessGroup::RunOne(const Collective& c) {
+  if (!Handles(c)) {
+    return absl::UnimplementedError(
+        StrCat(Describe(c), ": the ", backend_name(), " backend does not handle ", CallName(c)));
+  }
   if (options_.debug_level == DebugLevel::kDetail && size_ > 1) {
     DDPKIT_RETURN_IF_ERROR(VerifyCallsMatch(c));
   }
   try {
-    return c.device.is_cuda() ? RunOnStream(c) : Execute(c);
+    return c.device.is_cuda() ? stream_runner_.Run(c) : Execute(c);
   } catch (const Error& e) {  // a backend's invariant: report it on the Work, keep the thread
     return absl::InternalError(StrCat(Describe(c), " failed: ", e.what()));
   }
-}
-
-absl::Status ProcessGroup::RunOnStream(const Collective& c) {
-  const size_t index = static_cast<size_t>(c.device.index);
-  if (comm_streams_.size() <= index) comm_streams_.resize(index + 1, nullptr);
-  if (comm_streams_[index] == nullptr) comm_streams_[index] = cuda::PoolStream(c.device);
-  cuda::StreamGuard on_comm_stream(c.device, comm_streams_[index]);
-  if (c.host_staged) return RunHostStaged(c);
-  DDPKIT_RETURN_IF_ERROR(Execute(c));
-  cuda::Event done(c.device);
-  done.Record(comm_streams_[index]);
-  return WatchUntilDone(c, done);
-}
-
-absl::Status ProcessGroup::RunHostStaged(const Collective& c) {
-  Collective on_gpu = c;
-  on_gpu.host_staged = false;
-  if (c.input.defined()) on_gpu.input = c.input.To(c.device);
-  const bool in_place = c.input.defined() && c.input.IsAliasOf(c.output);
-  if (c.output.defined()) {
-    on_gpu.output =
-        in_place ? on_gpu.input : Tensor::Empty(c.output.shape(), c.output.dtype(), c.device);
-  }
-  DDPKIT_RETURN_IF_ERROR(Execute(on_gpu));
-  cuda::Event done(c.device);
-  done.Record(cuda::CurrentStream(c.device));
-  DDPKIT_RETURN_IF_ERROR(WatchUntilDone(c, done));
-  if (c.output.defined()) c.output.CopyFrom(on_gpu.output);
-  return absl::OkStatus();
-}
-
-absl::Status ProcessGroup::WatchUntilDone(const Collective& c, const cuda::Event& done) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(options_.timeout);
-  while (!done.Query()) {
-    if (absl::Status error = AsyncError(); !error.ok()) {
-      AbortCommunication();
-      return absl::Status(error.code(), StrCat(Describe(c), " failed on ", c.device.ToString(),
-                                               ": ", error.message()));
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      AbortCommunication();
-      return absl::DeadlineExceededError(StrCat(
-          Describe(c), " timed out after ", absl::FormatDuration(options_.timeout), " on ",
-          c.device.ToString(),
-          ": the GPU never finished it (a peer that did not issue it, or one that died); the "
-          "communicator was aborted"));
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-  return absl::OkStatus();
 }
 
 // --- The collectives: check the arguments here, run them on the comm thread ----------------

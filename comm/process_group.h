@@ -24,10 +24,12 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "comm/backend.h"
 #include "comm/collective_listener.h"
 #include "comm/debug.h"
 #include "comm/flight_recorder.h"
 #include "comm/flight_recorder_dump.h"
+#include "comm/gpu_stream_runner.h"
 #include "comm/types.h"
 #include "comm/work.h"
 
@@ -92,8 +94,8 @@ class ProcessGroup {
                                   std::vector<int64_t> recv_counts);
   std::shared_ptr<Work> Barrier();
 
-  // Whether this backend takes tensors on `device`: gloo the host's, threads the host's and any
-  // GPU's, nccl its rank's GPU only.
+  // Whether this backend takes tensors on `device`: gloo and mpi the host's, threads the host's
+  // and any GPU's, nccl its rank's GPU only.
   virtual bool SupportsDevice(Device device) const { return device.is_cpu(); }
   // Where a barrier (a collective without tensors) runs.
   virtual Device DefaultDevice() const { return Device::Cpu(); }
@@ -112,8 +114,18 @@ class ProcessGroup {
   void StartCommThread();
   void StopCommThread();
 
-  // Runs one collective; called on the communication thread, one at a time.
+  // Runs one collective; called on the communication thread, one at a time, only for a call
+  // Handles() accepts. The contract every backend keeps:
+  //   * a call it does not handle never reaches Execute: the base fails it with Unimplemented,
+  //     naming the backend, the op, the reduce op and the dtype;
+  //   * a case its own switch lacks (which cannot happen) is NotHandled(c): Internal, as is a
+  //     ddpkit::Error thrown inside it;
+  //   * half precision is reduced in float32 and AVG divides a SUM (comm/widen.h);
+  //   * DETAIL gathers fingerprints (CheckCollectivesMatchByAllgather where it has an allgather).
   virtual absl::Status Execute(const Collective& c) = 0;
+  // Whether Execute handles `c`'s op, reduce op and dtype; the default: every one ddpkit has.
+  virtual bool Handles(const Collective& c) const;
+  absl::Status NotHandled(const Collective& c) const;
   // At DDPKIT_DEBUG=DETAIL, before `c` runs: OK when every rank is issuing a matching call,
   // else the error of CheckCollectivesMatch (on every rank alike).
   virtual absl::Status VerifyCallsMatch(const Collective& c) = 0;
@@ -121,25 +133,20 @@ class ProcessGroup {
   // "ALLREDUCE (sequence number 7, world size 4)" — the start of every error about `c`.
   std::string Describe(const Collective& c) const;
 
-  // GPU collectives. Execute runs with the group's communication stream current for c.device,
-  // only queues the work on it, and returns; the comm thread then records an event behind it
-  // and watches that event (the watchdog): each round it asks AsyncError(), and at the timeout
-  // it calls AbortCommunication() and fails the collective. Backends whose collectives finish
-  // on the host (threads) keep the defaults.
+  // GPU collectives run through GpuStreamRunner (comm/gpu_stream_runner.h): Execute only queues
+  // the work on the communication stream; the runner's watchdog asks AsyncError() each round and
+  // calls AbortCommunication() at the timeout. Backends whose collectives finish on the host
+  // (threads) keep the defaults.
   virtual absl::Status AsyncError() { return absl::OkStatus(); }
   virtual void AbortCommunication() {}
 
  private:
   // The composite calls its groups' Submit and keeps its own recorder and listener.
   friend class ProcessGroupRoundRobin;
+  friend class GpuStreamRunner;
 
   void CommLoop();
   absl::Status RunOne(const Collective& c);
-  // Execute on the communication stream of c.device, then the watchdog until the GPU is done.
-  absl::Status RunOnStream(const Collective& c);
-  absl::Status WatchUntilDone(const Collective& c, const cuda::Event& done);
-  // Host tensors on a GPU-only backend: copied to c.device, run there, copied back.
-  absl::Status RunHostStaged(const Collective& c);
   // The issued tensors' device, checked against SupportsDevice; records c.ready for a GPU.
   void PlaceOnDevice(Collective& c) const;
   // The first failure: log it with the recorder's table, dump the recorder, break the group.
@@ -161,7 +168,7 @@ class ProcessGroup {
   absl::Status broken_;  // the first failure; OK while usable
   std::string dump_path_;
   std::thread comm_thread_;
-  std::vector<cuda::Stream> comm_streams_;  // per GPU index; used by the comm thread only
+  GpuStreamRunner stream_runner_{*this};  // used by the comm thread only
 };
 
 }  // namespace ddpkit::comm

@@ -27,10 +27,12 @@ absl::StatusOr<int> PositiveFromEnv(const char* name) {
 }
 
 absl::StatusOr<int> RanksHere(const WorldSpec& world) {
-  if (world.backend == "threads") return std::max(1, world.world_size);
-  if (world.backend == "mpi") {  // MPI knows which of its ranks share this host
-    DDPKIT_RETURN_IF_ERROR(mpi::EnsureInitialized());
-    return mpi::RanksOnThisHost();
+  switch (InfoOf(world.backend).ranks_here) {
+    case RanksHereFrom::kWorldSize: return std::max(1, world.world_size);
+    case RanksHereFrom::kMpi:  // MPI knows which of its ranks share this host
+      DDPKIT_RETURN_IF_ERROR(mpi::EnsureInitialized());
+      return mpi::RanksOnThisHost();
+    case RanksHereFrom::kLocalWorldSize: break;
   }
   DDPKIT_ASSIGN_OR_RETURN(const int local, PositiveFromEnv("LOCAL_WORLD_SIZE"));
   return std::max(1, local);
@@ -70,7 +72,7 @@ absl::StatusOr<ThreadBudget> ResolveThreadBudget(const WorldSpec& world) {
     }
   }
   // mpirun binds each rank to its own cores by default: the affinity is already its share.
-  if (world.backend == "mpi" &&
+  if (InfoOf(world.backend).launcher == Launcher::kMpirun &&
       budget.cores < static_cast<int>(std::thread::hardware_concurrency())) {
     budget.threads = budget.cores;
     budget.source = "cores bound to this rank";

@@ -158,4 +158,20 @@ absl::Status CheckCollectivesMatch(const std::vector<CollectiveFingerprint>& per
   return absl::OkStatus();
 }
 
+absl::Status CheckCollectivesMatchByAllgather(const Collective& c, int world_size,
+                                              const FingerprintGather& gather) {
+  const CollectiveFingerprint mine = CollectiveFingerprint::Of(c);
+  std::vector<int64_t> local = mine.Encode(world_size);
+  std::vector<int64_t> all(local.size() * world_size);
+  if (absl::Status s = gather(local, all); !s.ok()) {
+    return absl::Status(s.code(), StrCat("DETAIL check before sequence number ",
+                                         mine.sequence_number, " failed: ", s.message()));
+  }
+  std::vector<CollectiveFingerprint> prints;
+  for (int r = 0; r < world_size; ++r) {
+    prints.push_back(CollectiveFingerprint::Decode(all.data() + r * local.size(), world_size));
+  }
+  return CheckCollectivesMatch(prints);
+}
+
 }  // namespace ddpkit::comm

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,5 +88,13 @@ std::optional<std::string_view> CallDifference(const CollectiveFingerprint& a,
 // number, the disagreeing ranks and what each called. Every rank computes the same verdict
 // from the same fingerprints, so all fail together.
 absl::Status CheckCollectivesMatch(const std::vector<CollectiveFingerprint>& per_rank);
+
+// DETAIL over one allgather, for backends that have one: `gather(mine, all)` fills `all` with
+// every rank's encoding (mine.size() words each, in rank order); then CheckCollectivesMatch.
+// A failed gather comes back as "DETAIL check before sequence number N failed: ...".
+using FingerprintGather =
+    std::function<absl::Status(std::vector<int64_t>& mine, std::vector<int64_t>& all)>;
+absl::Status CheckCollectivesMatchByAllgather(const Collective& c, int world_size,
+                                              const FingerprintGather& gather);
 
 }  // namespace ddpkit::comm

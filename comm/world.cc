@@ -1,7 +1,6 @@
 #include "comm/world.h"
 
 #include "autograd/compute_threads.h"
-#include "autograd/gemm.h"
 #include "comm/mpi/mpi_runtime.h"
 #include "comm/nccl/process_group_nccl.h"
 #include "comm/rendezvous.h"
@@ -12,13 +11,9 @@
 namespace ddpkit::comm {
 
 absl::Status ValidateWorldSpec(const WorldSpec& world) {
-  if (world.backend != "threads" && world.backend != "gloo" && world.backend != "nccl" &&
-      world.backend != "mpi") {
-    return absl::InvalidArgumentError(
-        StrCat("--backend must be threads, gloo, mpi or nccl, got '", world.backend, "'"));
-  }
-  if (world.backend == "nccl" && !kWithCuda) return absl::InvalidArgumentError(kNcclUnavailable);
-  if (world.backend == "threads" &&
+  const BackendInfo& backend = InfoOf(world.backend);
+  if (backend.needs_cuda && !kWithCuda) return absl::InvalidArgumentError(kNcclUnavailable);
+  if (backend.launcher == Launcher::kNone &&
       (world.world_size < 1 || world.world_size > kMaxThreadsWorldSize)) {
     return absl::InvalidArgumentError(
         StrCat("--world-size must be in [1, ", kMaxThreadsWorldSize,
@@ -35,14 +30,11 @@ absl::Status ValidateWorldSpec(const WorldSpec& world) {
         StrCat("--round-robin-groups must be in [1, ", kMaxRoundRobinGroups,
                "] (process groups per rank, used in turn), got ", world.round_robin_groups));
   }
-  if (world.backend == "nccl" && world.round_robin_groups != 1) {
-    return absl::InvalidArgumentError(
-        StrCat("--round-robin-groups ", world.round_robin_groups,
-               " is not supported with --backend nccl (one communicator per rank); use 1, or "
-               "--backend gloo or threads"));
+  if (!backend.round_robin && world.round_robin_groups != 1) {
+    return absl::InvalidArgumentError(StrCat(
+        "--round-robin-groups ", world.round_robin_groups, " is not supported with --backend ",
+        backend.name, " (one communicator per rank); use 1, or --backend gloo or threads"));
   }
-  // A bad DDPKIT_GEMM is reported here, before any rank starts, not at the first GEMM.
-  DDPKIT_RETURN_IF_ERROR(GemmLibraryFromEnv().status());
   if (!(world.options.timeout > absl::ZeroDuration())) {
     return absl::InvalidArgumentError(StrCat("--timeout must be > 0 seconds, got ",
                                              absl::ToDoubleSeconds(world.options.timeout)));
@@ -51,39 +43,45 @@ absl::Status ValidateWorldSpec(const WorldSpec& world) {
 }
 
 absl::StatusOr<int> WorldSize(const WorldSpec& world) {
-  if (world.backend == "threads") return world.world_size;
-  if (world.backend == "mpi") {
-    DDPKIT_RETURN_IF_ERROR(mpi::EnsureInitialized());
-    return mpi::WorldSize();
+  switch (InfoOf(world.backend).launcher) {
+    case Launcher::kNone: return world.world_size;
+    case Launcher::kMpirun:
+      DDPKIT_RETURN_IF_ERROR(mpi::EnsureInitialized());
+      return mpi::WorldSize();
+    case Launcher::kEnvRendezvous: break;
   }
   DDPKIT_ASSIGN_OR_RETURN(EnvRendezvous env, ReadEnvRendezvous());
   return env.world_size;
 }
+
+namespace {
+
+// This process's rank of a world of processes (gloo, mpi, nccl).
+absl::StatusOr<std::unique_ptr<DistributedWorld>> JoinWorld(const WorldSpec& world) {
+  if (world.backend == Backend::kMpi) {
+    return DistributedWorld::InitMpi(world.options, world.round_robin_groups);
+  }
+  DDPKIT_ASSIGN_OR_RETURN(EnvRendezvous env, ReadEnvRendezvous());
+  if (world.backend == Backend::kNccl) return DistributedWorld::InitNccl(env, world.options);
+  return DistributedWorld::InitGloo(env, world.options, world.round_robin_groups);
+}
+
+}  // namespace
 
 absl::Status RunOnWorld(const WorldSpec& world,
                         const std::function<absl::Status(ProcessGroup&)>& body) {
   DDPKIT_RETURN_IF_ERROR(ValidateWorldSpec(world));
   DDPKIT_ASSIGN_OR_RETURN(const ThreadBudget budget, ResolveThreadBudget(world));
   SetComputeThreads(budget.threads);
-  if (world.backend == "threads") {
+  if (world.backend == Backend::kThreads) {
     return RunThreadsWorld(world.world_size, body, world.options, world.round_robin_groups);
   }
-  if (world.backend == "mpi") {
-    DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> distributed,
-                            DistributedWorld::InitMpi(world.options, world.round_robin_groups));
-    return body(distributed->group());
-  }
-  DDPKIT_ASSIGN_OR_RETURN(EnvRendezvous env, ReadEnvRendezvous());
-  DDPKIT_ASSIGN_OR_RETURN(
-      std::unique_ptr<DistributedWorld> distributed,
-      world.backend == "nccl"
-          ? DistributedWorld::InitNccl(env, world.options)
-          : DistributedWorld::InitGloo(env, world.options, world.round_robin_groups));
+  DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> distributed, JoinWorld(world));
   return body(distributed->group());
 }
 
 bool ReportsForProcess(const WorldSpec& world, const ProcessGroup& group) {
-  return world.backend != "threads" || group.rank() == 0;
+  return !InfoOf(world.backend).ranks_share_process || group.rank() == 0;
 }
 
 }  // namespace ddpkit::comm

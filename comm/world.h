@@ -1,12 +1,14 @@
 // Running one function per rank on a world, whatever the backend: what every job behind a
 // `ddpkit` subcommand calls. It sits on the backends' own entry points — RunThreadsWorld
-// (comm/threads/threads_world.h) and DistributedWorld::InitGloo / InitNccl (comm/rendezvous.h).
+// (comm/threads/threads_world.h) and DistributedWorld::InitGloo / InitMpi / InitNccl
+// (comm/rendezvous.h).
 #pragma once
 
 #include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "comm/backend.h"
 #include "comm/process_group.h"
 
 namespace ddpkit::comm {
@@ -16,10 +18,8 @@ inline constexpr int kMaxThreadsWorldSize = 1024;
 
 // A world to run on, as the --backend, --world-size and --timeout flags describe it.
 struct WorldSpec {
-  // "threads": ranks as threads of this process; "gloo" (CPU) or "nccl" (one GPU per rank,
-  // cuda:LOCAL_RANK): one process per rank under `ddpkit launch`; "mpi" (CPU): one process per
-  // rank under mpirun or srun.
-  std::string backend = "threads";
+  // What each backend is and how its ranks start: comm/backend.h.
+  Backend backend = Backend::kThreads;
   int world_size = 1;  // threads only; gloo and nccl take WORLD_SIZE from the launcher, mpi MPI's
   ProcessGroupOptions options = {};
   int threads_per_rank = 0;  // compute threads per rank; 0: the thread budget decides
@@ -28,7 +28,7 @@ struct WorldSpec {
   int round_robin_groups = 1;
 };
 
-// InvalidArgument for an unknown backend, nccl in a build without CUDA, a threads world of
+// InvalidArgument for nccl in a build without CUDA, a threads world of
 // fewer than one rank, a timeout that is not positive, a negative thread count, or a
 // round-robin group count outside [1, 16] (or > 1 with nccl); the messages name the flags.
 absl::Status ValidateWorldSpec(const WorldSpec& world);
@@ -48,7 +48,7 @@ absl::Status RunOnWorld(const WorldSpec& world,
                         const std::function<absl::Status(ProcessGroup&)>& body);
 
 // Whether this rank's result is the one its process reports: rank 0 of a threads world, and
-// every rank under gloo and nccl (each process is one rank; rank 0's process prints).
+// every rank under gloo, mpi and nccl (each process is one rank; rank 0's process prints).
 bool ReportsForProcess(const WorldSpec& world, const ProcessGroup& group);
 
 }  // namespace ddpkit::comm

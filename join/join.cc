@@ -7,7 +7,7 @@ namespace ddpkit::join {
 namespace {
 
 // Allreduce (SUM) of one int64 and its result; failures become the comm layer's error.
-int64_t AllreduceCount(comm::ProcessGroup& group, int64_t value, comm::CollectivePurpose purpose,
+int64_t AllreduceCount(comm::ProcessGroup& group, int64_t value, std::string_view purpose,
                        std::string_view what) {
   comm::ScopedCollectiveTag tag({.purpose = purpose});
   Tensor t = Tensor::Full({1}, static_cast<double>(value), DType::kInt64);
@@ -28,12 +28,12 @@ std::shared_ptr<comm::Work> Join::NotifyJoinContext(const Joinable& joinable,
   *active_ranks = Tensor::Full({1}, 1.0, DType::kInt64);
   std::shared_ptr<comm::Work> work;
   {
-    comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJoinCount});
+    comm::ScopedCollectiveTag tag({.purpose = "join_count"});
     work = group.Allreduce(*active_ranks);
   }
   if (config.throw_on_early_termination &&
-      AllreduceCount(group, 0, comm::CollectivePurpose::kJoinThrowCheck,
-                     "checking whether a rank exhausted its inputs") > 0) {
+      AllreduceCount(group, 0, "join_throw_check", "checking whether a rank exhausted its inputs") >
+          0) {
     throw Error(StrCat("[join] rank ", group.rank(),
                        ": at least one rank exhausted its inputs; every rank stops in this "
                        "iteration (throw_on_early_termination)"),
@@ -72,11 +72,11 @@ void Join::Run(const std::vector<Joinable*>& joinables, const JoinOptions& optio
   while (true) {
     // Matches the active ranks' NotifyJoinContext allreduce of 1.
     comm::ScopedCollectiveTag shadow({.shadow = true});  // on behalf of the active ranks
-    const int64_t active = AllreduceCount(group, 0, comm::CollectivePurpose::kJoinCount,
-                                          "counting the ranks still active");
+    const int64_t active =
+        AllreduceCount(group, 0, "join_count", "counting the ranks still active");
     if (active == 0) break;
     if (options.throw_on_early_termination) {
-      AllreduceCount(group, 1, comm::CollectivePurpose::kJoinThrowCheck,
+      AllreduceCount(group, 1, "join_throw_check",
                      "telling the active ranks that this rank exhausted its inputs");
       throw Error(
           StrCat("[join] rank ", group.rank(), ": this rank exhausted its inputs while ", active,

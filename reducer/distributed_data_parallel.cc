@@ -31,7 +31,7 @@ std::string SignatureString(const int64_t* words) {
 // allreduces would mix unrelated gradients. Two collectives: the counts (allgather), then
 // rank 0's signatures (broadcast), and a last allgather so every rank reports the same error.
 absl::Status VerifySameModelOnAllRanks(const NamedTensors& params, comm::ProcessGroup& group) {
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kModelCheck});
+  comm::ScopedCollectiveTag tag({.purpose = "model_check"});
   const int world = group.size(), rank = group.rank();
   const int64_t n = static_cast<int64_t>(params.size());
   Tensor count = Tensor::Full({1}, static_cast<double>(n), DType::kInt64);
@@ -92,9 +92,8 @@ absl::Status VerifySameModelOnAllRanks(const NamedTensors& params, comm::Process
 // Rank 0's values to every rank, in place.
 absl::Status BroadcastFromRankZero(const NamedTensors& tensors, comm::ProcessGroup& group,
                                    std::string_view kind) {
-  comm::ScopedCollectiveTag tag({.purpose = kind == "buffer"
-                                                ? comm::CollectivePurpose::kBufferBroadcast
-                                                : comm::CollectivePurpose::kModelBroadcast});
+  comm::ScopedCollectiveTag tag(
+      {.purpose = kind == "buffer" ? "buffer_broadcast" : "model_broadcast"});
   std::vector<std::shared_ptr<comm::Work>> works;
   for (const auto& [name, t] : tensors) works.push_back(group.Broadcast(t.Detach().Flatten(), 0));
   for (size_t i = 0; i < works.size(); ++i) {
@@ -250,7 +249,7 @@ Tensor DistributedDataParallel::Forward(const Tensor& input) {
 }
 
 int64_t DistributedDataParallel::AllreduceJoinPlan(int64_t plan) {
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJoinPlan});
+  comm::ScopedCollectiveTag tag({.purpose = "join_plan"});
   Tensor t = Tensor::Full({1}, static_cast<double>(plan), DType::kInt64);
   if (absl::Status s = group_.Allreduce(t, comm::ReduceOp::kMax)->Wait(); !s.ok()) {
     ThrowStatus(absl::Status(s.code(), StrCat("[ddp] rank ", group_.rank(),
@@ -277,7 +276,7 @@ class DdpJoinHook final : public join::JoinHook {
   }
 
   void PostHook(bool is_last_joiner) override {
-    comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJoinFinalSync});
+    comm::ScopedCollectiveTag tag({.purpose = "join_final_sync"});
     comm::ProcessGroup& group = ddp_.group_;
     Tensor rank = Tensor::Full({1}, is_last_joiner ? group.rank() : -1.0, DType::kInt64);
     if (absl::Status s = group.Allreduce(rank, comm::ReduceOp::kMax)->Wait(); !s.ok())

@@ -39,8 +39,7 @@ absl::Status FusedGradientAllreduce::Run(comm::ProcessGroup& group) {
     }
     ScaleInPlace(flat.buffer, 1.0 / group.size());
     // Traces and flight records show it as what it is: one bucket holding every gradient.
-    comm::ScopedCollectiveTag tag(
-        {.purpose = comm::CollectivePurpose::kGradientBucket, .bucket = static_cast<int32_t>(i)});
+    comm::ScopedCollectiveTag tag({.purpose = "bucket", .bucket = static_cast<int32_t>(i)});
     if (absl::Status s = group.Allreduce(flat.buffer)->Wait(); !s.ok()) return s;
     for (const auto& [parameter, offset] : flat.parameters) {
       Tensor average = flat.buffer.Rows(offset, offset + parameter.numel()).View(parameter.shape());

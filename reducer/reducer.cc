@@ -375,8 +375,8 @@ void Reducer::LaunchBucket(size_t bucket_index) {
     comm_started_ = true;
     comm_start_ = bucket.launched_at;
   }
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kGradientBucket,
-                                 .bucket = static_cast<int32_t>(bucket_index)});
+  comm::ScopedCollectiveTag tag(
+      {.purpose = "bucket", .bucket = static_cast<int32_t>(bucket_index)});
   Trace(TraceEventType::kAllreduceStart, -1, static_cast<int64_t>(bucket_index),
         bucket.launched_at);
   if (comm_hook_) {
@@ -392,7 +392,7 @@ void Reducer::LaunchBucket(size_t bucket_index) {
 }
 
 void Reducer::LaunchLocalUsedMapAllreduce() {
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kUsedMap});
+  comm::ScopedCollectiveTag tag({.purpose = "used_map"});
   local_used_map_reduced_.CopyFrom(local_used_map_);  // hooks may write the map meanwhile
   local_used_map_reduced_ready_ = false;
   local_used_work_ =
@@ -418,7 +418,7 @@ void Reducer::DelayAllReduce() {
 // MAX; only a joined rank `adopt`s the result, so that when it trains later it expects the graph
 // the others recorded. An active rank keeps its own counts: ranks' graphs may differ.
 void Reducer::ShareHookCounts(std::string_view what, bool adopt) {
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kHookCounts});
+  comm::ScopedCollectiveTag tag({.purpose = "hook_counts"});
   const int64_t n = static_cast<int64_t>(params_.size());
   Tensor counts = Tensor::Empty({n}, DType::kInt32);
   std::copy(expected_hook_counts_.begin(), expected_hook_counts_.end(), counts.data<int32_t>());
@@ -615,7 +615,7 @@ bool Reducer::RebuildBuckets() {
 // arrived in different orders. Two broadcasts: [indices..., bucket count], then
 // [bucket sizes..., limits...].
 void Reducer::SyncBucketIndices(BucketAssignment& assignment) {
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kRebuiltPlan});
+  comm::ScopedCollectiveTag tag({.purpose = "rebuilt_plan"});
   const int64_t n = static_cast<int64_t>(params_.size());
   Tensor flat = Tensor::Zeros({n + 1}, DType::kInt64);
   int64_t* f = flat.data<int64_t>();

@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> ZeroRedundancyOptimizer
   Tensor check = Tensor::Zeros({4}, DType::kInt64);
   int64_t* c = check.data<int64_t>();
   c[0] = count, c[1] = -count, c[2] = total, c[3] = -total;
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kModelCheck});
+  comm::ScopedCollectiveTag tag({.purpose = "model_check"});
   if (absl::Status s = group.Allreduce(check, comm::ReduceOp::kMax)->Wait(); !s.ok()) {
     return absl::Status(s.code(), StrCat("[zero] rank ", group.rank(),
                                          ": comparing the parameter lists failed: ", s.message()));
@@ -149,7 +149,7 @@ void ZeroRedundancyOptimizer::Step() {
 }
 
 void ZeroRedundancyOptimizer::StepShardAndBroadcast() {
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kZeroShard});
+  comm::ScopedCollectiveTag tag({.purpose = "zero_shard"});
   if (!shard_.empty()) local_->Step();
   NoGradGuard no_grad;
   std::vector<std::shared_ptr<comm::Work>> works;

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "comm/failure_diagnosis.h"
 #include "comm/reduce.h"
+#include "comm/widen.h"
 
 namespace ddpkit::comm {
 namespace {
@@ -60,11 +61,9 @@ decltype(auto) DispatchAll(DType dtype, F&& f) {
     case DType::kFloat64: return f.template operator()<double>();
     case DType::kInt32: return f.template operator()<int32_t>();
     case DType::kInt64: return f.template operator()<int64_t>();
-    default: throw Error(StrCat("[gloo] unexpected dtype ", DTypeName(dtype)));
+    default: throw Error(StrCat("[gloo] no native type for ", DTypeName(dtype)));
   }
 }
-
-bool IsHalf(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 
 using GlooAlgorithm = gloo::AllreduceOptions::Algorithm;
 
@@ -93,15 +92,16 @@ class ProcessGroupGloo final : public ProcessGroup {
     StartCommThread();
   }
   ~ProcessGroupGloo() override { StopCommThread(); }
-  std::string_view backend_name() const override { return "gloo"; }
+  std::string_view backend_name() const override { return BackendName(Backend::kGloo); }
 
  private:
   uint32_t Tag(uint64_t seq) const { return static_cast<uint32_t>(seq & 0x7fffffff); }
 
   absl::Status Execute(const Collective& c) override {
     try {
-      Run(c);
-      return absl::OkStatus();
+      return Run(c);
+    } catch (const Error&) {
+      throw;  // ddpkit's own invariant, not a peer's failure: the base reports it as Internal
     } catch (const gloo::Exception& e) {
       return Diagnose(c, e.what());
     } catch (const std::runtime_error& e) {
@@ -109,21 +109,17 @@ class ProcessGroupGloo final : public ProcessGroup {
     }
   }
 
-  void Run(const Collective& c) {
+  absl::Status Run(const Collective& c) {
     const int64_t n = c.input.defined() ? c.input.numel() : 0;
     switch (c.op) {
       case OpType::kAllreduce:
-        if (n == 0 || size() == 1) break;
-        if (IsHalf(c.input.dtype())) {  // reduce in float32, round once
-          Tensor wide = c.input.To(DType::kFloat32);
-          Allreduce(wide, c.reduce_op, c.sequence_number);
-          c.output.CopyFrom(wide);
-          return;
-        }
-        Allreduce(c.output, c.reduce_op, c.sequence_number);
-        return;
+        if (n == 0 || size() == 1) return absl::OkStatus();
+        return ReduceWidened(c.output, c.reduce_op, size(), [&](const Tensor& acc) {
+          Allreduce(acc, c.reduce_op, c.sequence_number);
+          return absl::OkStatus();
+        });
       case OpType::kBroadcast: {
-        if (n == 0 || size() == 1) break;
+        if (n == 0 || size() == 1) return absl::OkStatus();
         gloo::BroadcastOptions opts(context_);
         const size_t bytes = c.output.nbytes();
         opts.setOutput(static_cast<uint8_t*>(c.output.raw_data()), bytes);
@@ -132,29 +128,29 @@ class ProcessGroupGloo final : public ProcessGroup {
         opts.setTag(Tag(c.sequence_number));
         opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
         gloo::broadcast(opts);
-        return;
+        return absl::OkStatus();
       }
       case OpType::kAllgather: {
-        if (n == 0) return;
+        if (n == 0) return absl::OkStatus();
         gloo::AllgatherOptions opts(context_);
         opts.setInput(static_cast<uint8_t*>(c.input.raw_data()), c.input.nbytes());
         opts.setOutput(static_cast<uint8_t*>(c.output.raw_data()), c.output.nbytes());
         opts.setTag(Tag(c.sequence_number));
         opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
         gloo::allgather(opts);
-        return;
+        return absl::OkStatus();
       }
       case OpType::kAllgatherV: {
         gloo::AllgathervOptions opts(context_);
         std::vector<size_t> bytes;
         for (int64_t count : c.counts) bytes.push_back(count * ElementSize(c.input.dtype()));
-        if (std::accumulate(bytes.begin(), bytes.end(), size_t{0}) == 0) return;
+        if (std::accumulate(bytes.begin(), bytes.end(), size_t{0}) == 0) return absl::OkStatus();
         opts.setInput(static_cast<uint8_t*>(c.input.raw_data()), bytes[rank()]);
         opts.setOutput(static_cast<uint8_t*>(c.output.raw_data()), bytes);
         opts.setTag(Tag(c.sequence_number));
         opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
         gloo::allgatherv(opts);
-        return;
+        return absl::OkStatus();
       }
       case OpType::kReduceScatter: {
         // Each rank sends segment j to rank j and receives every rank's copy of its own
@@ -163,29 +159,30 @@ class ProcessGroupGloo final : public ProcessGroup {
         Tensor received = Tensor::Empty({mine * size()}, c.input.dtype());
         AllToAll(c.input, received, c.counts, std::vector<int64_t>(size(), mine),
                  c.sequence_number);
-        const DType acc_type = IsHalf(c.input.dtype()) ? DType::kFloat32 : c.input.dtype();
-        Tensor acc = received.Rows(0, mine).To(acc_type);
-        for (int r = 1; r < size(); ++r) {
-          Tensor part = received.Rows(r * mine, (r + 1) * mine).To(acc_type);
-          ReduceInto(acc.raw_data(), part.raw_data(), mine, acc_type, c.reduce_op);
-        }
-        if (c.reduce_op == ReduceOp::kAvg) DivideInPlace(acc.raw_data(), mine, acc_type, size());
-        c.output.CopyFrom(acc);
-        return;
+        return ReduceWidened(c.output, c.reduce_op, size(), [&](const Tensor& acc) {
+          acc.CopyFrom(received.Rows(0, mine));
+          for (int r = 1; r < size(); ++r) {
+            const Tensor part = AsType(received.Rows(r * mine, (r + 1) * mine), acc.dtype());
+            ReduceInto(acc.raw_data(), part.raw_data(), mine, acc.dtype(), c.reduce_op);
+          }
+          return absl::OkStatus();
+        });
       }
       case OpType::kAllToAllV:
         AllToAll(c.input, c.output, c.counts, c.recv_counts, c.sequence_number);
-        return;
+        return absl::OkStatus();
       case OpType::kBarrier: {
         gloo::BarrierOptions opts(context_);
         opts.setTag(Tag(c.sequence_number));
         opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
         gloo::barrier(opts);
-        return;
+        return absl::OkStatus();
       }
     }
+    return NotHandled(c);
   }
 
+  // SUM, MIN or MAX over the ranks, in place; AVG sums (ReduceWidened divides).
   void Allreduce(const Tensor& t, ReduceOp op, uint64_t seq) {
     DispatchAll(t.dtype(), [&]<typename T>() {
       gloo::AllreduceOptions opts(context_);
@@ -210,7 +207,6 @@ class ProcessGroupGloo final : public ProcessGroup {
       opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
       gloo::allreduce(opts);
     });
-    if (op == ReduceOp::kAvg) DivideInPlace(t.raw_data(), t.numel(), t.dtype(), size());
   }
 
   void AllToAll(const Tensor& input, const Tensor& output, const std::vector<int64_t>& send,
@@ -231,25 +227,21 @@ class ProcessGroupGloo final : public ProcessGroup {
 
   // Every rank's fingerprint, gathered with a plain allgather, then compared.
   absl::Status VerifyCallsMatch(const Collective& c) override {
-    const CollectiveFingerprint mine = CollectiveFingerprint::Of(c);
-    const size_t words = CollectiveFingerprint::EncodedSize(size());
-    std::vector<int64_t> local = mine.Encode(size());
-    std::vector<int64_t> all(words * size());
-    try {
-      gloo::AllgatherOptions opts(context_);
-      opts.setInput(local.data(), words);
-      opts.setOutput(all.data(), all.size());
-      opts.setTag(Tag(mine.sequence_number) | 0x80000000u);  // apart from the collective's own tag
-      opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
-      gloo::allgather(opts);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(StrCat("DETAIL check before sequence number ",
-                                           mine.sequence_number, " failed: ", e.what()));
-    }
-    std::vector<CollectiveFingerprint> prints;
-    for (int r = 0; r < size(); ++r)
-      prints.push_back(CollectiveFingerprint::Decode(all.data() + r * words, size()));
-    return CheckCollectivesMatch(prints);
+    return CheckCollectivesMatchByAllgather(
+        c, size(), [&](std::vector<int64_t>& mine, std::vector<int64_t>& all) {
+          try {
+            gloo::AllgatherOptions opts(context_);
+            opts.setInput(mine.data(), mine.size());
+            opts.setOutput(all.data(), all.size());
+            // apart from the collective's own tag
+            opts.setTag(Tag(c.sequence_number) | 0x80000000u);
+            opts.setTimeout(absl::ToChronoMilliseconds(options().timeout));
+            gloo::allgather(opts);
+          } catch (const std::exception& e) {
+            return absl::UnavailableError(e.what());
+          }
+          return absl::OkStatus();
+        });
   }
 
   // Turns Gloo's exception into our error: which op, which sequence number, and — by asking the

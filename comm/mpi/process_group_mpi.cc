@@ -10,12 +10,10 @@
 
 #include "comm/failure_diagnosis.h"
 #include "comm/mpi/mpi_runtime.h"
-#include "comm/reduce.h"
+#include "comm/widen.h"
 
 namespace ddpkit::comm {
 namespace {
-
-bool IsHalf(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 
 MPI_Datatype MpiType(DType dtype) {
   switch (dtype) {
@@ -26,7 +24,9 @@ MPI_Datatype MpiType(DType dtype) {
     case DType::kFloat16:
     case DType::kBFloat16: return MPI_UINT16_T;  // moved as bits; reduced in float32
   }
-  return MPI_BYTE;
+  // The base refuses unknown dtypes before a backend runs (ProcessGroup::RunOne); moving the
+  // bytes as MPI_BYTE here would be silently wrong.
+  throw Error(StrCat("[mpi] no MPI type for dtype ", static_cast<int>(dtype)));
 }
 
 MPI_Op MpiOp(ReduceOp op) {
@@ -36,7 +36,7 @@ MPI_Op MpiOp(ReduceOp op) {
     case ReduceOp::kMin: return MPI_MIN;
     case ReduceOp::kMax: return MPI_MAX;
   }
-  return MPI_SUM;
+  throw Error(StrCat("[mpi] no MPI op for reduce op ", static_cast<int>(op)));
 }
 
 // MPI counts are ints.
@@ -70,7 +70,7 @@ class ProcessGroupMpi final : public ProcessGroup {
     StopCommThread();
     if (!abandoned_) MPI_Comm_free(&comm_);  // a pending collective keeps it in use
   }
-  std::string_view backend_name() const override { return "mpi"; }
+  std::string_view backend_name() const override { return BackendName(Backend::kMpi); }
   MPI_Comm comm() const { return comm_; }
 
  private:
@@ -79,13 +79,8 @@ class ProcessGroupMpi final : public ProcessGroup {
     switch (c.op) {
       case OpType::kAllreduce:
         if (n == 0 || size() == 1) return absl::OkStatus();
-        if (IsHalf(c.input.dtype())) {  // reduce in float32, round once
-          Tensor wide = c.input.To(DType::kFloat32);
-          DDPKIT_RETURN_IF_ERROR(Allreduce(c, wide));
-          c.output.CopyFrom(wide);
-          return absl::OkStatus();
-        }
-        return Allreduce(c, c.output);
+        return ReduceWidened(c.output, c.reduce_op, size(),
+                             [&](const Tensor& acc) { return Allreduce(c, acc); });
       case OpType::kBroadcast: return Broadcast(c);
       case OpType::kAllgather:
         if (n == 0) return absl::OkStatus();
@@ -118,10 +113,10 @@ class ProcessGroupMpi final : public ProcessGroup {
       case OpType::kBarrier:
         return Await(c, [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
     }
-    return absl::OkStatus();
+    return NotHandled(c);
   }
 
-  // In place, in pieces of at most INT_MAX elements.
+  // In place, in pieces of at most INT_MAX elements; AVG sums (ReduceWidened divides).
   absl::Status Allreduce(const Collective& c, const Tensor& t) {
     const int64_t n = t.numel();
     const size_t element = ElementSize(t.dtype());
@@ -133,7 +128,6 @@ class ProcessGroupMpi final : public ProcessGroup {
                               comm_, r);
       }));
     }
-    if (c.reduce_op == ReduceOp::kAvg) DivideInPlace(t.raw_data(), n, t.dtype(), size());
     return absl::OkStatus();
   }
 
@@ -153,17 +147,13 @@ class ProcessGroupMpi final : public ProcessGroup {
 
   absl::Status ReduceScatter(const Collective& c) {
     DDPKIT_ASSIGN_OR_RETURN(std::vector<int> counts, IntCounts(c.counts, "reduce_scatter"));
-    const bool half = IsHalf(c.input.dtype());
-    const Tensor in = half ? c.input.To(DType::kFloat32) : c.input;
-    const Tensor out = half ? Tensor::Empty({c.output.numel()}, DType::kFloat32) : c.output;
-    DDPKIT_RETURN_IF_ERROR(Await(c, [&](MPI_Request* r) {
-      return MPI_Ireduce_scatter(in.raw_data(), out.raw_data(), counts.data(), MpiType(in.dtype()),
-                                 MpiOp(c.reduce_op), comm_, r);
-    }));
-    if (c.reduce_op == ReduceOp::kAvg)
-      DivideInPlace(out.raw_data(), out.numel(), out.dtype(), size());
-    if (half) c.output.CopyFrom(out);
-    return absl::OkStatus();
+    return ReduceWidened(c.output, c.reduce_op, size(), [&](const Tensor& acc) {
+      const Tensor in = AsType(c.input, acc.dtype());
+      return Await(c, [&](MPI_Request* r) {
+        return MPI_Ireduce_scatter(in.raw_data(), acc.raw_data(), counts.data(),
+                                   MpiType(in.dtype()), MpiOp(c.reduce_op), comm_, r);
+      });
+    });
   }
 
   // Starts a nonblocking call and polls it to completion. MPI moves data only inside MPI calls,
@@ -209,23 +199,14 @@ class ProcessGroupMpi final : public ProcessGroup {
 
   // Every rank's fingerprint, gathered with a plain allgather, then compared.
   absl::Status VerifyCallsMatch(const Collective& c) override {
-    const CollectiveFingerprint mine = CollectiveFingerprint::Of(c);
-    const int words = static_cast<int>(CollectiveFingerprint::EncodedSize(size()));
-    std::vector<int64_t> local = mine.Encode(size());
-    std::vector<int64_t> all(static_cast<size_t>(words) * size());
-    if (absl::Status s = Await(c,
-                               [&](MPI_Request* r) {
-                                 return MPI_Iallgather(local.data(), words, MPI_INT64_T, all.data(),
-                                                       words, MPI_INT64_T, comm_, r);
-                               });
-        !s.ok()) {
-      return absl::Status(s.code(), StrCat("DETAIL check before sequence number ",
-                                           mine.sequence_number, " failed: ", s.message()));
-    }
-    std::vector<CollectiveFingerprint> prints;
-    for (int r = 0; r < size(); ++r)
-      prints.push_back(CollectiveFingerprint::Decode(all.data() + r * words, size()));
-    return CheckCollectivesMatch(prints);
+    return CheckCollectivesMatchByAllgather(
+        c, size(), [&](std::vector<int64_t>& mine, std::vector<int64_t>& all) {
+          const int words = static_cast<int>(mine.size());
+          return Await(c, [&](MPI_Request* r) {
+            return MPI_Iallgather(mine.data(), words, MPI_INT64_T, all.data(), words, MPI_INT64_T,
+                                  comm_, r);
+          });
+        });
   }
 
   MPI_Comm comm_;

@@ -77,7 +77,7 @@ class ProcessGroupNccl final : public ProcessGroup {
     cudaFree(barrier_buffer_);
   }
 
-  std::string_view backend_name() const override { return "nccl"; }
+  std::string_view backend_name() const override { return BackendName(Backend::kNccl); }
   bool SupportsDevice(Device device) const override { return device == device_; }
   Device DefaultDevice() const override { return device_; }
 

@@ -9,6 +9,7 @@
 #include "comm/cuda/reduce.h"
 #include "comm/reduce.h"
 #include "comm/round_robin.h"
+#include "comm/widen.h"
 
 namespace ddpkit::comm {
 namespace {
@@ -23,8 +24,6 @@ int64_t OffsetOf(const std::vector<int64_t>& counts, int r) {
 std::byte* At(const Tensor& t, int64_t element) {
   return static_cast<std::byte*>(t.raw_data()) + element * ElementSize(t.dtype());
 }
-
-bool IsHalf(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 
 // Each raw step on the host, or on the GPU that holds the tensors.
 void ReduceIntoOn(Device device, void* dst, const void* src, int64_t n, DType dtype, ReduceOp op) {
@@ -42,13 +41,6 @@ void ReduceRankOrderOn(Device device, const std::vector<const void*>& inputs, vo
   ReduceRankOrder(inputs, out, n, dtype, op);
 }
 
-void DivideInPlaceOn(Device device, void* data, int64_t n, DType dtype, int divisor) {
-  if constexpr (kWithCuda) {
-    if (device.is_cuda()) return cuda::DivideInPlace(data, n, dtype, divisor, device);
-  }
-  DivideInPlace(data, n, dtype, divisor);
-}
-
 void CopyBytesOn(Device device, void* dst, const void* src, size_t nbytes) {
   if (device.is_cuda()) return cuda::Copy(dst, device, src, device, nbytes);
   std::memcpy(dst, src, nbytes);
@@ -60,29 +52,20 @@ void DrainStream(Device device) {
 }
 
 // out <- op over the same `n` elements of every staged input at `offset`, in rank order.
-// Reduces straight into `out` (only this rank reads or writes it); halves accumulate in
-// float32 and round once.
+// Reduces straight into `out` (only this rank reads or writes it), halves through float32
+// (comm/widen.h).
 void ReduceSegments(const std::vector<Tensor>& staged, int64_t offset, int64_t n, ReduceOp op,
                     const Tensor& out) {
-  const DType dtype = out.dtype();
-  const Device device = out.device();
   const int size = static_cast<int>(staged.size());
-  if (IsHalf(dtype)) {
-    Tensor acc = staged[0].Rows(offset, offset + n).To(DType::kFloat32);
+  const absl::Status reduced = ReduceWidened(out, op, size, [&](const Tensor& acc) {
+    acc.CopyFrom(staged[0].Rows(offset, offset + n));
     for (int r = 1; r < size; ++r) {
-      Tensor part = staged[r].Rows(offset, offset + n).To(DType::kFloat32);
-      ReduceIntoOn(device, acc.raw_data(), part.raw_data(), n, DType::kFloat32, op);
+      const Tensor part = AsType(staged[r].Rows(offset, offset + n), acc.dtype());
+      ReduceIntoOn(out.device(), acc.raw_data(), part.raw_data(), n, acc.dtype(), op);
     }
-    if (op == ReduceOp::kAvg) DivideInPlaceOn(device, acc.raw_data(), n, DType::kFloat32, size);
-    out.CopyFrom(acc);
-    return;
-  }
-  out.CopyFrom(staged[0].Rows(offset, offset + n));
-  for (int r = 1; r < size; ++r) {
-    ReduceIntoOn(device, out.raw_data(), staged[r].Rows(offset, offset + n).raw_data(), n, dtype,
-                 op);
-  }
-  if (op == ReduceOp::kAvg) DivideInPlaceOn(device, out.raw_data(), n, dtype, size);
+    return absl::OkStatus();
+  });
+  DDPKIT_CHECK(reduced.ok(), reduced.message());
 }
 
 // A rank's flight recorder as its thread ended, and whether it dumped it itself.
@@ -115,7 +98,7 @@ void DumpTheRest(const std::vector<RankRecord>& records, const std::vector<absl:
         WriteFlightRecorderDump(options.fr_dump_dir, records[r].entries,
                                 {.rank = r,
                                  .world_size = static_cast<int>(records.size()),
-                                 .backend = "threads",
+                                 .backend = std::string(BackendName(Backend::kThreads)),
                                  .reason = reason,
                                  .timeout = options.timeout});
     if (!path.ok()) Log(LogLevel::kError, std::string(path.status().message()));

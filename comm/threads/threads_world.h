@@ -141,7 +141,7 @@ class ProcessGroupThreads final : public ProcessGroup {
                       ProcessGroupOptions options = {},
                       std::function<void(const ProcessGroup&)> on_closed = nullptr);
   ~ProcessGroupThreads() override;
-  std::string_view backend_name() const override { return "threads"; }
+  std::string_view backend_name() const override { return BackendName(Backend::kThreads); }
   bool SupportsDevice(Device) const override { return true; }
 
  private:

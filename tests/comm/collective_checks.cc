@@ -389,4 +389,32 @@ int MismatchMode(ProcessGroup& group) {
   return status.code() == absl::StatusCode::kFailedPrecondition ? 0 : 1;
 }
 
+absl::Status CheckBackendContract(ProcessGroup& group, Device device) {
+  const std::string backend(group.backend_name());
+  // Rank r gives r + 1 everywhere: the mean (size + 1) / 2 is exact in float16.
+  Tensor half = Tensor::Full({6}, group.rank() + 1.0).To(DType::kFloat16).To(device);
+  DDPKIT_RETURN_IF_ERROR(group.Allreduce(half, ReduceOp::kAvg)->Wait());
+  for (double v : half.ToDoubles()) {
+    if (v != (group.size() + 1) / 2.0) {
+      return absl::InternalError(
+          StrCat(backend, ": float16 AVG gave ", v, ", expected ", (group.size() + 1) / 2.0));
+    }
+  }
+  const Tensor t = Tensor::Full({4}, 1.0).To(device);
+  const absl::Status status = group.Allreduce(t, static_cast<ReduceOp>(17))->Wait();
+  const std::string message(status.message());
+  for (const std::string& part : {backend + " backend does not handle",
+                                  std::string("ALLREDUCE (reduce op #17) on float32")}) {
+    if (status.code() != absl::StatusCode::kUnimplemented ||
+        message.find(part) == std::string::npos) {
+      return absl::InternalError(StrCat(backend, ": an unknown reduce op gave '", status.ToString(),
+                                        "', expected Unimplemented with '", part, "'"));
+    }
+  }
+  if (group.health().ok()) {
+    return absl::InternalError(StrCat(backend, ": the group is still usable after a failure"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ddpkit::comm::testing_util

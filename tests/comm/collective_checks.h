@@ -61,6 +61,12 @@ absl::Status CheckExchangeRows(ProcessGroup& group);
 // rank's width), and the group still sorts afterwards. Needs a world of 2 or more.
 absl::Status CheckSampleSortRejectsMismatchedWidths(ProcessGroup& group);
 
+// The contract every backend keeps (comm/process_group.h), on tensors on `device`: float16 AVG
+// is reduced in float32 and divided once; a reduce op the backend does not handle fails with
+// Unimplemented naming the backend, the op, the reduce op and the dtype, and leaves the group
+// unusable, as every failure does. Run it last: it breaks the group.
+absl::Status CheckBackendContract(ProcessGroup& group, Device device);
+
 // The fault modes every multi-process worker runs (gloo_worker, mpi_worker), each returning the
 // worker's exit status.
 // "stop": rank 2 stops itself (SIGSTOP: alive, silent) after a first allreduce; the others time

@@ -12,21 +12,21 @@ namespace ddpkit::comm {
 namespace {
 
 TEST(CollectiveTagTest, ScopesNestAndRestoreAndShadowIsInherited) {
-  EXPECT_EQ(ScopedCollectiveTag::Current().purpose, CollectivePurpose::kUntagged);
+  EXPECT_EQ(PurposeName(ScopedCollectiveTag::Current()), "untagged");
   {
     ScopedCollectiveTag shadow({.shadow = true});
     {
-      ScopedCollectiveTag bucket({.purpose = CollectivePurpose::kGradientBucket, .bucket = 3});
+      ScopedCollectiveTag bucket({.purpose = "bucket", .bucket = 3});
       const CollectiveTag tag = ScopedCollectiveTag::Current();
-      EXPECT_EQ(tag.purpose, CollectivePurpose::kGradientBucket);
+      EXPECT_EQ(tag.purpose, "bucket");
       EXPECT_EQ(tag.bucket, 3);
       EXPECT_TRUE(tag.shadow);  // kept from the outer scope
     }
-    EXPECT_EQ(ScopedCollectiveTag::Current().purpose, CollectivePurpose::kUntagged);
+    EXPECT_EQ(PurposeName(ScopedCollectiveTag::Current()), "untagged");
     EXPECT_TRUE(ScopedCollectiveTag::Current().shadow);
   }
   EXPECT_FALSE(ScopedCollectiveTag::Current().shadow);
-  EXPECT_EQ(CollectivePurposeName(CollectivePurpose::kUsedMap), "used_map");
+  EXPECT_EQ(PurposeName({.purpose = "used_map"}), "used_map");
 }
 
 // Records what a group reports, in order.
@@ -58,18 +58,17 @@ TEST(CollectiveTagTest, TheFlightRecorderAndTheListenerSeeEachCollectivesTag) {
                 RecordingListener listener;
                 group.SetListener(&listener);
                 {
-                  ScopedCollectiveTag tag(
-                      {.purpose = CollectivePurpose::kGradientBucket, .bucket = 1});
+                  ScopedCollectiveTag tag({.purpose = "bucket", .bucket = 1});
                   DDPKIT_RETURN_IF_ERROR(group.Allreduce(Tensor::Full({4}, 1.0))->Wait());
                 }
                 DDPKIT_RETURN_IF_ERROR(group.Barrier()->Wait());
                 group.SetListener(nullptr);
                 const auto entries = group.flight_recorder().Entries();
                 EXPECT_EQ(entries.size(), 2u);
-                EXPECT_EQ(entries[0].tag.purpose, CollectivePurpose::kGradientBucket);
+                EXPECT_EQ(entries[0].tag.purpose, "bucket");
                 EXPECT_EQ(entries[0].tag.bucket, 1);
                 EXPECT_EQ(DescribeTag(entries[0].tag), "bucket 1");
-                EXPECT_EQ(entries[1].tag.purpose, CollectivePurpose::kUntagged);
+                EXPECT_EQ(PurposeName(entries[1].tag), "untagged");
                 EXPECT_EQ(entries[1].record_id, 1u);
                 // Each collective: queued, started, finished, in that order.
                 std::lock_guard<std::mutex> lock(listener.mu);

@@ -33,8 +33,7 @@ TEST(FlightRecorderDumpTest, EntriesUsePyTorchsFieldNames) {
   const std::string dir = TempDir("fields");
   ASSERT_TRUE(RunThreadsWorld(2, [&](ProcessGroup& group) -> absl::Status {
                 {
-                  ScopedCollectiveTag tag(
-                      {.purpose = CollectivePurpose::kGradientBucket, .bucket = 3});
+                  ScopedCollectiveTag tag({.purpose = "bucket", .bucket = 3});
                   DDPKIT_RETURN_IF_ERROR(group.Allreduce(Tensor::Full({5}, 1.0))->Wait());
                 }
                 if (group.rank() != 0) return absl::OkStatus();

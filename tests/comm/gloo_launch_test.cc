@@ -59,6 +59,13 @@ TEST_P(GlooSampleSortTest, PropertiesHoldAcrossProcesses) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooSampleSortTest, testing::Values(2, 3));
 
+// The one contract of comm/process_group.h, as threads, mpi and nccl face it
+// (tests/comm/backend_contract_test.cc, mpi_launch_test.cc, nccl_test.cc).
+TEST(GlooContractTest, TheBackendContractHolds) {
+  Result r = RunShell(Launch(2, "contract"));
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
 TEST(GlooFaultTest, ARankThatDiesMakesTheOthersFailAndTheLauncherNamesIt) {
   Result r = RunShell(Launch(3, "die"));
   EXPECT_EQ(r.status, 1) << r.out;

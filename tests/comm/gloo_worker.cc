@@ -75,6 +75,15 @@ int main(int argc, char** argv) {
     std::cout << "second allreduce: " << status << "\n";
     return status.ok() ? 1 : 0;  // failing (not hanging) is the expected outcome
   }
+  if (mode == "contract") {
+    const absl::Status status = testing_util::CheckBackendContract(group, Device::Cpu());
+    if (!status.ok()) {
+      std::cerr << "FAILED: " << status.message() << "\n";
+      return 1;
+    }
+    std::cout << "the backend contract holds on rank " << group.rank() << "\n";
+    return 0;
+  }
   if (mode == "stop") return testing_util::StoppedRankMode(group);
   if (mode == "mismatch") return testing_util::MismatchMode(group);
   std::cerr << "unknown mode " << mode << "\n";

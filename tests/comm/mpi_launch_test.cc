@@ -52,6 +52,13 @@ TEST(MpiSampleSortTest, PropertiesHoldAcrossProcesses) {
 
 // A rank that stops (alive, silent): its peers time out in the collective it never joined,
 // name it through the store, and end; mpirun then ends the job.
+// The one contract of comm/process_group.h, as threads, gloo and nccl face it
+// (tests/comm/backend_contract_test.cc, nccl_test.cc).
+TEST(MpiContractTest, TheBackendContractHolds) {
+  Result r = ddpkit::testing_util::RunCommandMerged(MpiRun(2, Worker("contract")));
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
 TEST(MpiFaultTest, AStoppedRankIsNamedWithinTheTimeout) {
   Result r = ddpkit::testing_util::RunCommandMerged(MpiRun(3, Worker("stop")));
   EXPECT_NE(r.status, 0) << r.out;

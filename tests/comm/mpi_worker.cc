@@ -63,6 +63,10 @@ int main(int argc, char** argv) {
     if (status.ok()) status = testing_util::CheckExchangeRows(group);
     return Report(status, "sample sort properties hold", group.rank());
   }
+  if (mode == "contract") {
+    return Report(testing_util::CheckBackendContract(group, Device::Cpu()),
+                  "the backend contract holds", group.rank());
+  }
   if (mode == "stop") return testing_util::StoppedRankMode(group);
   if (mode == "mismatch") return testing_util::MismatchMode(group);
   std::cerr << "unknown mode " << mode << "\n";

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/autograd/cuda_test_util.h"
+#include "tests/comm/collective_checks.h"
 
 namespace ddpkit::comm {
 namespace {
@@ -73,10 +74,9 @@ TEST_F(NcclTest, AGpuThatIsNotThereIsNamed) {
 
 TEST_F(NcclTest, TheWorldFlagsTakeNccl) {
   WorldSpec spec;
-  spec.backend = "nccl";
+  spec.backend = Backend::kNccl;
   EXPECT_TRUE(ValidateWorldSpec(spec).ok());
-  spec.backend = "ucc";
-  absl::Status bad = ValidateWorldSpec(spec);
+  absl::Status bad = ParseBackend("ucc").status();
   EXPECT_THAT(std::string(bad.message()), HasSubstr("threads, gloo, mpi or nccl"));
 }
 
@@ -124,6 +124,15 @@ TEST_F(NcclTest, GroupsOneAfterAnotherOnOneStore) {
     Tensor t = OnGpu({1, 2});
     ASSERT_TRUE(group->Allreduce(t)->Wait().ok());
   }
+}
+
+// The one contract of comm/process_group.h, as threads, gloo and mpi face it.
+TEST_F(NcclTest, TheBackendContractHolds) {
+  DDPKIT_REQUIRE_GPU();
+  std::unique_ptr<ProcessGroup> group = WorldOfOne();
+  ASSERT_NE(group, nullptr);
+  const absl::Status status = testing_util::CheckBackendContract(*group, kGpu);
+  EXPECT_TRUE(status.ok()) << status;
 }
 
 // --- Collectives on a world of one ---------------------------------------------------------

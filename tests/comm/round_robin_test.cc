@@ -146,11 +146,11 @@ TEST(RoundRobinErrorsTest, BadGroupCountsAreRefusedNamingTheFlag) {
     EXPECT_TRUE(absl::StrContains(status.message(), "--round-robin-groups must be in [1, 16]"))
         << status;
   }
-  WorldSpec gloo{.backend = "gloo"};
+  WorldSpec gloo{.backend = Backend::kGloo};
   gloo.round_robin_groups = kMaxRoundRobinGroups;
   EXPECT_TRUE(ValidateWorldSpec(gloo).ok());
   if (kWithCuda) {
-    WorldSpec nccl{.backend = "nccl"};
+    WorldSpec nccl{.backend = Backend::kNccl};
     nccl.round_robin_groups = 2;
     EXPECT_TRUE(absl::StrContains(ValidateWorldSpec(nccl).message(), "--backend nccl"));
   }

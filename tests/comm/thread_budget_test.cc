@@ -41,7 +41,7 @@ class ThreadBudgetTest : public testing::Test {
 
 TEST_F(ThreadBudgetTest, CoresAreSharedByTheRanksHere) {
   const int cores = AvailableCores();
-  WorldSpec threads{.backend = "threads", .world_size = 2};
+  WorldSpec threads{.backend = Backend::kThreads, .world_size = 2};
   absl::StatusOr<ThreadBudget> budget = ResolveThreadBudget(threads);
   ASSERT_TRUE(budget.ok()) << budget.status();
   EXPECT_EQ(budget->threads, std::max(1, cores / 2));
@@ -51,14 +51,14 @@ TEST_F(ThreadBudgetTest, CoresAreSharedByTheRanksHere) {
   EXPECT_EQ(ResolveThreadBudget(threads)->threads, 1);
   // Processes: the launcher's LOCAL_WORLD_SIZE says how many share the host.
   ::setenv("LOCAL_WORLD_SIZE", "2", 1);
-  const WorldSpec gloo{.backend = "gloo"};
+  const WorldSpec gloo{.backend = Backend::kGloo};
   EXPECT_EQ(ResolveThreadBudget(gloo)->ranks_here, 2);
   ::unsetenv("LOCAL_WORLD_SIZE");
   EXPECT_EQ(ResolveThreadBudget(gloo)->threads, cores);
 }
 
 TEST_F(ThreadBudgetTest, TheFlagThenOpenBlasThenOmpDecide) {
-  WorldSpec world{.backend = "threads", .world_size = 2};
+  WorldSpec world{.backend = Backend::kThreads, .world_size = 2};
   ::setenv("OMP_NUM_THREADS", "3", 1);
   EXPECT_EQ(ResolveThreadBudget(world)->threads, 3);
   EXPECT_EQ(ResolveThreadBudget(world)->source, "OMP_NUM_THREADS");
@@ -75,22 +75,21 @@ TEST_F(ThreadBudgetTest, TheFlagThenOpenBlasThenOmpDecide) {
 
 TEST_F(ThreadBudgetTest, ABadVariableIsNamed) {
   ::setenv("OMP_NUM_THREADS", "lots", 1);
-  absl::StatusOr<ThreadBudget> budget = ResolveThreadBudget({.backend = "threads"});
+  absl::StatusOr<ThreadBudget> budget = ResolveThreadBudget({.backend = Backend::kThreads});
   ASSERT_FALSE(budget.ok());
   EXPECT_EQ(budget.status().message(),
             "OMP_NUM_THREADS='lots' is not a thread count; set it to an integer >= 1 or unset it");
-  EXPECT_EQ(ValidateWorldSpec({.backend = "threads", .threads_per_rank = -1}).code(),
+  EXPECT_EQ(ValidateWorldSpec({.backend = Backend::kThreads, .threads_per_rank = -1}).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(ThreadBudgetTest, RunningAWorldSizesTheBlasPool) {
   const int before = ComputeThreads();
-  ASSERT_TRUE(
-      RunOnWorld({.backend = "threads", .world_size = 2, .threads_per_rank = 3}, [](ProcessGroup&) {
-        return absl::OkStatus();
-      }).ok());
+  ASSERT_TRUE(RunOnWorld({.backend = Backend::kThreads, .world_size = 2, .threads_per_rank = 3},
+                         [](ProcessGroup&) { return absl::OkStatus(); })
+                  .ok());
   EXPECT_EQ(ComputeThreads(), 3);
-  ASSERT_TRUE(RunOnWorld({.backend = "threads", .world_size = 1}, [](ProcessGroup&) {
+  ASSERT_TRUE(RunOnWorld({.backend = Backend::kThreads, .world_size = 1}, [](ProcessGroup&) {
                 return absl::OkStatus();
               }).ok());
   EXPECT_EQ(ComputeThreads(), AvailableCores());

@@ -2,12 +2,7 @@
 
 #include "absl/flags/flag.h"
 
-ABSL_FLAG(std::string, backend, "threads",
-          "threads (ranks as threads of this process), gloo (CPU tensors, one process per "
-          "rank, under `ddpkit launch` or srun), mpi (CPU tensors, one process per rank, under "
-          "mpirun or srun; shared memory between ranks on a host) or nccl (GPU tensors, one "
-          "process and one GPU per rank, cuda:LOCAL_RANK, under `ddpkit launch`; needs a CUDA "
-          "build)");
+ABSL_FLAG(std::string, backend, "threads", ddpkit::comm::BackendHelp());
 ABSL_FLAG(int32_t, world_size, 4, "ranks in the threads backend's world");
 ABSL_FLAG(double, timeout, 300, "seconds any collective may take before it fails");
 ABSL_FLAG(int32_t, threads_per_rank, 0,
@@ -24,7 +19,7 @@ absl::Status WorldFromFlags(jobs::WorldConfig& config) {
   if (!(timeout > 0)) {
     return absl::InvalidArgumentError(StrCat("--timeout must be > 0 seconds, got ", timeout));
   }
-  config.backend = absl::GetFlag(FLAGS_backend);
+  DDPKIT_ASSIGN_OR_RETURN(config.backend, comm::ParseBackend(absl::GetFlag(FLAGS_backend)));
   config.world_size = absl::GetFlag(FLAGS_world_size);
   config.threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank);
   config.round_robin_groups = absl::GetFlag(FLAGS_round_robin_groups);

@@ -54,8 +54,13 @@ absl::StatusOr<Device> DeviceFromFlag() {
   return *device;
 }
 
+bool TracesPerRank(std::string_view backend) {
+  const absl::StatusOr<comm::Backend> parsed = comm::ParseBackend(backend);
+  return parsed.ok() && !comm::InfoOf(*parsed).ranks_share_process;
+}
+
 std::string TraceWrittenLine(const std::string& path, const std::string& backend, int rank) {
-  if (backend == "threads") {
+  if (!TracesPerRank(backend)) {
     return StrCat("trace written to ", path, " (open it in ui.perfetto.dev; `ddpkit trace stats ",
                   path, "`)");
   }

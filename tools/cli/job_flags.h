@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/flags/declare.h"
@@ -35,7 +36,9 @@ absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config);
 
 // --device parsed; InvalidArgument naming the flag.
 absl::StatusOr<Device> DeviceFromFlag();
-// "trace written to FILE" (threads) or "... to FILE.rank<r>.json on each rank" (gloo).
+// Whether each process of a run on `backend` (a report's name for it) wrote its own trace.
+bool TracesPerRank(std::string_view backend);
+// "trace written to FILE" (threads) or "... to FILE.rank<r>.json on each rank" (gloo, mpi, nccl).
 std::string TraceWrittenLine(const std::string& path, const std::string& backend, int rank);
 
 }  // namespace ddpkit::cli

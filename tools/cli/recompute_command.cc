@@ -97,7 +97,7 @@ void PrintReport(const jobs::RecomputeReport& r) {
   PrintFixes(r);
   PrintMemory(r);
   for (const std::string& file : r.trace_files()) std::cout << "wrote " << file << "\n";
-  if (r.trace_files_size() > 0 && r.backend() != "threads") {
+  if (r.trace_files_size() > 0 && TracesPerRank(r.backend())) {
     std::cout << "each process wrote its own; to see a run: ddpkit trace merge FILE.<run>.json, "
                  "then ddpkit trace svg FILE.<run>.json --out <run>.svg\n";
   }

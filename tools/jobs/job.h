@@ -5,7 +5,7 @@
 //      any rank starts;
 //   2. on every rank of the world: build the model and the data, run (RunOnEveryRank);
 //   3. return the report of the rank this process reports for — rank 0 of a threads world;
-//      under gloo each process its own, and the command line prints rank 0's.
+//      under gloo, mpi and nccl each process its own, and the command line prints rank 0's.
 //
 // Jobs never read flags or print: tools/cli/ turns flags into a config and a report into text
 // or JSON.
@@ -20,14 +20,15 @@
 
 #include "absl/status/statusor.h"
 #include "autograd/error.h"
+#include "autograd/gemm.h"
 #include "comm/world.h"
 
 namespace ddpkit::jobs {
 
 // Where a job runs: --backend, --world-size, --timeout.
 struct WorldConfig {
-  std::string backend = "threads";  // or "gloo"/"nccl": one process per rank, `ddpkit launch`
-  int world_size = 1;               // threads backend only
+  comm::Backend backend = comm::Backend::kThreads;  // comm/backend.h
+  int world_size = 1;                               // threads backend only
   comm::ProcessGroupOptions comm_options;
   int threads_per_rank = 0;    // --threads-per-rank; 0: the thread budget (comm/thread_budget.h)
   int round_robin_groups = 1;  // --round-robin-groups (comm/round_robin.h)
@@ -38,11 +39,15 @@ struct WorldConfig {
 };
 
 // Runs `on_rank` on every rank of `world` and returns the report of the rank this process
-// reports for, or the first error. A ddpkit::Error thrown on a rank becomes its Status.
+// reports for, or the first error (an invalid DDPKIT_GEMM before any rank starts). A ddpkit::Error
+// thrown on a rank becomes its Status.
 template <typename Report>
 absl::StatusOr<Report> RunOnEveryRank(
     const comm::WorldSpec& world,
     const std::function<absl::StatusOr<Report>(comm::ProcessGroup&)>& on_rank) {
+  // A bad DDPKIT_GEMM is reported here, before any rank starts, not at the first GEMM (comm
+  // knows nothing of GEMM libraries).
+  if (absl::Status gemm = GemmLibraryFromEnv().status(); !gemm.ok()) return gemm;
   std::mutex mu;
   Report reported;
   absl::Status status = comm::RunOnWorld(world, [&](comm::ProcessGroup& group) -> absl::Status {

@@ -49,7 +49,7 @@ absl::StatusOr<StepTimes> MedianMs(comm::ProcessGroup& group, int warmup, int it
     ref_ms.push_back(TimeMs(reference));
   }
   Tensor slowest = Tensor::FromVector<double>({Median(ms), Median(ref_ms)}, {2});
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   DDPKIT_RETURN_IF_ERROR(group.Allreduce(slowest, comm::ReduceOp::kMax)->Wait());
   return StepTimes{slowest.at(0), slowest.at(1)};
 }

@@ -90,7 +90,7 @@ absl::StatusOr<Phases> Step(Trainee& t, const RankData& data, comm::ProcessGroup
 // The largest of each value over all ranks.
 absl::StatusOr<std::vector<double>> Slowest(comm::ProcessGroup& group, std::vector<double> values) {
   Tensor t = Tensor::FromVector<double>(values, {static_cast<int64_t>(values.size())});
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   DDPKIT_RETURN_IF_ERROR(group.Allreduce(t, comm::ReduceOp::kMax)->Wait());
   return t.ToDoubles();
 }

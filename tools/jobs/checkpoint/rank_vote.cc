@@ -11,7 +11,7 @@ absl::Status AgreeOnOutcome(comm::ProcessGroup& group, const absl::Status& mine,
                             std::string_view phase) {
   Tensor failed = Tensor::Zeros({group.size()}, DType::kInt64);
   failed.data<int64_t>()[group.rank()] = mine.ok() ? 0 : 1;
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   DDPKIT_RETURN_IF_ERROR(WaitFor(group.Allreduce(failed), StrCat("agreeing on ", phase)));
   if (!mine.ok()) return mine;
   std::vector<int> ranks;
@@ -28,7 +28,7 @@ absl::StatusOr<std::vector<int64_t>> BroadcastFromRankZero(comm::ProcessGroup& g
                                                            std::string_view what) {
   Tensor t = Tensor::FromVector<int64_t>(absl::MakeConstSpan(values),
                                          {static_cast<int64_t>(values.size())});
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   DDPKIT_RETURN_IF_ERROR(WaitFor(group.Broadcast(t, 0), what));
   for (size_t i = 0; i < values.size(); ++i) values[i] = t.data<int64_t>()[i];
   return values;

@@ -180,7 +180,7 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
   if (trace.recorder != nullptr) trace.recorder->SetIteration(-1);
   if (trace.ddp != nullptr) *trace.ddp = ddp->LoggingData();
   // The global loss: local layout ranks hold shares whose mean is it; global ranks hold it.
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   CheckOk(group.Allreduce(losses)->Wait(), "averaging the losses");
   for (int step = 0; step < c.steps; ++step) {
     curve.add_losses(losses.data<double>()[step] / group.size());
@@ -205,7 +205,7 @@ ContrastiveReport DescribeRun(const Setup& s) {
   const int64_t global = static_cast<int64_t>(c.batch_size) * s.world;
   ContrastiveReport report;
   report.set_world_size(s.world);
-  report.set_backend(c.backend);
+  report.set_backend(std::string(comm::BackendName(c.backend)));
   report.set_batch_size(c.batch_size);
   report.set_global_batch(global);
   report.set_steps(c.steps);

@@ -28,7 +28,7 @@ absl::Status Validate(const JoinRunConfig& config) {
                                                "]"));
     }
   }
-  if (config.backend != "threads") return absl::OkStatus();
+  if (!comm::InfoOf(config.backend).ranks_share_process) return absl::OkStatus();
   if (!config.inputs.empty() && config.world_size != 0 &&
       config.world_size != static_cast<int>(config.inputs.size())) {
     return absl::InvalidArgumentError(StrCat("--inputs lists ", config.inputs.size(),
@@ -100,7 +100,7 @@ absl::StatusOr<RankRows> LoadRankRows(const JoinRunConfig& config,
 absl::StatusOr<std::vector<int>> ShareIterationCounts(comm::ProcessGroup& group, int mine) {
   Tensor counts = Tensor::Zeros({group.size()}, DType::kInt64);
   counts.data<int64_t>()[group.rank()] = mine;
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   DDPKIT_RETURN_IF_ERROR(WaitFor(group.Allreduce(counts), "sharing the iteration counts"));
   std::vector<int> inputs(group.size());
   for (int r = 0; r < group.size(); ++r) inputs[r] = static_cast<int>(counts.data<int64_t>()[r]);
@@ -250,7 +250,7 @@ JoinReport DescribeRun(const JoinRunConfig& config, const Rank& rank) {
 // optimizer shard sizes; then rank 0's accuracy and saved weights.
 absl::Status Summarize(const JoinRunConfig& config, Rank& rank, JoinReport& report) {
   comm::ProcessGroup& group = rank.group;
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   DDPKIT_RETURN_IF_ERROR(rank.log.Combine(group));
   DDPKIT_ASSIGN_OR_RETURN(const bool identical, ModelsIdentical(*rank.model, group));
   report.set_models_identical(identical);
@@ -304,7 +304,7 @@ absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
                             static_cast<double>(config.batch_size) *
                             static_cast<double>(widths.front() + 2);  // synthetic rows
   DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
-                                           config.backend != "threads" ? 1
+                                           !comm::InfoOf(config.backend).ranks_share_process ? 1
                                            : config.world_size > 0
                                                ? config.world_size
                                                : static_cast<int>(config.inputs.size()),

@@ -55,7 +55,7 @@ absl::Status Validate(const RecomputeConfig& config) {
     widths.push_back(config.shape.width);
   }
   widths.push_back(config.shape.classes);
-  const int ranks_here = config.backend == "threads" ? config.world_size : 1;
+  const int ranks_here = comm::InfoOf(config.backend).ranks_share_process ? config.world_size : 1;
   // The reference trains on the global batch, so size the estimate for that.
   const int64_t global_batch = static_cast<int64_t>(config.batch_size) * config.world_size;
   return CheckFitsInMemory(EstimateRankBytes(widths, global_batch, 0), ranks_here + 1, kFlags);
@@ -322,7 +322,7 @@ absl::StatusOr<RecomputeReport> RunRecompute(const RecomputeConfig& config) {
             const RankContext c{rank_config, data, *reference, group};
             RecomputeReport r = setup;
             r.set_world_size(group.size());
-            r.set_backend(config.backend);
+            r.set_backend(std::string(comm::BackendName(config.backend)));
             r.set_rank(group.rank());
             DDPKIT_ASSIGN_OR_RETURN(*r.add_runs(), RunPlain(c));
             TensorList static_final;

@@ -29,9 +29,9 @@ std::string RunTracePath(const std::string& trace_path, const std::string& run) 
 
 std::string SideBySidePath(const std::string& trace_path) { return Stem(trace_path) + ".svg"; }
 
-absl::Status WriteSideBySideTimelines(const std::string& trace_path, const std::string& backend,
+absl::Status WriteSideBySideTimelines(const std::string& trace_path, comm::Backend backend,
                                       RecomputeReport& report) {
-  if (backend != "threads") return absl::OkStatus();
+  if (!comm::InfoOf(backend).ranks_share_process) return absl::OkStatus();
   std::vector<const RecomputeRun*> runs;
   std::vector<TraceView> views;
   for (const RecomputeRun& run : report.runs()) {

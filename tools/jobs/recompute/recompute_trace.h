@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "comm/backend.h"
 #include "tools/jobs/recompute/recompute_report.pb.h"
 
 namespace ddpkit::jobs {
@@ -17,7 +18,7 @@ std::string SideBySidePath(const std::string& trace_path);
 // Draws iterations 2 and 3 of both runs (after the bucket rebuild) on one time scale into
 // SideBySidePath. Needs every rank's records in one file, so only a threads world draws it; a
 // gloo job's files are merged first (`ddpkit trace merge`), then drawn with `ddpkit trace svg`.
-absl::Status WriteSideBySideTimelines(const std::string& trace_path, const std::string& backend,
+absl::Status WriteSideBySideTimelines(const std::string& trace_path, comm::Backend backend,
                                       RecomputeReport& report);
 
 }  // namespace ddpkit::jobs

@@ -23,7 +23,7 @@ uint64_t RandomJobId() {
 JobClock LocalClock() { return {.epoch = TraceClock::now(), .job_id = RandomJobId()}; }
 
 absl::StatusOr<JobClock> AlignClocks(comm::ProcessGroup& group) {
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kClockSync});
+  comm::ScopedCollectiveTag tag({.purpose = "clock_sync"});
   const bool root = group.rank() == 0;
   const int64_t epoch0 = root ? NowNs() : 0;  // rank 0's time 0, on its clock
   const uint64_t job_id = root ? RandomJobId() : 0;

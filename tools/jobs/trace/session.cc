@@ -8,7 +8,7 @@ namespace ddpkit::jobs {
 TraceSession::TraceSession(std::string path, std::string job, const comm::WorldSpec& world)
     : path_(std::move(path)), job_(std::move(job)), world_(world), local_clock_(LocalClock()) {
   file_.job = job_;
-  file_.backend = world.backend;
+  file_.backend = std::string(comm::BackendName(world.backend));
 }
 
 std::string TraceSession::RankPath(const std::string& path, int rank) {
@@ -20,7 +20,7 @@ absl::StatusOr<TraceRecorder*> TraceSession::BeginRank(comm::ProcessGroup& group
                                                        TraceCapacity capacity) {
   if (!active()) return nullptr;
   JobClock clock = local_clock_;
-  if (world_.backend != "threads") {
+  if (!comm::InfoOf(world_.backend).ranks_share_process) {
     DDPKIT_ASSIGN_OR_RETURN(clock, AlignClocks(group));
   }
   auto recorder = std::make_unique<TraceRecorder>(group.rank(), clock.epoch, capacity.compute,
@@ -28,7 +28,7 @@ absl::StatusOr<TraceRecorder*> TraceSession::BeginRank(comm::ProcessGroup& group
   TraceRecorder* raw = recorder.get();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const size_t slot = world_.backend == "threads" ? group.rank() : 0;
+    const size_t slot = comm::InfoOf(world_.backend).ranks_share_process ? group.rank() : 0;
     if (recorders_.size() <= slot) {
       recorders_.resize(slot + 1);
       clocks_.resize(slot + 1);
@@ -45,7 +45,7 @@ void TraceSession::EndRank(comm::ProcessGroup& group, const reducer::DdpLoggingD
   if (!active()) return;
   group.SetListener(nullptr);
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t slot = world_.backend == "threads" ? group.rank() : 0;
+  const size_t slot = comm::InfoOf(world_.backend).ranks_share_process ? group.rank() : 0;
   if (slot >= recorders_.size() || recorders_[slot] == nullptr) return;
   file_.ranks.push_back({.trace = recorders_[slot]->Take(), .clock = clocks_[slot], .ddp = ddp});
 }
@@ -56,7 +56,7 @@ absl::StatusOr<std::vector<std::string>> TraceSession::Write() {
   std::sort(
       file_.ranks.begin(), file_.ranks.end(),
       [](const RankTraceData& a, const RankTraceData& b) { return a.trace.rank < b.trace.rank; });
-  const bool per_rank = world_.backend != "threads";
+  const bool per_rank = !comm::InfoOf(world_.backend).ranks_share_process;
   const std::string path =
       per_rank && !file_.ranks.empty() ? RankPath(path_, file_.ranks[0].trace.rank) : path_;
   DDPKIT_RETURN_IF_ERROR(WriteTraceFile(file_, path, /*distributed_info=*/per_rank));

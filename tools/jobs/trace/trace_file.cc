@@ -144,12 +144,8 @@ void AddCompute(const RankTraceData& data, const std::vector<std::string>& names
 
 std::string CollectiveName(const CollectiveEvent& c) {
   std::string name = absl::AsciiStrToLower(std::string(comm::OpTypeName(c.op)));
-  if (c.tag.purpose == comm::CollectivePurpose::kGradientBucket) {
-    return StrCat(name, " bucket ", c.tag.bucket);
-  }
-  if (c.tag.purpose != comm::CollectivePurpose::kUntagged) {
-    StrAppend(&name, " ", comm::CollectivePurposeName(c.tag.purpose));
-  }
+  if (c.tag.bucket >= 0) return StrCat(name, " bucket ", c.tag.bucket);
+  if (!c.tag.purpose.empty()) StrAppend(&name, " ", c.tag.purpose);
   return name;
 }
 
@@ -162,7 +158,7 @@ void AddCollectives(const RankTraceData& data, json& events) {
                  {"dtype", DTypeName(c.dtype)},
                  {"count", c.count},
                  {"bytes", c.count * static_cast<int64_t>(ElementSize(c.dtype))},
-                 {"purpose", comm::CollectivePurposeName(c.tag.purpose)},
+                 {"purpose", comm::PurposeName(c.tag)},
                  {"iteration", c.iteration},
                  {"shadow", c.tag.shadow},
                  {"queued_us", Us(c.queued_ns)},

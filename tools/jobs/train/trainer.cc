@@ -157,7 +157,7 @@ absl::StatusOr<double> TrainStep(const TrainConfig& config, Rank& rank, int step
 // the accuracy on all rows, the median step time, and rank 0's saved weights.
 absl::Status Finish(const TrainConfig& config, Rank& rank, int first_step, Tensor& losses,
                     const std::vector<double>& step_ms, TrainReport& report) {
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   if (config.steps > 0) DDPKIT_RETURN_IF_ERROR(rank.group.Allreduce(losses)->Wait());
   for (int step = first_step; step < config.steps; ++step) {
     report.add_losses(losses.data<double>()[step] / rank.group.size());
@@ -224,9 +224,10 @@ absl::StatusOr<TrainReport> Train(const TrainConfig& config, const TrainObserver
                                 ? 4.0 * static_cast<double>(config.synthetic_rows) *
                                       static_cast<double>(widths.front() + 2)
                                 : 0;  // a file's size is checked as it is read
-  DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
-                                           config.backend == "threads" ? config.world_size : 1,
-                                           "--model, --batch-size and --world-size"));
+  DDPKIT_RETURN_IF_ERROR(
+      CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
+                        comm::InfoOf(config.backend).ranks_share_process ? config.world_size : 1,
+                        "--model, --batch-size and --world-size"));
   TraceSession trace(config.trace_path, "train", config.world());
   DDPKIT_ASSIGN_OR_RETURN(
       TrainReport report,

@@ -47,7 +47,8 @@ absl::Status CheckModelFits(const VarlenConfig& config, const SequenceModelSpec&
   widths.push_back(spec.classes);
   const double table = 16.0 * static_cast<double>(spec.vocab) * static_cast<double>(spec.dim);
   return CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, table),
-                           config.backend == "threads" ? config.world_size : 1, "--model");
+                           comm::InfoOf(config.backend).ranks_share_process ? config.world_size : 1,
+                           "--model");
 }
 
 absl::StatusOr<SequenceModelSpec> Validate(const VarlenConfig& config) {
@@ -186,7 +187,7 @@ void ScheduleSteps(const VarlenConfig& config, const std::vector<std::vector<Bat
 // budget is set) and plans the trained one: sorted globally, with the configured batching.
 absl::StatusOr<Plan> PlanLayouts(comm::ProcessGroup& group, const VarlenConfig& config,
                                  const SequenceData& data, VarlenReport& report) {
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   const std::vector<int64_t> share =
       ShuffledShare(data.samples(), group.size(), group.rank(), config.seed);
   RankOrder shuffled{.ids = share};
@@ -279,7 +280,7 @@ absl::Status CheckGradientWeighting(Rank& rank, const SequenceModelSpec& spec,
     report.mutable_weighting_check()->set_step(-1);
     return absl::OkStatus();
   }
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   DDPKIT_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> ids,
                           ShareStepIds(rank.group, rank.plan, step));
   DDPKIT_ASSIGN_OR_RETURN(std::shared_ptr<nn::Module> reference,
@@ -339,7 +340,7 @@ double AccuracyOverAll(nn::Module& model, const SequenceData& data, Device devic
 
 // After every rank's loop: the per-step global losses, the final models compared, accuracy.
 absl::Status Summarize(Rank& rank, VarlenReport& report) {
-  comm::ScopedCollectiveTag tag({.purpose = comm::CollectivePurpose::kJob});
+  comm::ScopedCollectiveTag tag({.purpose = "job"});
   const Plan& plan = rank.plan;
   Tensor sums = Tensor::FromVector<double>(rank.loss_sums, {std::ssize(rank.loss_sums)});
   if (sums.numel() > 0) {
