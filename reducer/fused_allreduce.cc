@@ -58,8 +58,4 @@ int64_t FusedGradientAllreduce::bytes() const {
   return total;
 }
 
-absl::Status AllreduceGradients(const nn::Module& module, comm::ProcessGroup& group) {
-  return FusedGradientAllreduce(module.NamedParameters()).Run(group);
-}
-
 }  // namespace ddpkit::reducer
