@@ -52,7 +52,7 @@ std::shared_ptr<comm::Future> Failed(absl::Status status) {
 // blocks; its error, if any, becomes the caller's.
 void ThrowIfFailed(const std::shared_ptr<comm::Future>& stage) {
   if (stage == nullptr) return;
-  DDPKIT_CHECK(stage->IsCompleted(), "[powersgd] a stage's future is not complete");
+  DDPKIT_INTERNAL_CHECK(stage->IsCompleted(), "[powersgd] a stage's future is not complete");
   if (absl::StatusOr<Tensor> result = stage->Wait(); !result.ok()) ThrowStatus(result.status());
 }
 
