@@ -1,4 +1,4 @@
-#include "reducer/zero_redundancy_optimizer.h"
+#include "reducer/extras/zero_redundancy_optimizer.h"
 
 #include <algorithm>
 #include <charconv>

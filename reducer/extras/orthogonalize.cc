@@ -1,4 +1,4 @@
-#include "reducer/orthogonalize.h"
+#include "reducer/extras/orthogonalize.h"
 
 #include <algorithm>
 #include <cmath>

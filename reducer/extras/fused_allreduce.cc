@@ -1,4 +1,4 @@
-#include "reducer/fused_allreduce.h"
+#include "reducer/extras/fused_allreduce.h"
 
 #include "autograd/kernels.h"
 #include "comm/collective_tag.h"

@@ -1,4 +1,4 @@
-#include "reducer/powersgd_hook.h"
+#include "reducer/extras/powersgd_hook.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "autograd/gemm.h"
 #include "autograd/kernels.h"
 #include "reducer/distributed_data_parallel.h"
-#include "reducer/orthogonalize.h"
+#include "reducer/extras/orthogonalize.h"
 
 namespace ddpkit::reducer {
 namespace {
