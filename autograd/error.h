@@ -1,14 +1,32 @@
-// ddpkit's one error style, used by every module.
+// ddpkit's one error policy, used by every module. Four tiers, each named by what goes wrong:
 //
-// Two tiers, as in gloo:
-//  * Recoverable failures that a caller must handle — files, flags, peers, timeouts — are
-//    returned as absl::Status / absl::StatusOr<T> with a canonical code (InvalidArgument for
-//    bad input, DataLoss for a malformed file, DeadlineExceeded for a timeout, ...).
-//  * Misuse of an API — mismatched shapes, an op on the wrong dtype, an index out of range —
-//    throws ddpkit::Error through DDPKIT_CHECK. The message starts with "[op] " (MLX's
-//    convention) and says what was expected and what was found.
+//  1. Bad input from outside the program — flags, files, environment variables, peers that fail
+//     or disagree, timeouts — is returned as absl::Status / absl::StatusOr<T> by the function
+//     that can fail that way, with a canonical code (InvalidArgument for bad input, DataLoss for
+//     a malformed file, DeadlineExceeded for a timeout, ...).
+//  2. Misuse of an API by its caller — mismatched shapes, an op on the wrong dtype, an index out
+//     of range, a call out of order — throws ddpkit::Error through DDPKIT_CHECK (code
+//     InvalidArgument), or `throw Error(message, code)` where a more specific code fits
+//     (FailedPrecondition for a parameter marked ready twice). The message starts with "[op] "
+//     (MLX's convention) and says what was expected and what was found.
+//  3. ddpkit's own invariants — conditions that no input and no caller can break, only a bug in
+//     ddpkit — are checked with DDPKIT_INTERNAL_CHECK (gloo's ENFORCE, c10d's
+//     INTERNAL_ASSERT): it throws Error with code Internal, and the message says it is a bug.
+//  4. A Status that must cross code that cannot return one is thrown with ThrowStatus, keeping
+//     its code. This happens where a tier-1 failure (a collective that timed out, a peer that
+//     died) is found inside a call whose signature has no room for a Status: the reducer's
+//     autograd hooks and end-of-backward callback run inside Tensor::Backward; DDP's Forward,
+//     the join hooks, ZeroRedundancyOptimizer::Step and the PowerSGD hook are Module /
+//     Optimizer / JoinHook / CommHook overrides; an op that finds its GPU unusable. The reducer
+//     prefixes the message with the rank and what it was doing (ThrowCommFailure,
+//     reducer/reducer_errors.h). It is caught back into a Status at the job boundary:
+//     RunOnEveryRank (tools/jobs/job.h) turns an Error thrown on a rank into that rank's Status;
+//     comm::RunOnWorld's threads world does the same for any body; a Future's continuation
+//     (comm/future.h) and a collective's execution (ProcessGroup::RunOne) report one on their
+//     Work. DistributedDataParallel::Create catches the Reducer constructor's tier-2 throws into
+//     its StatusOr.
 // Either way the text says what happened, which tensor/parameter/rank, and what to do. The CLI
-// turns both into one line on stderr.
+// turns every tier into one line on stderr.
 #pragma once
 
 #include <stdexcept>
@@ -47,8 +65,8 @@ void StrAppend(std::string* out, const Parts&... parts) {
   absl::StrAppend(out, internal::AsAlphaNum(parts)...);
 }
 
-// Thrown for API misuse (see above). Carries a canonical code so boundaries can convert it
-// into an absl::Status without losing the category.
+// Thrown for tiers 2-4 above. Carries a canonical code so boundaries can convert it into an
+// absl::Status without losing the category.
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message,
@@ -61,8 +79,12 @@ class Error : public std::runtime_error {
   absl::StatusCode code_;
 };
 
-// Throws `status` as an Error (used where a Status crosses into exception-based code).
+// Throws `status` as an Error with its code and message (tier 4). `status` must not be OK.
 [[noreturn]] void ThrowStatus(const absl::Status& status);
+
+// The message DDPKIT_INTERNAL_CHECK throws with code Internal: "[ddpkit bug] <file>:<line>:
+// <message> (an invariant of ddpkit itself broke; please report it)".
+std::string InternalCheckMessage(std::string_view file, int line, std::string_view message);
 
 }  // namespace ddpkit
 
@@ -73,6 +95,18 @@ class Error : public std::runtime_error {
     if (!(cond)) [[unlikely]] {                             \
       throw ::ddpkit::Error(::ddpkit::StrCat(__VA_ARGS__)); \
     }                                                       \
+  } while (false)
+
+// DDPKIT_INTERNAL_CHECK(cond, message parts...): ddpkit's own invariant (tier 3). Throws
+// ddpkit::Error with code Internal, the message naming the file and line and saying it is a
+// ddpkit bug. Never use it for anything a caller or an input can cause.
+#define DDPKIT_INTERNAL_CHECK(cond, ...)                                                     \
+  do {                                                                                       \
+    if (!(cond)) [[unlikely]] {                                                              \
+      throw ::ddpkit::Error(                                                                 \
+          ::ddpkit::InternalCheckMessage(__FILE__, __LINE__, ::ddpkit::StrCat(__VA_ARGS__)), \
+          ::absl::StatusCode::kInternal);                                                    \
+    }                                                                                        \
   } while (false)
 
 // Debian 12's Abseil predates its status macros; these two are all the project needs.

@@ -13,7 +13,6 @@ std::mutex& LogMutex() {
 }  // namespace
 
 void SetThreadLogPrefix(std::string prefix) { log_prefix = std::move(prefix); }
-const std::string& ThreadLogPrefix() { return log_prefix; }
 
 void Log(LogLevel level, std::string_view message) {
   const char* name = level == LogLevel::kInfo      ? "INFO"

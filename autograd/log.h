@@ -12,6 +12,5 @@ enum class LogLevel { kInfo, kWarning, kError };
 void Log(LogLevel level, std::string_view message);
 // Sets this thread's prefix; an empty prefix prints "ddpkit <LEVEL> ...".
 void SetThreadLogPrefix(std::string prefix);
-const std::string& ThreadLogPrefix();
 
 }  // namespace ddpkit

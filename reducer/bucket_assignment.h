@@ -2,7 +2,8 @@
 // compute_bucket_assignment_by_size.
 //
 // Parameters are walked in order and appended to the open bucket of their dtype (one open
-// bucket per dtype — per (dtype, device) in PyTorch; everything here lives on the CPU). A bucket
+// bucket per dtype — per (dtype, device) in PyTorch; a model here lives on one device, CPU or
+// one GPU, which the reducer checks when it lays the buckets out). A bucket
 // closes as soon as its bytes reach its limit (>=, checked after adding), so tensors are never
 // split and a bucket may exceed its limit by up to one tensor; a tensor larger than the limit
 // is a bucket of its own. Each dtype walks the limit list on its own, one step per closed

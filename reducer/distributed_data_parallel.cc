@@ -7,15 +7,14 @@
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "autograd/log.h"
+#include "reducer/reducer_errors.h"
 
 namespace ddpkit::reducer {
 namespace {
 
 absl::Status WaitFor(const std::shared_ptr<comm::Work>& work, std::string_view what, int rank) {
   absl::Status status = work->Wait();
-  if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      StrCat("[ddp] rank ", rank, ": ", what, " failed: ", status.message()));
+  return status.ok() ? status : CommFailure(rank, what, status);
 }
 
 // A parameter's signature for the cross-rank check: dtype, rank, up to kMaxDims sizes.
@@ -208,6 +207,7 @@ void DistributedDataParallel::RegisterBuiltinCommHook(BuiltinCommHook hook) {
 }
 
 void DistributedDataParallel::SyncBuffers() {
+  // Forward cannot return a Status: the broadcast's failure is thrown (autograd/error.h, tier 4).
   if (absl::Status s = BroadcastFromRankZero(module_->NamedBuffers(), group_, "buffer"); !s.ok()) {
     ThrowStatus(s);
   }
@@ -248,14 +248,17 @@ Tensor DistributedDataParallel::Forward(const Tensor& input) {
   return output;
 }
 
+// The plan bits are combined with MAX, not a bitwise OR (no backend offers one). MAX equals the
+// OR here because every active rank sends the same plan — each bit follows from state all
+// active ranks share: whether they are under no_sync (DDP requires it of every rank alike),
+// their synced-iteration count (static graph's first, the rebuild), the options and the
+// buffers — and a joined rank sends 0. Active ranks whose plans differed would already issue
+// different collectives from each other, which no combination of bits could repair.
 int64_t DistributedDataParallel::AllreduceJoinPlan(int64_t plan) {
   comm::ScopedCollectiveTag tag({.purpose = "join_plan"});
   Tensor t = Tensor::Full({1}, static_cast<double>(plan), DType::kInt64);
   if (absl::Status s = group_.Allreduce(t, comm::ReduceOp::kMax)->Wait(); !s.ok()) {
-    ThrowStatus(absl::Status(s.code(), StrCat("[ddp] rank ", group_.rank(),
-                                              ": sharing the iteration's plan with joined ranks "
-                                              "failed: ",
-                                              s.message())));
+    ThrowCommFailure(group_.rank(), "sharing the iteration's plan with joined ranks", s);
   }
   return t.data<int64_t>()[0];
 }
@@ -280,10 +283,10 @@ class DdpJoinHook final : public join::JoinHook {
     comm::ProcessGroup& group = ddp_.group_;
     Tensor rank = Tensor::Full({1}, is_last_joiner ? group.rank() : -1.0, DType::kInt64);
     if (absl::Status s = group.Allreduce(rank, comm::ReduceOp::kMax)->Wait(); !s.ok())
-      ThrowStatus(s);
+      ThrowCommFailure(group.rank(), "choosing the rank whose model every rank takes", s);
     const int authoritative = static_cast<int>(rank.data<int64_t>()[0]);
-    DDPKIT_CHECK(authoritative >= 0, "[ddp] rank ", group.rank(),
-                 ": no rank reported being a last joiner; this is a bug in ddpkit's Join");
+    DDPKIT_INTERNAL_CHECK(authoritative >= 0, "[ddp] rank ", group.rank(),
+                          ": no rank reported being a last joiner (Join's post-hooks)");
     ddp_.authoritative_rank_ = authoritative;
     NamedTensors state = ddp_.reducer_->parameters();
     if (ddp_.options_.broadcast_buffers) {
@@ -293,7 +296,8 @@ class DdpJoinHook final : public join::JoinHook {
     for (const auto& [name, t] : state)
       works.push_back(group.Broadcast(t.Detach().Flatten(), authoritative));
     for (const auto& w : works) {
-      if (absl::Status s = w->Wait(); !s.ok()) ThrowStatus(s);
+      if (absl::Status s = w->Wait(); !s.ok())
+        ThrowCommFailure(group.rank(), StrCat("taking rank ", authoritative, "'s model"), s);
     }
   }
 

@@ -90,7 +90,8 @@ class DistributedDataParallel : public nn::Module, public join::Joinable {
   DdpOptions options_;
   std::unique_ptr<Reducer> reducer_;
   friend class DdpJoinHook;
-  // Under Join, an active rank tells the joined ones what this iteration will issue.
+  // Under Join, an active rank tells the joined ones what this iteration will issue: a set of
+  // these bits, combined across ranks by AllreduceJoinPlan (see there for why MAX is right).
   static constexpr int64_t kSync = 1, kStaticFirst = 2, kRebuild = 4, kBuffers = 8;
   int64_t AllreduceJoinPlan(int64_t plan);
 

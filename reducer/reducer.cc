@@ -9,21 +9,9 @@
 #include "autograd/kernels.h"
 #include "autograd/log.h"
 #include "reducer/reducer_errors.h"
+#include "reducer/reducer_logging.h"
 
 namespace ddpkit::reducer {
-namespace {
-
-int64_t Nanos(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
-}
-
-[[noreturn]] void ThrowCommFailure(int rank, std::string_view what, const absl::Status& status) {
-  throw Error(StrCat("[ddp] rank ", rank, ": ", what, " failed: ", status.message()),
-              status.code());
-}
-
-}  // namespace
-
 // ============================================================================ construction
 
 Reducer::Reducer(NamedTensors parameters, const BucketAssignment& initial,
@@ -57,32 +45,7 @@ Reducer::Reducer(NamedTensors parameters, const BucketAssignment& initial,
     grad_accumulators_.push_back(std::move(accumulator));
   }
 
-  logging_.set_world_size(group.size());
-  logging_.set_rank(group.rank());
-  logging_.set_backend_name(std::string(group.backend_name()));
-  logging_.set_num_parameter_tensors(static_cast<int32_t>(n));
-  logging_.set_bucket_cap_bytes(static_cast<int64_t>(options.limits.bucket_cap_bytes));
-  logging_.set_first_bucket_bytes(static_cast<int64_t>(options.limits.first_bucket_bytes));
-  logging_.set_find_unused_parameters(options.find_unused_parameters);
-  logging_.set_gradient_as_bucket_view(options.gradient_as_bucket_view);
-  logging_.set_debug_level(std::string(comm::DebugLevelName(group.options().debug_level)));
-  int64_t total_bytes = 0;
-  for (const auto& [name, p] : params_) {
-    total_bytes += static_cast<int64_t>(p.nbytes());
-    const std::string dtype(DTypeName(p.dtype()));
-    if (std::find(logging_.dtypes().begin(), logging_.dtypes().end(), dtype) ==
-        logging_.dtypes().end()) {
-      logging_.add_dtypes(dtype);
-    }
-  }
-  logging_.set_total_parameter_size_bytes(total_bytes);
-  for (BucketInfo& info : BucketInfos()) *logging_.add_initial_buckets() = std::move(info);
-  if (group.options().debug_level != comm::DebugLevel::kOff) {
-    Log(LogLevel::kInfo,
-        StrCat("DDP reducer: ", buckets_.size(), " bucket(s) ", BucketsToString(initial.buckets),
-               ", bucket cap ", options.limits.bucket_cap_bytes, " B, first bucket ",
-               options.limits.first_bucket_bytes, " B"));
-  }
+  LogConstruction(logging_, group_, params_, options_, buckets_, initial);
 }
 
 Reducer::~Reducer() {
@@ -162,20 +125,7 @@ void Reducer::InitializeBuckets(const BucketAssignment& assignment) {
   }
 }
 
-std::vector<BucketInfo> Reducer::BucketInfos() const {
-  std::vector<BucketInfo> infos;
-  for (const Bucket& bucket : buckets_) {
-    BucketInfo& info = infos.emplace_back();
-    for (size_t index : bucket.variable_indices) {
-      info.add_param_indices(static_cast<int32_t>(index));
-      info.add_param_names(params_[index].first);
-    }
-    info.set_bytes(static_cast<int64_t>(bucket.nbytes()));
-    info.set_limit_bytes(static_cast<int64_t>(bucket.size_limit));
-    info.set_dtype(std::string(DTypeName(bucket.gradients.dtype())));
-  }
-  return infos;
-}
+std::vector<BucketInfo> Reducer::BucketInfos() const { return BucketInfosOf(buckets_, params_); }
 
 std::string Reducer::ParamName(size_t index) const { return params_[index].first; }
 
@@ -193,9 +143,10 @@ double Reducer::DivideFactor() {
 
 void Reducer::PrepareForForward() {
   ++num_iterations_;
-  forward_start_ = Clock::now();
+  const Clock::time_point now = Clock::now();
+  timer_.StartForward(now);
   logging_.set_iteration(num_iterations_);
-  Trace(TraceEventType::kForward, -1, -1, forward_start_);
+  TraceIteration(TraceEventType::kForward, now);
 }
 
 void Reducer::EnsurePriorReductionFinished() {
@@ -210,7 +161,7 @@ void Reducer::EnsurePriorReductionFinished() {
 }
 
 void Reducer::PrepareForBackward(const TensorList& outputs) {
-  backward_start_ = Clock::now();
+  timer_.StartBackward(Clock::now());
   expect_autograd_hooks_ = true;
   grad_ready_order_.clear();
   ResetBucketCounting();
@@ -232,7 +183,7 @@ void Reducer::PrepareForBackward(const TensorList& outputs) {
 
 void Reducer::ResetBucketCounting() {
   next_bucket_ = 0;
-  comm_started_ = false;
+  timer_.ClearLaunches();
   for (Bucket& bucket : buckets_) {
     bucket.pending = bucket.variable_indices.size();
     bucket.future_work.reset();
@@ -284,7 +235,7 @@ void Reducer::AutogradHook(size_t index) {
     ++expected_hook_counts_[index];  // everything is reduced at the end, by DelayAllReduce
     return;
   }
-  Trace(TraceEventType::kHookFired, static_cast<int64_t>(index));
+  TraceHook(index);
   grad_ready_order_.push_back(index);
 
   // Parameters the forward did not use get no hook of their own; they are marked at the
@@ -314,7 +265,7 @@ void Reducer::AutogradHook(size_t index) {
     finalize_queued_ = true;
     if (dynamic_find_unused()) LaunchLocalUsedMapAllreduce();
     Engine::QueueOuterCallback([this] {
-      compute_end_ = Clock::now();
+      timer_.EndCompute(Clock::now());
       if (static_graph_ && ShouldRebuildBuckets()) {
         // Static graph rebuilds after its second iteration; unused parameters, which fire no
         // hook, go last.
@@ -361,7 +312,7 @@ void Reducer::MarkVariableReady(size_t index) {
 // Buckets are launched strictly in index order, so every rank issues the same collectives in
 // the same order however its gradients arrive: a ready bucket waits for all earlier ones.
 void Reducer::MarkBucketReady(size_t bucket_index) {
-  Trace(TraceEventType::kBucketReady, -1, static_cast<int64_t>(bucket_index));
+  TraceBucket(TraceEventType::kBucketReady, bucket_index);
   if (bucket_index > next_bucket_) return;
   for (; next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0; ++next_bucket_) {
     LaunchBucket(next_bucket_);
@@ -371,14 +322,10 @@ void Reducer::MarkBucketReady(size_t bucket_index) {
 void Reducer::LaunchBucket(size_t bucket_index) {
   Bucket& bucket = buckets_[bucket_index];
   bucket.launched_at = Clock::now();
-  if (!comm_started_) {
-    comm_started_ = true;
-    comm_start_ = bucket.launched_at;
-  }
+  timer_.NoteLaunch(bucket.launched_at);
   comm::ScopedCollectiveTag tag(
       {.purpose = "bucket", .bucket = static_cast<int32_t>(bucket_index)});
-  Trace(TraceEventType::kAllreduceStart, -1, static_cast<int64_t>(bucket_index),
-        bucket.launched_at);
+  TraceBucket(TraceEventType::kAllreduceStart, bucket_index, bucket.launched_at);
   if (comm_hook_) {
     GradBucket grad_bucket(bucket_index, buckets_.size(), bucket.gradients, bucket.views,
                            bucket.variables);
@@ -409,7 +356,7 @@ void Reducer::DelayAllReduce() {
   UnusedFromHookCounts();
   std::fill(marked_ready_.begin(), marked_ready_.end(), 0);
   for (size_t i = 0; i < params_.size(); ++i) MarkVariableReady(i);  // launches in order
-  compute_end_ = Clock::now();
+  timer_.EndCompute(Clock::now());
   FinalizeBackward();
 }
 
@@ -444,15 +391,15 @@ void Reducer::UnusedFromHookCounts() {
 void Reducer::FinalizeBackward() {
   expect_autograd_hooks_ = false;
   require_finalize_ = false;
-  DDPKIT_CHECK(next_bucket_ == buckets_.size(), "[ddp] rank ", group_.rank(), ": finalize found ",
-               buckets_.size() - next_bucket_,
-               " bucket(s) not launched; this is a bug in ddpkit's reducer");
-  Clock::time_point comm_end = comm_start_;
+  DDPKIT_INTERNAL_CHECK(next_bucket_ == buckets_.size(), "[ddp] rank ", group_.rank(),
+                        ": finalize found ", buckets_.size() - next_bucket_,
+                        " bucket(s) not launched");
+  Clock::time_point comm_end = timer_.comm_start();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     WaitForBucket(b, "reducing");
     const Clock::time_point completed = buckets_[b].future_work->completed_at();
     comm_end = std::max(comm_end, completed);
-    Trace(TraceEventType::kAllreduceEnd, -1, static_cast<int64_t>(b), completed);
+    TraceBucket(TraceEventType::kAllreduceEnd, b, completed);
     FinalizeBucket(buckets_[b]);
   }
   // Collected even when every parameter was used here, so the next launch cannot overlap it.
@@ -504,21 +451,11 @@ void Reducer::RecordStaticGraphUnused() {
 
 // ---- Finalize's bookkeeping ---------------------------------------------------------------
 
-// Logging data: this iteration's unused parameters and gradient arrival order.
+// Logging data: this iteration's unused parameters, gradient arrival order and compression.
 void Reducer::LogIteration() {
-  logging_.clear_unused_parameter_names();
-  int64_t unused_bytes = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if ((options_.find_unused_parameters || static_graph_) && GloballyUnused(i)) {
-      logging_.add_unused_parameter_names(ParamName(i));
-      unused_bytes += static_cast<int64_t>(params_[i].second.nbytes());
-    }
-  }
-  logging_.set_unused_parameter_size(unused_bytes);
-  logging_.clear_prev_iteration_grad_ready_order_indices();
-  for (size_t index : grad_ready_order_) {
-    logging_.add_prev_iteration_grad_ready_order_indices(static_cast<int32_t>(index));
-  }
+  LogIterationUsage(
+      logging_, params_, options_.find_unused_parameters || static_graph_,
+      [this](size_t i) { return GloballyUnused(i); }, grad_ready_order_);
   if (comm_hook_stats_) *logging_.mutable_compression() = comm_hook_stats_();
 }
 
@@ -535,14 +472,9 @@ void Reducer::ResetAfterBackward() {
 // The iteration's forward, backward compute, communication, overlap and exposed time.
 void Reducer::RecordTimes(Clock::time_point comm_end) {
   const Clock::time_point finalize_end = Clock::now();
-  Trace(TraceEventType::kFinalize, -1, -1, finalize_end, compute_end_);
-  totals_.forward += Nanos(backward_start_ - forward_start_);
-  totals_.compute += Nanos(compute_end_ - backward_start_);
-  totals_.comm += Nanos(comm_end - comm_start_);
-  totals_.overlap += std::max<int64_t>(0, Nanos(std::min(compute_end_, comm_end) - comm_start_));
-  totals_.exposed += Nanos(finalize_end - compute_end_);
-  ++totals_.count;
-  RecordIterationStats();
+  TraceIteration(TraceEventType::kFinalize, finalize_end, timer_.compute_end());
+  timer_.Record(comm_end, finalize_end, logging_,
+                group_.options().debug_level == comm::DebugLevel::kDetail);
 }
 
 bool Reducer::GloballyUnused(size_t index) {
@@ -587,10 +519,10 @@ void Reducer::FinalizeBucket(Bucket& bucket) {
 
 bool Reducer::RebuildBuckets() {
   if (!ShouldRebuildBuckets() || rebuilt_param_indices_.empty()) return false;
-  DDPKIT_CHECK(rebuilt_param_indices_.size() == params_.size(), "[ddp] rank ", group_.rank(),
-               ": the first iteration recorded ", rebuilt_param_indices_.size(),
-               " gradient arrivals for ", params_.size(),
-               " parameters; this is a bug in ddpkit's reducer");
+  DDPKIT_INTERNAL_CHECK(rebuilt_param_indices_.size() == params_.size(), "[ddp] rank ",
+                        group_.rank(), ": the first iteration recorded ",
+                        rebuilt_param_indices_.size(), " gradient arrivals for ", params_.size(),
+                        " parameters");
   BucketAssignment assignment =
       RebuiltBucketAssignment(SpecsOf(params_), rebuilt_param_indices_, options_.limits);
   SyncBucketIndices(assignment);
@@ -598,16 +530,8 @@ bool Reducer::RebuildBuckets() {
   rebuilt_param_indices_.clear();
   rebuilt_param_indices_.shrink_to_fit();
   InitializeBuckets(assignment);
-
-  logging_.set_has_rebuilt_buckets(true);
-  logging_.clear_rebuilt_buckets();
-  for (BucketInfo& info : BucketInfos()) *logging_.add_rebuilt_buckets() = std::move(info);
-  Trace(TraceEventType::kRebuild);
-  if (group_.options().debug_level != comm::DebugLevel::kOff) {
-    Log(LogLevel::kInfo, StrCat(buckets_.size(), " bucket(s) rebuilt in gradient-arrival order: ",
-                                BucketsToString(assignment.buckets), ", limits ",
-                                absl::StrJoin(assignment.limits, ", "), " bytes"));
-  }
+  LogRebuild(logging_, group_, params_, buckets_, assignment);
+  TraceIteration(TraceEventType::kRebuild);
   return true;
 }
 
@@ -709,47 +633,42 @@ void Reducer::ShadowBackward(bool first_static_iteration) {
     FinalizeBucket(buckets_[b]);
   }
   local_used_work_.reset();
-  comm_started_ = false;
-  Trace(TraceEventType::kShadowBackward, -1, -1, Clock::now(), start);
+  timer_.ClearLaunches();
+  TraceIteration(TraceEventType::kShadowBackward, Clock::now(), start);
 }
 
 // ============================================================================ observability
 
-void Reducer::Trace(TraceEventType type, int64_t param_index, int64_t bucket_index,
-                    Clock::time_point time, std::optional<Clock::time_point> start) {
+void Reducer::TraceIteration(TraceEventType type, Clock::time_point time,
+                             std::optional<Clock::time_point> start) {
+  EmitTrace({.type = type, .time = time, .start = start.value_or(time)});
+}
+
+void Reducer::TraceHook(size_t param_index) {
   if (trace_ == nullptr) return;
-  const int64_t param_bucket = type == TraceEventType::kHookFired
-                                   ? static_cast<int64_t>(locators_[param_index].bucket_index)
-                                   : -1;
-  trace_->OnEvent({.type = type,
-                   .time = time,
-                   .start = start.value_or(time),
-                   .iteration = num_iterations_,
-                   .rank = group_.rank(),
-                   .param_index = param_index,
-                   .bucket_index = bucket_index,
-                   .param_bucket = param_bucket});
+  const Clock::time_point now = Clock::now();
+  EmitTrace({.type = TraceEventType::kHookFired,
+             .time = now,
+             .start = now,
+             .param_index = static_cast<int64_t>(param_index),
+             .param_bucket = static_cast<int64_t>(locators_[param_index].bucket_index)});
 }
 
-void Reducer::NoteNoSyncForward() { Trace(TraceEventType::kNoSyncForward); }
-
-void Reducer::RecordIterationStats() {
-  const int64_t count = std::max<int64_t>(1, totals_.count);
-  logging_.set_avg_forward_compute_time(totals_.forward / count);
-  logging_.set_avg_backward_compute_time(totals_.compute / count);
-  logging_.set_avg_backward_comm_time(totals_.comm / count);
-  logging_.set_avg_backward_compute_comm_overlap_time(totals_.overlap / count);
-  logging_.set_avg_backward_exposed_comm_time(totals_.exposed / count);
-  logging_.set_num_timed_iterations(totals_.count);
-  if (group_.options().debug_level == comm::DebugLevel::kDetail) {
-    Log(LogLevel::kInfo,
-        StrCat("[rank ", group_.rank(), " / ", group_.size(), "] iteration ", num_iterations_,
-               ": unused_parameter_size=", logging_.unused_parameter_size(), " avg forward ",
-               logging_.avg_forward_compute_time(), " ns, backward compute ",
-               logging_.avg_backward_compute_time(), " ns, comm ",
-               logging_.avg_backward_comm_time(), " ns, overlap ",
-               logging_.avg_backward_compute_comm_overlap_time(), " ns"));
-  }
+void Reducer::TraceBucket(TraceEventType type, size_t bucket_index, Clock::time_point time) {
+  EmitTrace({.type = type,
+             .time = time,
+             .start = time,
+             .bucket_index = static_cast<int64_t>(bucket_index)});
 }
+
+// Stamps the iteration and rank on `event` and hands it to the observer, if any.
+void Reducer::EmitTrace(TraceEvent event) {
+  if (trace_ == nullptr) return;
+  event.iteration = num_iterations_;
+  event.rank = group_.rank();
+  trace_->OnEvent(event);
+}
+
+void Reducer::NoteNoSyncForward() { TraceIteration(TraceEventType::kNoSyncForward); }
 
 }  // namespace ddpkit::reducer

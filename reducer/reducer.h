@@ -38,6 +38,7 @@
 #include "reducer/bucket_assignment.h"
 #include "reducer/comm_hook.h"
 #include "reducer/ddp_logging.pb.h"
+#include "reducer/reducer_logging.h"
 #include "reducer/trace.h"
 
 namespace ddpkit::reducer {
@@ -148,10 +149,13 @@ class Reducer {
   // Records that `index` got a gradient on this rank (find_unused / static graph's first pass).
   void RecordLocalUse(size_t index);
   void SyncBucketIndices(BucketAssignment& assignment);
-  void RecordIterationStats();
-  void Trace(TraceEventType type, int64_t param_index = -1, int64_t bucket_index = -1,
-             Clock::time_point time = Clock::now(),
-             std::optional<Clock::time_point> start = std::nullopt);
+  // Trace events (trace.h); each does nothing without an observer. An iteration event (forward,
+  // rebuild, finalize, ...) names no parameter or bucket; a span passes its `start`.
+  void TraceIteration(TraceEventType type, Clock::time_point time = Clock::now(),
+                      std::optional<Clock::time_point> start = std::nullopt);
+  void TraceHook(size_t param_index);
+  void TraceBucket(TraceEventType type, size_t bucket_index, Clock::time_point time = Clock::now());
+  void EmitTrace(TraceEvent event);
   std::string ParamName(size_t index) const;
   double DivideFactor();
 
@@ -200,13 +204,9 @@ class Reducer {
   std::shared_ptr<comm::Work> join_count_work_;  // this forward's, when joined ranks exist
   Tensor join_active_ranks_;
   bool divide_by_initial_world_size_ = true;
-  DdpLoggingData logging_;
+  DdpLoggingData logging_;  // reducer_logging.h fills it
+  IterationTimer timer_;
   int64_t num_iterations_ = 0;
-  Clock::time_point forward_start_{}, backward_start_{}, compute_end_{}, comm_start_{};
-  bool comm_started_ = false;
-  struct Totals {
-    int64_t forward = 0, compute = 0, comm = 0, overlap = 0, exposed = 0, count = 0;
-  } totals_;
 };
 
 }  // namespace ddpkit::reducer

@@ -65,4 +65,15 @@ std::string StaticGraphChangedMessage(int rank, const ParamRef& param, int expec
       "unused).");
 }
 
+absl::Status CommFailure(int rank, std::string_view what, const absl::Status& status,
+                         std::string_view op) {
+  return absl::Status(status.code(),
+                      StrCat("[", op, "] rank ", rank, ": ", what, " failed: ", status.message()));
+}
+
+void ThrowCommFailure(int rank, std::string_view what, const absl::Status& status,
+                      std::string_view op) {
+  ThrowStatus(CommFailure(rank, what, status, op));
+}
+
 }  // namespace ddpkit::reducer

@@ -1,9 +1,13 @@
-// The reducer's diagnoses of misuse, kept together so their wording stays consistent. Each
-// says what happened, which parameter (index and name) and on which rank, and what to do.
+// The reducer's diagnoses of misuse and of failed collectives, kept together so their wording
+// stays consistent. Each says what happened, which parameter (index and name) and on which
+// rank, and what to do.
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "absl/status/status.h"
 
 namespace ddpkit::reducer {
 
@@ -22,5 +26,15 @@ std::string PriorReductionNotFinishedMessage(int rank, const std::vector<ParamRe
 
 // Under static_graph, a parameter's hook fired more often than in the first iteration.
 std::string StaticGraphChangedMessage(int rank, const ParamRef& param, int expected_count);
+
+// A collective that failed (a timeout, a dead peer): "[<op>] rank R: <what> failed: " and the
+// comm layer's diagnosis, keeping `status`'s code.
+absl::Status CommFailure(int rank, std::string_view what, const absl::Status& status,
+                         std::string_view op = "ddp");
+// The same, thrown (tier 4 of autograd/error.h): for code that runs inside backward (the
+// reducer's hooks and finalize) or in an override that cannot return a Status (DDP's Forward,
+// its join hook, ZeRO's Step). RunOnEveryRank turns it back into a Status.
+[[noreturn]] void ThrowCommFailure(int rank, std::string_view what, const absl::Status& status,
+                                   std::string_view op = "ddp");
 
 }  // namespace ddpkit::reducer

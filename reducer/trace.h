@@ -26,15 +26,18 @@ enum class TraceEventType {
 
 std::string_view TraceEventName(TraceEventType type);  // "hook_fired", ...
 
+// An index field of an event that names no parameter or bucket (a forward, a rebuild, ...).
+inline constexpr int64_t kNoTraceIndex = -1;
+
 struct TraceEvent {
   TraceEventType type;
   std::chrono::steady_clock::time_point time;   // when it happened (a span: when it ended)
   std::chrono::steady_clock::time_point start;  // a span's start; == time for the others
   int64_t iteration = 0;                        // DDP's synced-iteration counter
   int rank = 0;
-  int64_t param_index = -1;   // kHookFired
-  int64_t bucket_index = -1;  // bucket events
-  int64_t param_bucket = -1;  // kHookFired: the bucket holding the parameter's gradient
+  int64_t param_index = kNoTraceIndex;   // kHookFired
+  int64_t bucket_index = kNoTraceIndex;  // bucket events
+  int64_t param_bucket = kNoTraceIndex;  // kHookFired: the bucket holding the parameter's gradient
 };
 
 class TraceObserver {

@@ -7,7 +7,7 @@
 // thread (allocation_counter.h); hooks registered before and after DDP's own bracket exactly
 // DDP's hook.
 #include "gtest/gtest.h"
-#include "reducer/powersgd_hook.h"
+#include "reducer/extras/powersgd_hook.h"
 #include "tests/reducer/allocation_counter.h"
 #include "tests/reducer/ddp_test_util.h"
 #include "tests/reducer/quiet_hooks.h"

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/flags/flag.h"
-#include "reducer/named_comm_hook.h"
+#include "reducer/extras/named_comm_hook.h"
 
 ABSL_FLAG(double, bucket_cap_mb, 25, "DDP bucket size cap in MiB (after the rebuild)");
 ABSL_FLAG(double, first_bucket_mb, 1, "DDP first bucket's size cap in MiB (after the rebuild)");

@@ -7,7 +7,7 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "reducer/distributed_data_parallel.h"
-#include "reducer/powersgd_hook.h"
+#include "reducer/extras/powersgd_hook.h"
 
 ABSL_DECLARE_FLAG(double, bucket_cap_mb);
 ABSL_DECLARE_FLAG(double, first_bucket_mb);

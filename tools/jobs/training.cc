@@ -7,7 +7,7 @@
 #include "autograd/cuda/runtime.h"
 #include "autograd/grad_mode.h"
 #include "autograd/safetensors.h"
-#include "reducer/named_comm_hook.h"
+#include "reducer/extras/named_comm_hook.h"
 
 namespace ddpkit::jobs {
 

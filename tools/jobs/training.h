@@ -12,8 +12,8 @@
 #include "autograd/nn.h"
 #include "autograd/optim.h"
 #include "reducer/distributed_data_parallel.h"
-#include "reducer/powersgd_hook.h"
-#include "reducer/zero_redundancy_optimizer.h"
+#include "reducer/extras/powersgd_hook.h"
+#include "reducer/extras/zero_redundancy_optimizer.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/job.h"
 

@@ -17,7 +17,7 @@
 #include "autograd/random.h"
 #include "comm/thread_budget.h"
 #include "reducer/distributed_data_parallel.h"
-#include "reducer/fused_allreduce.h"
+#include "reducer/extras/fused_allreduce.h"
 #include "tools/jobs/bench/bench.h"
 
 namespace ddpkit::jobs {

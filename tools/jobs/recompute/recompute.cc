@@ -13,7 +13,7 @@
 #include "autograd/ops.h"
 #include "autograd/optim.h"
 #include "reducer/distributed_data_parallel.h"
-#include "reducer/fused_allreduce.h"
+#include "reducer/extras/fused_allreduce.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/recompute/recompute_trace.h"
 #include "tools/jobs/trace/session.h"

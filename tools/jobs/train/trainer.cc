@@ -10,7 +10,7 @@
 #include "autograd/ops.h"
 #include "autograd/safetensors.h"
 #include "comm/thread_budget.h"
-#include "reducer/named_comm_hook.h"
+#include "reducer/extras/named_comm_hook.h"
 #include "tools/jobs/checkpoint/train_checkpoint.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/trace/session.h"

@@ -9,7 +9,7 @@
 #include "autograd/safetensors.h"
 #include "comm/collective_tag.h"
 #include "join/join.h"
-#include "reducer/named_comm_hook.h"
+#include "reducer/extras/named_comm_hook.h"
 #include "tools/jobs/varlen/batching.h"
 #include "tools/jobs/varlen/layout.h"
 #include "tools/jobs/varlen/sequence_model.h"

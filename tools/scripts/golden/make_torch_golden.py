@@ -160,7 +160,7 @@ def ddp_case():
                       {"world_size": "2", "steps": "3", "batch_size": "4", "lr": "0.1"})
 
 
-# --- PowerSGD (reducer/powersgd_hook.h) ---------------------------------------------------------
+# --- PowerSGD (reducer/extras/powersgd_hook.h) --------------------------------------------------
 # An MLP whose matrices get compressed (0.weight and 4.weight share a shape, 2.weight is their
 # transpose: a bucket holding all three tests PyTorch's grouping by shape) and whose biases do not;
 # a 128-byte first bucket and a 2000-byte cap give two buckets after the rebuild: 6.* and the rest.

@@ -1,5 +1,5 @@
-// PowerSGD (reducer/powersgd_hook.h): PyTorch 1.13's powerSGD_hook and batched_powerSGD_hook on
-// golden files (tools/scripts/golden/make_torch_golden.py), and the algorithm's properties:
+// PowerSGD (reducer/extras/powersgd_hook.h): PyTorch 1.13's powerSGD_hook and batched_powerSGD_hook
+// on golden files (tools/scripts/golden/make_torch_golden.py), and the algorithm's properties:
 // low-rank gradients come through exactly, error feedback keeps the sum of what was applied on
 // the sum of the true averages, and every rank ends with the same bits.
 #include <cstring>
@@ -13,9 +13,9 @@
 #include "autograd/optim.h"
 #include "autograd/random.h"
 #include "gmock/gmock.h"
-#include "reducer/named_comm_hook.h"
-#include "reducer/orthogonalize.h"
-#include "reducer/powersgd_hook.h"
+#include "reducer/extras/named_comm_hook.h"
+#include "reducer/extras/orthogonalize.h"
+#include "reducer/extras/powersgd_hook.h"
 #include "tests/autograd/test_util.h"
 #include "tests/reducer/ddp_test_util.h"
 

@@ -1,4 +1,4 @@
-#include "reducer/orthogonalize.h"
+#include "reducer/extras/orthogonalize.h"
 
 #include <algorithm>
 #include <cmath>
@@ -69,10 +69,10 @@ void HouseholderImpl(T* a, int64_t n, int64_t r) {
   int info = 0;
   Geqrf(static_cast<int>(n), static_cast<int>(r), column_major.data(), tau.data(), work.data(),
         static_cast<int>(lwork), &info);
-  DDPKIT_CHECK(info == 0, "[HouseholderQ] geqrf failed with info ", info);
+  DDPKIT_INTERNAL_CHECK(info == 0, "[HouseholderQ] geqrf failed with info ", info);
   Orgqr(static_cast<int>(n), static_cast<int>(r), column_major.data(), tau.data(), work.data(),
         static_cast<int>(lwork), &info);
-  DDPKIT_CHECK(info == 0, "[HouseholderQ] orgqr failed with info ", info);
+  DDPKIT_INTERNAL_CHECK(info == 0, "[HouseholderQ] orgqr failed with info ", info);
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < r; ++j) a[i * r + j] = column_major[j * n + i];
   }

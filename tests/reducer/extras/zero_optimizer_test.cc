@@ -7,7 +7,7 @@
 #include "autograd/optim.h"
 #include "gmock/gmock.h"
 #include "join/join.h"
-#include "reducer/zero_redundancy_optimizer.h"
+#include "reducer/extras/zero_redundancy_optimizer.h"
 #include "tests/reducer/ddp_test_util.h"
 #include "tests/reducer/test_models.h"
 

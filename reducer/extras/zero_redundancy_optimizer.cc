@@ -1,4 +1,4 @@
-#include "reducer/zero_redundancy_optimizer.h"
+#include "reducer/extras/zero_redundancy_optimizer.h"
 
 #include <algorithm>
 #include <charconv>
@@ -7,6 +7,7 @@
 
 #include "autograd/error.h"
 #include "autograd/grad_mode.h"
+#include "reducer/reducer_errors.h"
 
 namespace ddpkit::reducer {
 
@@ -48,8 +49,7 @@ absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> ZeroRedundancyOptimizer
   c[0] = count, c[1] = -count, c[2] = total, c[3] = -total;
   comm::ScopedCollectiveTag tag({.purpose = "model_check"});
   if (absl::Status s = group.Allreduce(check, comm::ReduceOp::kMax)->Wait(); !s.ok()) {
-    return absl::Status(s.code(), StrCat("[zero] rank ", group.rank(),
-                                         ": comparing the parameter lists failed: ", s.message()));
+    return CommFailure(group.rank(), "comparing the parameter lists", s, "zero");
   }
   if (c[0] != -c[1] || c[2] != -c[3]) {
     return absl::FailedPreconditionError(StrCat(
@@ -144,7 +144,8 @@ void ZeroRedundancyOptimizer::Step() {
   std::shared_ptr<comm::Work> count = join::Join::NotifyJoinContext(*this, &active_ranks);
   StepShardAndBroadcast();
   if (count) {
-    if (absl::Status s = count->Wait(); !s.ok()) ThrowStatus(s);
+    if (absl::Status s = count->Wait(); !s.ok())
+      ThrowCommFailure(group_.rank(), "counting the active ranks", s, "zero");
   }
 }
 
@@ -159,10 +160,10 @@ void ZeroRedundancyOptimizer::StepShardAndBroadcast() {
   }
   for (size_t i = 0; i < named_.size(); ++i) {
     if (absl::Status s = works[i]->Wait(); !s.ok()) {
-      throw Error(
-          StrCat("[zero] rank ", group_.rank(), ": broadcasting parameter '", named_[i].first,
-                 "' from its owner, rank ", owner_[i], ", failed: ", s.message()),
-          s.code());
+      ThrowCommFailure(
+          group_.rank(),
+          StrCat("broadcasting parameter '", named_[i].first, "' from its owner, rank ", owner_[i]),
+          s, "zero");
     }
   }
 }

@@ -55,7 +55,6 @@ class ZeroRedundancyOptimizer final : public Optimizer, public join::Joinable {
   double lr() const override { return local_->lr(); }
   void set_lr(double lr) override { local_->set_lr(lr); }
 
-  int OwnerOf(size_t index) const { return owner_[index]; }
   // The parameters this rank steps (and keeps optimizer state for).
   const TensorList& shard() const { return shard_; }
   int64_t shard_elements() const;

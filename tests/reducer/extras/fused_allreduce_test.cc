@@ -1,6 +1,6 @@
 // FusedGradientAllreduce: averaging every gradient by hand after backward, as a loop under
 // no_sync does when reentrant recompute keeps DDP's reducer out of backward.
-#include "reducer/fused_allreduce.h"
+#include "reducer/extras/fused_allreduce.h"
 
 #include "gmock/gmock.h"
 #include "tests/reducer/ddp_test_util.h"

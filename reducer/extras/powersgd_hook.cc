@@ -1,4 +1,4 @@
-#include "reducer/powersgd_hook.h"
+#include "reducer/extras/powersgd_hook.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "autograd/gemm.h"
 #include "autograd/kernels.h"
 #include "reducer/distributed_data_parallel.h"
-#include "reducer/orthogonalize.h"
+#include "reducer/extras/orthogonalize.h"
 
 namespace ddpkit::reducer {
 namespace {
@@ -52,7 +52,7 @@ std::shared_ptr<comm::Future> Failed(absl::Status status) {
 // blocks; its error, if any, becomes the caller's.
 void ThrowIfFailed(const std::shared_ptr<comm::Future>& stage) {
   if (stage == nullptr) return;
-  DDPKIT_CHECK(stage->IsCompleted(), "[powersgd] a stage's future is not complete");
+  DDPKIT_INTERNAL_CHECK(stage->IsCompleted(), "[powersgd] a stage's future is not complete");
   if (absl::StatusOr<Tensor> result = stage->Wait(); !result.ok()) ThrowStatus(result.status());
 }
 

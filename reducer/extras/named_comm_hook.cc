@@ -1,4 +1,4 @@
-#include "reducer/named_comm_hook.h"
+#include "reducer/extras/named_comm_hook.h"
 
 namespace ddpkit::reducer {
 

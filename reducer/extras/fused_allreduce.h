@@ -43,7 +43,4 @@ class FusedGradientAllreduce {
   std::vector<Flat> flats_;
 };
 
-// One-off form: builds the buffers, runs once. Loops should keep a FusedGradientAllreduce.
-absl::Status AllreduceGradients(const nn::Module& module, comm::ProcessGroup& group);
-
 }  // namespace ddpkit::reducer

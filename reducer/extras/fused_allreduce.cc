@@ -1,4 +1,4 @@
-#include "reducer/fused_allreduce.h"
+#include "reducer/extras/fused_allreduce.h"
 
 #include "autograd/kernels.h"
 #include "comm/collective_tag.h"
@@ -55,10 +55,6 @@ int64_t FusedGradientAllreduce::bytes() const {
   int64_t total = 0;
   for (const Flat& flat : flats_) total += static_cast<int64_t>(flat.buffer.nbytes());
   return total;
-}
-
-absl::Status AllreduceGradients(const nn::Module& module, comm::ProcessGroup& group) {
-  return FusedGradientAllreduce(module.NamedParameters()).Run(group);
 }
 
 }  // namespace ddpkit::reducer

@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "reducer/distributed_data_parallel.h"
-#include "reducer/powersgd_hook.h"
+#include "reducer/extras/powersgd_hook.h"
 
 namespace ddpkit::reducer {
 

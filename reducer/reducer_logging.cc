@@ -1,0 +1,133 @@
+#include "reducer/reducer_logging.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_join.h"
+#include "autograd/log.h"
+#include "reducer/reducer.h"
+
+namespace ddpkit::reducer {
+namespace {
+
+int64_t Nanos(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+bool DebugOn(const comm::ProcessGroup& group) {
+  return group.options().debug_level != comm::DebugLevel::kOff;
+}
+
+}  // namespace
+
+std::vector<BucketInfo> BucketInfosOf(const std::vector<Bucket>& buckets,
+                                      const NamedTensors& params) {
+  std::vector<BucketInfo> infos;
+  for (const Bucket& bucket : buckets) {
+    BucketInfo& info = infos.emplace_back();
+    for (size_t index : bucket.variable_indices) {
+      info.add_param_indices(static_cast<int32_t>(index));
+      info.add_param_names(params[index].first);
+    }
+    info.set_bytes(static_cast<int64_t>(bucket.nbytes()));
+    info.set_limit_bytes(static_cast<int64_t>(bucket.size_limit));
+    info.set_dtype(std::string(DTypeName(bucket.gradients.dtype())));
+  }
+  return infos;
+}
+
+void LogConstruction(DdpLoggingData& logging, const comm::ProcessGroup& group,
+                     const NamedTensors& params, const ReducerOptions& options,
+                     const std::vector<Bucket>& buckets, const BucketAssignment& initial) {
+  logging.set_world_size(group.size());
+  logging.set_rank(group.rank());
+  logging.set_backend_name(std::string(group.backend_name()));
+  logging.set_num_parameter_tensors(static_cast<int32_t>(params.size()));
+  logging.set_bucket_cap_bytes(static_cast<int64_t>(options.limits.bucket_cap_bytes));
+  logging.set_first_bucket_bytes(static_cast<int64_t>(options.limits.first_bucket_bytes));
+  logging.set_find_unused_parameters(options.find_unused_parameters);
+  logging.set_gradient_as_bucket_view(options.gradient_as_bucket_view);
+  logging.set_debug_level(std::string(comm::DebugLevelName(group.options().debug_level)));
+  int64_t total_bytes = 0;
+  for (const auto& [name, p] : params) {
+    total_bytes += static_cast<int64_t>(p.nbytes());
+    const std::string dtype(DTypeName(p.dtype()));
+    if (std::find(logging.dtypes().begin(), logging.dtypes().end(), dtype) ==
+        logging.dtypes().end()) {
+      logging.add_dtypes(dtype);
+    }
+  }
+  logging.set_total_parameter_size_bytes(total_bytes);
+  for (BucketInfo& info : BucketInfosOf(buckets, params)) {
+    *logging.add_initial_buckets() = std::move(info);
+  }
+  if (DebugOn(group)) {
+    Log(LogLevel::kInfo,
+        StrCat("DDP reducer: ", buckets.size(), " bucket(s) ", BucketsToString(initial.buckets),
+               ", bucket cap ", options.limits.bucket_cap_bytes, " B, first bucket ",
+               options.limits.first_bucket_bytes, " B"));
+  }
+}
+
+void LogRebuild(DdpLoggingData& logging, const comm::ProcessGroup& group,
+                const NamedTensors& params, const std::vector<Bucket>& buckets,
+                const BucketAssignment& rebuilt) {
+  logging.set_has_rebuilt_buckets(true);
+  logging.clear_rebuilt_buckets();
+  for (BucketInfo& info : BucketInfosOf(buckets, params)) {
+    *logging.add_rebuilt_buckets() = std::move(info);
+  }
+  if (DebugOn(group)) {
+    Log(LogLevel::kInfo, StrCat(buckets.size(), " bucket(s) rebuilt in gradient-arrival order: ",
+                                BucketsToString(rebuilt.buckets), ", limits ",
+                                absl::StrJoin(rebuilt.limits, ", "), " bytes"));
+  }
+}
+
+void LogIterationUsage(DdpLoggingData& logging, const NamedTensors& params, bool track_unused,
+                       absl::FunctionRef<bool(size_t)> globally_unused,
+                       const std::vector<size_t>& grad_ready_order) {
+  logging.clear_unused_parameter_names();
+  int64_t unused_bytes = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (track_unused && globally_unused(i)) {
+      logging.add_unused_parameter_names(params[i].first);
+      unused_bytes += static_cast<int64_t>(params[i].second.nbytes());
+    }
+  }
+  logging.set_unused_parameter_size(unused_bytes);
+  logging.clear_prev_iteration_grad_ready_order_indices();
+  for (size_t index : grad_ready_order) {
+    logging.add_prev_iteration_grad_ready_order_indices(static_cast<int32_t>(index));
+  }
+}
+
+// Overlap: the part of the communication that ran before compute ended; exposed: finalize's
+// wait after it.
+void IterationTimer::Record(Clock::time_point comm_end, Clock::time_point finalize_end,
+                            DdpLoggingData& logging, bool log_detail) {
+  totals_.forward += Nanos(backward_start_ - forward_start_);
+  totals_.compute += Nanos(compute_end_ - backward_start_);
+  totals_.comm += Nanos(comm_end - comm_start_);
+  totals_.overlap += std::max<int64_t>(0, Nanos(std::min(compute_end_, comm_end) - comm_start_));
+  totals_.exposed += Nanos(finalize_end - compute_end_);
+  ++totals_.count;
+
+  const int64_t count = std::max<int64_t>(1, totals_.count);
+  logging.set_avg_forward_compute_time(totals_.forward / count);
+  logging.set_avg_backward_compute_time(totals_.compute / count);
+  logging.set_avg_backward_comm_time(totals_.comm / count);
+  logging.set_avg_backward_compute_comm_overlap_time(totals_.overlap / count);
+  logging.set_avg_backward_exposed_comm_time(totals_.exposed / count);
+  logging.set_num_timed_iterations(totals_.count);
+  if (log_detail) {
+    Log(LogLevel::kInfo,
+        StrCat("[rank ", logging.rank(), " / ", logging.world_size(), "] iteration ",
+               logging.iteration(), ": unused_parameter_size=", logging.unused_parameter_size(),
+               " avg forward ", logging.avg_forward_compute_time(), " ns, backward compute ",
+               logging.avg_backward_compute_time(), " ns, comm ", logging.avg_backward_comm_time(),
+               " ns, overlap ", logging.avg_backward_compute_comm_overlap_time(), " ns"));
+  }
+}
+
+}  // namespace ddpkit::reducer
