@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "autograd/error.h"
 #include "comm/world.h"
+#include "tools/common/status.h"
 
 namespace ddpkit::jobs {
 
@@ -63,21 +64,13 @@ absl::StatusOr<Report> RunOnEveryRank(
   return reported;
 }
 
-// Waits for `work`; a failure comes back as "<what> failed: " and the comm layer's diagnosis
-// (the op, its sequence number, the ranks that did not arrive).
-absl::Status WaitFor(const std::shared_ptr<comm::Work>& work, std::string_view what);
-
 // The upper median of `values` (0 for none): what every job reports of a noisy series.
 double Median(std::vector<double> values);
 
-// --- Validation helpers: one wording for every job ------------------------------------------
-
-// "--batch-size must be positive, got 0".
-absl::Status RequirePositive(std::string_view flag, double value);
-// "--steps must be >= 0, got -1".
-absl::Status RequireAtLeast(std::string_view flag, double value, double least);
-// "--optimizer must be sgd or zero-sgd, got 'adam'".
-absl::Status RequireOneOf(std::string_view flag, std::string_view value,
-                          std::initializer_list<std::string_view> allowed);
+// The shared wording (tools/common/status.h): a collective's failure, a bad flag value.
+using common::RequireAtLeast;
+using common::RequireOneOf;
+using common::RequirePositive;
+using common::WaitFor;
 
 }  // namespace ddpkit::jobs

@@ -31,7 +31,7 @@ struct DdpTrainingConfig : WorldConfig {
   reducer::DdpOptions ddp;
   std::string comm_hook;              // empty, allreduce, fp16, bf16, powersgd or batched_powersgd
   reducer::PowerSgdOptions powersgd;  // for the PowerSGD hooks
-  std::string trace_path;             // a Chrome trace of the run (tools/jobs/trace/) when set
+  std::string trace_path;             // a Chrome trace of the run (tools/trace/) when set
   // Where the model computes. With nccl, a GPU config means the rank's own GPU (the group's).
   Device device = Device::Cpu();
 };

@@ -7,7 +7,7 @@
 #include "autograd/optim.h"
 #include "comm/threads/threads_world.h"
 #include "reducer/distributed_data_parallel.h"
-#include "tools/jobs/trace/session.h"
+#include "tools/trace/session.h"
 #include "tools/jobs/training.h"
 
 namespace ddpkit::jobs {
@@ -125,7 +125,7 @@ std::unique_ptr<Optimizer> MakeOptimizer(const ContrastiveConfig& c, const nn::M
 // Where a traced training run goes in the rank's trace: its steps are iterations
 // first_iteration, first_iteration + 1, ...; DDP's state for naming them lands in `ddp`.
 struct RunTrace {
-  TraceRecorder* recorder = nullptr;
+  trace::TraceRecorder* recorder = nullptr;
   int first_iteration = 0;
   reducer::DdpLoggingData* ddp = nullptr;
 };
@@ -155,7 +155,7 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
     optimizer->ZeroGrad();
     Tensor loss;
     {
-      ScopedSpan forward(trace.recorder, ComputeKind::kForward);
+      trace::ScopedSpan forward(trace.recorder, trace::ComputeKind::kForward);
       Tensor features =
           ddp->Forward(OnDevice(s.train.Views(step * global + group.rank() * b, b), device));
       loss = ClipLoss(Slice(features, 0, b), Slice(features, b, 2 * b), model->logit_scale(), group,
@@ -163,11 +163,11 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
                  .loss;
     }
     {
-      ScopedSpan backward(trace.recorder, ComputeKind::kBackward);
+      trace::ScopedSpan backward(trace.recorder, trace::ComputeKind::kBackward);
       loss.Backward();
     }
     {
-      ScopedSpan step_span(trace.recorder, ComputeKind::kOptimizer);
+      trace::ScopedSpan step_span(trace.recorder, trace::ComputeKind::kOptimizer);
       optimizer->Step();
     }
     losses.data<double>()[step] = loss.item();
@@ -253,13 +253,13 @@ absl::StatusOr<Reference> RunReference(const Setup& s) {
 // (layout, gather), after the reference curve.
 // Room for every traced step: per step four spans, and per parameter (two towers of two layers
 // each, and the logit scale: 9) a hook and at most one bucket ready, launched and reduced.
-TraceCapacity TraceCapacityFor(const ContrastiveConfig& c) {
+trace::TraceCapacity TraceCapacityFor(const ContrastiveConfig& c) {
   const size_t runs = c.layouts.size() * c.gathers.size(), steps = std::max(1, c.steps);
   return {.compute = runs * steps * 48 + 1024, .collectives = runs * steps * 32 + 4096};
 }
 
 ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::ProcessGroup& group,
-                          TraceSession& trace) {
+                          trace::TraceSession& trace) {
   const ContrastiveConfig& c = s.config;
   int64_t first = 0;
   for (int r = 0; r < group.rank(); ++r) first += s.check_rows[r];
@@ -276,7 +276,7 @@ ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::Proc
   }
   if (!c.train) return mine;
   *mine.add_training() = reference.curve;
-  absl::StatusOr<TraceRecorder*> recorder = trace.BeginRank(group, TraceCapacityFor(c));
+  absl::StatusOr<trace::TraceRecorder*> recorder = trace.BeginRank(group, TraceCapacityFor(c));
   CheckOk(recorder.status(), "starting the trace");
   RunTrace run_trace{.recorder = *recorder};
   reducer::DdpLoggingData ddp;
@@ -304,7 +304,7 @@ absl::StatusOr<ContrastiveReport> RunContrastive(const ContrastiveConfig& config
   DDPKIT_ASSIGN_OR_RETURN(const Reference reference, RunReference(setup));
   comm::WorldSpec spec = config.world();
   spec.world_size = world;
-  TraceSession trace(config.trace_path, "contrastive", spec);
+  trace::TraceSession trace(config.trace_path, "contrastive", spec);
   DDPKIT_ASSIGN_OR_RETURN(ContrastiveReport mine,
                           RunOnEveryRank<ContrastiveReport>(spec, [&](comm::ProcessGroup& group) {
                             return RunRank(setup, reference, group, trace);

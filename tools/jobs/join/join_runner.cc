@@ -8,7 +8,7 @@
 #include "autograd/safetensors.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/join/collective_log.h"
-#include "tools/jobs/trace/session.h"
+#include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -119,7 +119,7 @@ struct Rank {
   RankOptimizer optimizer;
   IterationLog log;
   CollectiveTap tap;
-  TraceRecorder* trace = nullptr;  // null unless --trace
+  trace::TraceRecorder* trace = nullptr;  // null unless --trace
   int most() const { return *std::max_element(inputs.begin(), inputs.end()); }
   int fewest() const { return *std::min_element(inputs.begin(), inputs.end()); }
 };
@@ -127,14 +127,14 @@ struct Rank {
 // Room for the records of `iterations` iterations of a model with `params` parameters: per
 // iteration a few spans, and per parameter a hook and at most one bucket ready, launched and
 // reduced.
-TraceCapacity TraceCapacityFor(int iterations, size_t params) {
+trace::TraceCapacity TraceCapacityFor(int iterations, size_t params) {
   const size_t t = std::max(1, iterations);
   return {.compute = t * (4 * params + 8) + 1024, .collectives = t * (params + 16) + 1024};
 }
 
 absl::StatusOr<std::unique_ptr<Rank>> SetUp(const JoinRunConfig& config,
                                             const std::vector<int64_t>& widths,
-                                            comm::ProcessGroup& group, TraceSession& trace) {
+                                            comm::ProcessGroup& group, trace::TraceSession& trace) {
   DDPKIT_ASSIGN_OR_RETURN(RankRows rows, LoadRankRows(config, widths, group.rank(), group.size()));
   DDPKIT_ASSIGN_OR_RETURN(std::vector<int> inputs, ShareIterationCounts(group, rows.iterations));
   auto rank = std::make_unique<Rank>(group, std::move(rows), std::move(inputs));
@@ -173,11 +173,11 @@ void TrainLoop(const JoinRunConfig& config, Rank& rank) {
     GatherRows(rank.rows.data, t * b, b, x, y);
     Tensor loss;
     {
-      ScopedSpan forward(rank.trace, ComputeKind::kForward);
+      trace::ScopedSpan forward(rank.trace, trace::ComputeKind::kForward);
       loss = CrossEntropy(rank.ddp->Forward(x), y);
     }
     {
-      ScopedSpan backward(rank.trace, ComputeKind::kBackward);
+      trace::ScopedSpan backward(rank.trace, trace::ComputeKind::kBackward);
       loss.Backward();
     }
     rank.log.SetLoss(t, loss.item());
@@ -186,7 +186,7 @@ void TrainLoop(const JoinRunConfig& config, Rank& rank) {
       rank.log.SetGradient(t, GradNorm(*rank.model), rank.ddp->reducer().last_divide_factor());
     }
     {
-      ScopedSpan optimizer(rank.trace, ComputeKind::kOptimizer);
+      trace::ScopedSpan optimizer(rank.trace, trace::ComputeKind::kOptimizer);
       rank.optimizer.optimizer->Step();
     }
     std::vector<CollectiveRecord> issued = rank.tap.Take();
@@ -272,7 +272,7 @@ absl::Status Summarize(const JoinRunConfig& config, Rank& rank, JoinReport& repo
 
 absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config,
                                      const std::vector<int64_t>& widths, comm::ProcessGroup& group,
-                                     TraceSession& trace) {
+                                     trace::TraceSession& trace) {
   DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<Rank> rank, SetUp(config, widths, group, trace));
   JoinReport report = DescribeRun(config, *rank);
   if (config.use_join) {
@@ -309,7 +309,7 @@ absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
                                                ? config.world_size
                                                : static_cast<int>(config.inputs.size()),
                                            "--model, --batch-size and --inputs"));
-  TraceSession trace(config.trace_path, "join", WorldOf(config));
+  trace::TraceSession trace(config.trace_path, "join", WorldOf(config));
   DDPKIT_ASSIGN_OR_RETURN(JoinReport report, RunOnEveryRank<JoinReport>(
                                                  WorldOf(config), [&](comm::ProcessGroup& group) {
                                                    return RunOnRank(config, widths, group, trace);

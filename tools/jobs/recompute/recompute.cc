@@ -16,7 +16,7 @@
 #include "reducer/fused_allreduce.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/recompute/recompute_trace.h"
-#include "tools/jobs/trace/session.h"
+#include "tools/trace/session.h"
 #include "tools/jobs/training.h"
 
 namespace ddpkit::jobs {
@@ -199,7 +199,7 @@ bool BitwiseEqual(const TensorList& a, const TensorList& b) {
 
 // (b) and (c): `fused` runs every backward under no_sync and then one fused allreduce.
 // static_graph leaves its final parameters in `static_final`; fused compares against them.
-absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused, TraceSession& trace,
+absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused, trace::TraceSession& trace,
                                          TensorList& static_final) {
   const RecomputeConfig& config = c.config;
   RecomputeRun run;
@@ -209,7 +209,7 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused, Trace
   options.static_graph = !fused;
   auto model = std::make_shared<BlockMlp>(config.shape, config.seed);
   DDPKIT_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(model, c.group, options));
-  DDPKIT_ASSIGN_OR_RETURN(TraceRecorder * recorder, trace.BeginRank(c.group, {}));
+  DDPKIT_ASSIGN_OR_RETURN(trace::TraceRecorder * recorder, trace.BeginRank(c.group, {}));
   if (recorder != nullptr) ddp->reducer().SetTraceObserver(recorder);
   Sgd sgd(model->Parameters(), {.lr = config.lr});
   std::optional<reducer::FusedGradientAllreduce> fused_allreduce;  // its buffers, once
@@ -230,11 +230,11 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused, Trace
       if (fused) no_sync.emplace(*ddp);
       Tensor loss;
       {
-        ScopedSpan forward(recorder, ComputeKind::kForward);
+        trace::ScopedSpan forward(recorder, trace::ComputeKind::kForward);
         loss = CrossEntropy(ddp->Forward(x), y);
       }
       {
-        ScopedSpan backward(recorder, ComputeKind::kBackward);
+        trace::ScopedSpan backward(recorder, trace::ComputeKind::kBackward);
         loss.Backward();
       }
       losses.data<double>()[step] = loss.item();
@@ -246,7 +246,7 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused, Trace
     }
     if (step == 0) run.set_grad_rel_error(RelError(Grads(*model), c.reference.first_grads));
     {
-      ScopedSpan optimizer(recorder, ComputeKind::kOptimizer);
+      trace::ScopedSpan optimizer(recorder, trace::ComputeKind::kOptimizer);
       sgd.Step();
     }
     step_ms.push_back(Ms(Clock::now() - start));
@@ -304,10 +304,10 @@ absl::StatusOr<RecomputeReport> RunRecompute(const RecomputeConfig& config) {
   MeasureActivationMemory(config, data, setup);
   std::optional<Reference> reference;  // needs the world size: built by the first rank
   std::mutex reference_mu;
-  std::vector<std::unique_ptr<TraceSession>> traces;
+  std::vector<std::unique_ptr<trace::TraceSession>> traces;
   for (const char* name : {"static_graph", "no_sync_fused"}) {
     traces.push_back(
-        std::make_unique<TraceSession>(RunTracePath(config.trace_path, name), "recompute", world));
+        std::make_unique<trace::TraceSession>(RunTracePath(config.trace_path, name), "recompute", world));
   }
   DDPKIT_ASSIGN_OR_RETURN(
       RecomputeReport report,

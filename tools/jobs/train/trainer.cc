@@ -11,9 +11,9 @@
 #include "autograd/safetensors.h"
 #include "comm/thread_budget.h"
 #include "reducer/named_comm_hook.h"
-#include "tools/jobs/checkpoint/train_checkpoint.h"
+#include "tools/jobs/train/train_checkpoint.h"
 #include "tools/jobs/dataset.h"
-#include "tools/jobs/trace/session.h"
+#include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -21,7 +21,7 @@ namespace {
 // What one rank builds before its loop.
 struct Rank {
   comm::ProcessGroup& group;
-  TraceRecorder* trace = nullptr;  // null unless --trace
+  trace::TraceRecorder* trace = nullptr;  // null unless --trace
   std::shared_ptr<nn::Module> model = nullptr;
   ClassificationData data = {};
   std::shared_ptr<reducer::DistributedDataParallel> ddp = nullptr;
@@ -43,7 +43,7 @@ absl::Status Validate(const TrainConfig& config) {
                ": PowerSGD's per-bucket error and warm-start Qs are not checkpointed, so a resumed "
                "run would not continue the same training"));
   }
-  return ValidateCheckpointOptions(config.checkpoint);
+  return checkpoint::ValidateCheckpointOptions(config.checkpoint);
 }
 
 absl::StatusOr<ClassificationData> LoadData(const TrainConfig& config,
@@ -58,7 +58,7 @@ absl::StatusOr<ClassificationData> LoadData(const TrainConfig& config,
 // Room for every record of the run: per micro-batch two spans, a no_sync mark and a hook per
 // parameter; per step finalize, the optimizer, at most one bucket ready, launched and reduced
 // per parameter, and a few collectives (PowerSGD issues up to three per bucket).
-TraceCapacity TraceCapacityFor(const TrainConfig& config, const std::vector<int64_t>& widths) {
+trace::TraceCapacity TraceCapacityFor(const TrainConfig& config, const std::vector<int64_t>& widths) {
   const size_t params = 2 * (widths.size() - 1);
   const size_t steps = config.steps, micro = config.grad_accum;
   const size_t per_bucket = reducer::IsPowerSgdHookName(config.comm_hook) ? 3 : 1;
@@ -67,7 +67,7 @@ TraceCapacity TraceCapacityFor(const TrainConfig& config, const std::vector<int6
 }
 
 absl::StatusOr<Rank> SetUp(const TrainConfig& config, const std::vector<int64_t>& widths,
-                           comm::ProcessGroup& group, TraceSession& trace) {
+                           comm::ProcessGroup& group, trace::TraceSession& trace) {
   Rank rank{.group = group};
   DDPKIT_ASSIGN_OR_RETURN(rank.trace, trace.BeginRank(group, TraceCapacityFor(config, widths)));
   TrainConfig placed = config;
@@ -133,11 +133,11 @@ absl::StatusOr<double> TrainStep(const TrainConfig& config, Rank& rank, int step
     if (k + 1 < config.grad_accum) no_sync.emplace(*rank.ddp);  // the last micro-batch syncs
     Tensor loss;
     {
-      ScopedSpan forward(rank.trace, ComputeKind::kForward, micro_batch);
+      trace::ScopedSpan forward(rank.trace, trace::ComputeKind::kForward, micro_batch);
       loss = CrossEntropy(rank.ddp->Forward(x), y);
     }
     {
-      ScopedSpan backward(rank.trace, ComputeKind::kBackward, micro_batch);
+      trace::ScopedSpan backward(rank.trace, trace::ComputeKind::kBackward, micro_batch);
       loss.Backward();
     }
     loss_sum += loss.item();
@@ -147,7 +147,7 @@ absl::StatusOr<double> TrainStep(const TrainConfig& config, Rank& rank, int step
     DDPKIT_RETURN_IF_ERROR(SaveGrads(*rank.model, config.save_grads_path));
   }
   {
-    ScopedSpan optimizer(rank.trace, ComputeKind::kOptimizer);
+    trace::ScopedSpan optimizer(rank.trace, trace::ComputeKind::kOptimizer);
     rank.optimizer.optimizer->Step();
   }
   return loss_sum / config.grad_accum;
@@ -174,7 +174,7 @@ absl::Status Finish(const TrainConfig& config, Rank& rank, int first_step, Tenso
 absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
                                         const std::vector<int64_t>& widths,
                                         comm::ProcessGroup& group, const TrainObserver& observer,
-                                        TraceSession& trace) {
+                                        trace::TraceSession& trace) {
   DDPKIT_ASSIGN_OR_RETURN(Rank rank, SetUp(config, widths, group, trace));
   TrainReport report = DescribeSetup(config, rank);
   const bool lead = group.rank() == 0;
@@ -227,7 +227,7 @@ absl::StatusOr<TrainReport> Train(const TrainConfig& config, const TrainObserver
   DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
                                            config.backend == "threads" ? config.world_size : 1,
                                            "--model, --batch-size and --world-size"));
-  TraceSession trace(config.trace_path, "train", config.world());
+  trace::TraceSession trace(config.trace_path, "train", config.world());
   DDPKIT_ASSIGN_OR_RETURN(
       TrainReport report,
       RunOnEveryRank<TrainReport>(config.world(), [&](comm::ProcessGroup& group) {
