@@ -12,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ddpkit::checkpoint::ParseCheckpointManifest(bytes);
   if (!manifest.ok()) return 0;
   absl::StatusOr<ddpkit::checkpoint::CheckpointManifest> again =
-      ddpkit::checkpoint::ParseCheckpointManifest(ddpkit::checkpoint::SerializeCheckpointManifest(*manifest));
+      ddpkit::checkpoint::ParseCheckpointManifest(
+          ddpkit::checkpoint::SerializeCheckpointManifest(*manifest));
   if (!again.ok() || again->step != manifest->step ||
       again->files.size() != manifest->files.size()) {
     std::abort();

@@ -64,7 +64,7 @@ std::string TraceWrittenLine(const std::string& path, const std::string& backend
 }
 
 absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config) {
-  DDPKIT_RETURN_IF_ERROR(WorldFromFlags(config));
+  DDPKIT_RETURN_IF_ERROR(WorldFromFlags(config.world));
   DDPKIT_ASSIGN_OR_RETURN(config.ddp, DdpOptionsFromFlags());
   DDPKIT_ASSIGN_OR_RETURN(config.comm_hook, CommHookFromFlags());
   DDPKIT_ASSIGN_OR_RETURN(config.powersgd, PowerSgdOptionsFromFlags());

@@ -25,19 +25,6 @@
 
 namespace ddpkit::jobs {
 
-// Where a job runs: --backend, --world-size, --timeout.
-struct WorldConfig {
-  std::string backend = "threads";  // or "gloo"/"nccl": one process per rank, `ddpkit launch`
-  int world_size = 1;               // threads backend only
-  comm::ProcessGroupOptions comm_options;
-  int threads_per_rank = 0;    // --threads-per-rank; 0: the thread budget (comm/thread_budget.h)
-  int round_robin_groups = 1;  // --round-robin-groups (comm/round_robin.h)
-
-  comm::WorldSpec world() const {
-    return {backend, world_size, comm_options, threads_per_rank, round_robin_groups};
-  }
-};
-
 // Runs `on_rank` on every rank of `world` and returns the report of the rank this process
 // reports for, or the first error. A ddpkit::Error thrown on a rank becomes its Status.
 template <typename Report>

@@ -19,7 +19,8 @@
 
 namespace ddpkit::jobs {
 
-struct DdpTrainingConfig : WorldConfig {
+struct DdpTrainingConfig {
+  comm::WorldSpec world;  // --backend, --world-size, --timeout, --threads-per-rank, ...
   std::string model = "mlp:32,64,64,10";  // mlp:IN,H1,...,OUT
   std::string weights_path;               // initial weights (safetensors) when set
   std::string save_weights_path;          // rank 0's final weights (atomically) when set

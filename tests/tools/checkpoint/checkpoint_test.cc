@@ -35,7 +35,7 @@ TrainConfig SmallRun(const std::string& optimizer, int steps) {
   TrainConfig config;
   config.model = "mlp:8,16,16,4";
   config.synthetic_rows = 256;
-  config.world_size = 2;
+  config.world.world_size = 2;
   config.batch_size = 8;
   config.momentum = 0.9;
   config.optimizer = optimizer;
@@ -245,7 +245,7 @@ TEST(CheckpointConfigTest, IncompatibleResumeIsRefusedNamingTheSetting) {
   ASSERT_TRUE(TrainWithCheckpoints(SmallRun("sgd", 2), dir).ok());
   const std::pair<std::function<void(TrainConfig&)>, std::string> changes[] = {
       {[](TrainConfig& c) { c.lr = 0.05; }, "written with --lr 0.1 but this run has --lr 0.05"},
-      {[](TrainConfig& c) { c.world_size = 3; },
+      {[](TrainConfig& c) { c.world.world_size = 3; },
        "written with --world-size 2 but this run has --world-size 3"},
       {[](TrainConfig& c) { c.optimizer = "zero-sgd"; },
        "written with --optimizer sgd but this run has --optimizer zero-sgd"},

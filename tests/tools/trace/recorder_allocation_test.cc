@@ -9,7 +9,7 @@ namespace {
 
 TEST(TraceRecorderAllocationTest, QuietHooksStillAllocateNothing) {
   trace::TraceRecorder recorder(0, trace::TraceClock::now(), /*compute_capacity=*/1 << 12,
-                         /*collective_capacity=*/1 << 10);
+                                /*collective_capacity=*/1 << 10);
   reducer::testing::ExpectQuietHooksAllocateNothing(&recorder);
   EXPECT_GT(recorder.Take().compute.size(), 0u);
 }

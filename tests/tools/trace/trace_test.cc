@@ -9,11 +9,11 @@
 #include "absl/strings/match.h"
 #include "autograd/file_util.h"
 #include "gtest/gtest.h"
+#include "tools/jobs/train/trainer.h"
 #include "tools/trace/merge.h"
 #include "tools/trace/stats.h"
 #include "tools/trace/timeline.h"
 #include "tools/trace/trace_file.h"
-#include "tools/jobs/train/trainer.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -26,7 +26,7 @@ std::string TempPath(const std::string& name) {
 TrainConfig TracedTrain(const std::string& path) {
   TrainConfig config;
   config.model = "mlp:16,64,64,64,4";
-  config.world_size = 2;
+  config.world.world_size = 2;
   config.batch_size = 8;
   config.steps = 5;
   config.ddp = {.bucket_cap_mb = 0.02, .first_bucket_mb = 0.005};
@@ -169,7 +169,8 @@ TEST(TraceTest, TimelinePictureHasEveryRankAndItsBuckets) {
   ASSERT_TRUE(Train(TracedTrain(path)).ok());
   absl::StatusOr<trace::TraceView> view = trace::ReadTraceFile(path);
   ASSERT_TRUE(view.ok()) << view.status();
-  absl::StatusOr<std::string> svg = trace::TimelineSvg(*view, {.first_iteration = 1, .end_iteration = 3});
+  absl::StatusOr<std::string> svg =
+      trace::TimelineSvg(*view, {.first_iteration = 1, .end_iteration = 3});
   ASSERT_TRUE(svg.ok()) << svg.status();
   EXPECT_NE(svg->find("<svg"), std::string::npos);
   EXPECT_NE(svg->find(">rank 1<"), std::string::npos);
@@ -197,7 +198,8 @@ TEST(IntervalsTest, UnionAndOverlap) {
   const trace::Intervals merged = trace::MergeIntervals({{5, 7}, {0, 2}, {1, 3}, {6, 9}, {4, 4}});
   EXPECT_EQ(merged, (trace::Intervals{{0, 3}, {5, 9}}));
   EXPECT_DOUBLE_EQ(trace::TotalLength(merged), 7);
-  EXPECT_DOUBLE_EQ(trace::OverlapLength(merged, trace::MergeIntervals({{2, 6}, {8, 20}})), 1 + 1 + 1);
+  EXPECT_DOUBLE_EQ(trace::OverlapLength(merged, trace::MergeIntervals({{2, 6}, {8, 20}})),
+                   1 + 1 + 1);
   EXPECT_DOUBLE_EQ(trace::OverlapLength(merged, {}), 0);
 }
 

@@ -103,8 +103,9 @@ absl::StatusOr<BenchAllreduceReport> SweepOnRank(const BenchAllreduceConfig& con
   report.set_world_size(group.size());
   report.set_rank(group.rank());
   // Round-robin composites hand collectives to several groups: no single library call to match.
-  if ((config.backend == "gloo" || config.backend == "mpi") && config.round_robin_groups == 1) {
-    report.set_raw_reference(config.backend);
+  if ((config.world.backend == "gloo" || config.world.backend == "mpi") &&
+      config.world.round_robin_groups == 1) {
+    report.set_raw_reference(config.world.backend);
   }
   report.set_device(RankDevice(config.device, group).ToString());
   const int64_t min_bytes = std::max<int64_t>(4, config.min_bytes);
@@ -128,7 +129,7 @@ absl::StatusOr<BenchAllreduceReport> BenchAllreduce(const BenchAllreduceConfig& 
   DDPKIT_ASSIGN_OR_RETURN(
       BenchAllreduceReport report,
       RunOnEveryRank<BenchAllreduceReport>(
-          config.world(), [&](comm::ProcessGroup& group) { return SweepOnRank(config, group); }));
+          config.world, [&](comm::ProcessGroup& group) { return SweepOnRank(config, group); }));
   report.set_iters(config.iters);
   report.set_warmup_iters(config.warmup_iters);
   report.set_memcpy_bytes(config.max_bytes);

@@ -169,10 +169,10 @@ absl::StatusOr<BenchDdpReport> BenchDdp(const BenchDdpConfig& config) {
   for (double cap : config.bucket_caps) {
     DDPKIT_RETURN_IF_ERROR(RequirePositive("--bucket-caps: each cap", cap));
   }
-  trace::TraceSession trace(config.trace_path, "bench ddp", config.world());
+  trace::TraceSession trace(config.trace_path, "bench ddp", config.world);
   DDPKIT_ASSIGN_OR_RETURN(
       BenchDdpReport report,
-      RunOnEveryRank<BenchDdpReport>(config.world(), [&](comm::ProcessGroup& group) {
+      RunOnEveryRank<BenchDdpReport>(config.world, [&](comm::ProcessGroup& group) {
         return BenchOnRank(config, widths, group, trace);
       }));
   DDPKIT_RETURN_IF_ERROR(trace.Write().status());

@@ -266,11 +266,10 @@ absl::StatusOr<BenchPaperReport> BenchPaper(const BenchPaperConfig& config) {
           StrCat("cannot create --out directory '", config.out_dir, "': ", ec.message()));
     }
   }
-  DDPKIT_ASSIGN_OR_RETURN(const comm::ThreadBudget budget,
-                          comm::ResolveThreadBudget(config.world()));
+  DDPKIT_ASSIGN_OR_RETURN(const comm::ThreadBudget budget, comm::ResolveThreadBudget(config.world));
   DDPKIT_ASSIGN_OR_RETURN(
       BenchPaperReport report,
-      RunOnEveryRank<BenchPaperReport>(config.world(), [&](comm::ProcessGroup& group) {
+      RunOnEveryRank<BenchPaperReport>(config.world, [&](comm::ProcessGroup& group) {
         return PaperOnRank(config, widths, group);
       }));
   report.set_model(config.model);

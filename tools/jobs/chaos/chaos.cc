@@ -18,8 +18,8 @@
 #include "autograd/error.h"
 #include "autograd/file_util.h"
 #include "tools/jobs/job.h"
-#include "tools/launch/proc_stat.h"
 #include "tools/jobs/training.h"
+#include "tools/launch/proc_stat.h"
 
 namespace ddpkit::jobs {
 namespace {

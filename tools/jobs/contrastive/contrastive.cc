@@ -7,8 +7,8 @@
 #include "autograd/optim.h"
 #include "comm/threads/threads_world.h"
 #include "reducer/distributed_data_parallel.h"
-#include "tools/trace/session.h"
 #include "tools/jobs/training.h"
+#include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -205,7 +205,7 @@ ContrastiveReport DescribeRun(const Setup& s) {
   const int64_t global = static_cast<int64_t>(c.batch_size) * s.world;
   ContrastiveReport report;
   report.set_world_size(s.world);
-  report.set_backend(c.backend);
+  report.set_backend(c.world.backend);
   report.set_batch_size(c.batch_size);
   report.set_global_batch(global);
   report.set_steps(c.steps);
@@ -294,15 +294,15 @@ ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::Proc
 }  // namespace
 
 absl::StatusOr<ContrastiveReport> RunContrastive(const ContrastiveConfig& config) {
-  DDPKIT_RETURN_IF_ERROR(comm::ValidateWorldSpec(config.world()));
-  DDPKIT_ASSIGN_OR_RETURN(const int world, comm::WorldSize(config.world()));
+  DDPKIT_RETURN_IF_ERROR(comm::ValidateWorldSpec(config.world));
+  DDPKIT_ASSIGN_OR_RETURN(const int world, comm::WorldSize(config.world));
   DDPKIT_RETURN_IF_ERROR(Validate(config, world));
   // Before any work (the reference runs on this device too): no GPU, or a GPU that is not there.
   if (config.device.is_cuda()) DDPKIT_RETURN_IF_ERROR(cuda::CheckUsable(config.device));
   const Setup setup = MakeSetup(config, world);
   ContrastiveReport report = DescribeRun(setup);
   DDPKIT_ASSIGN_OR_RETURN(const Reference reference, RunReference(setup));
-  comm::WorldSpec spec = config.world();
+  comm::WorldSpec spec = config.world;
   spec.world_size = world;
   trace::TraceSession trace(config.trace_path, "contrastive", spec);
   DDPKIT_ASSIGN_OR_RETURN(ContrastiveReport mine,

@@ -28,13 +28,14 @@ absl::Status Validate(const JoinRunConfig& config) {
                                                "]"));
     }
   }
-  if (config.backend != "threads") return absl::OkStatus();
-  if (!config.inputs.empty() && config.world_size != 0 &&
-      config.world_size != static_cast<int>(config.inputs.size())) {
+  if (config.world.backend != "threads") return absl::OkStatus();
+  if (!config.inputs.empty() && config.world.world_size != 0 &&
+      config.world.world_size != static_cast<int>(config.inputs.size())) {
     return absl::InvalidArgumentError(StrCat("--inputs lists ", config.inputs.size(),
-                                             " ranks but --world-size is ", config.world_size));
+                                             " ranks but --world-size is ",
+                                             config.world.world_size));
   }
-  if (config.inputs.empty() && config.world_size < 1) {
+  if (config.inputs.empty() && config.world.world_size < 1) {
     return absl::InvalidArgumentError(
         "--data-per-rank needs --world-size (the number of rank files)");
   }
@@ -44,7 +45,7 @@ absl::Status Validate(const JoinRunConfig& config) {
 // The world: --inputs sets its size unless --world-size was given; the flight recorders keep
 // enough collectives for one iteration's record.
 comm::WorldSpec WorldOf(const JoinRunConfig& config) {
-  comm::WorldSpec world = config.world();
+  comm::WorldSpec world = config.world;
   if (world.world_size == 0) world.world_size = static_cast<int>(config.inputs.size());
   world.options.flight_recorder_size =
       std::max<size_t>(world.options.flight_recorder_size, 4 * IterationLog::kMaxCollectives);
@@ -304,9 +305,9 @@ absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
                             static_cast<double>(config.batch_size) *
                             static_cast<double>(widths.front() + 2);  // synthetic rows
   DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
-                                           config.backend != "threads" ? 1
-                                           : config.world_size > 0
-                                               ? config.world_size
+                                           config.world.backend != "threads" ? 1
+                                           : config.world.world_size > 0
+                                               ? config.world.world_size
                                                : static_cast<int>(config.inputs.size()),
                                            "--model, --batch-size and --inputs"));
   trace::TraceSession trace(config.trace_path, "join", WorldOf(config));

@@ -16,8 +16,8 @@
 #include "reducer/fused_allreduce.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/recompute/recompute_trace.h"
-#include "tools/trace/session.h"
 #include "tools/jobs/training.h"
+#include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -55,9 +55,9 @@ absl::Status Validate(const RecomputeConfig& config) {
     widths.push_back(config.shape.width);
   }
   widths.push_back(config.shape.classes);
-  const int ranks_here = config.backend == "threads" ? config.world_size : 1;
+  const int ranks_here = config.world.backend == "threads" ? config.world.world_size : 1;
   // The reference trains on the global batch, so size the estimate for that.
-  const int64_t global_batch = static_cast<int64_t>(config.batch_size) * config.world_size;
+  const int64_t global_batch = static_cast<int64_t>(config.batch_size) * config.world.world_size;
   return CheckFitsInMemory(EstimateRankBytes(widths, global_batch, 0), ranks_here + 1, kFlags);
 }
 
@@ -103,7 +103,7 @@ struct Reference {
 Reference TrainOneProcess(const RecomputeConfig& config, const ClassificationData& data) {
   BlockMlp model(config.shape, config.seed);
   Sgd sgd(model.Parameters(), {.lr = config.lr});
-  const int64_t global_batch = static_cast<int64_t>(config.batch_size) * config.world_size;
+  const int64_t global_batch = static_cast<int64_t>(config.batch_size) * config.world.world_size;
   Tensor x = Tensor::Empty({global_batch, config.shape.input_dim});
   Tensor y = Tensor::Empty({global_batch}, DType::kInt64);
   Reference reference;
@@ -199,8 +199,8 @@ bool BitwiseEqual(const TensorList& a, const TensorList& b) {
 
 // (b) and (c): `fused` runs every backward under no_sync and then one fused allreduce.
 // static_graph leaves its final parameters in `static_final`; fused compares against them.
-absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused, trace::TraceSession& trace,
-                                         TensorList& static_final) {
+absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused,
+                                         trace::TraceSession& trace, TensorList& static_final) {
   const RecomputeConfig& config = c.config;
   RecomputeRun run;
   run.set_name(fused ? "no_sync_fused" : "static_graph");
@@ -295,8 +295,8 @@ RecomputeReport DescribeConfig(const RecomputeConfig& config) {
 
 absl::StatusOr<RecomputeReport> RunRecompute(const RecomputeConfig& config) {
   DDPKIT_RETURN_IF_ERROR(Validate(config));
-  const comm::WorldSpec world = config.world();
-  const int64_t global_rows = static_cast<int64_t>(config.batch_size) * config.world_size;
+  const comm::WorldSpec world = config.world;
+  const int64_t global_rows = static_cast<int64_t>(config.batch_size) * config.world.world_size;
   // Under gloo the world size is the launcher's; the data covers any world up to ours.
   const ClassificationData data = MakeSyntheticClassification(
       global_rows * config.steps, config.shape.input_dim, config.shape.classes, config.seed);
@@ -306,15 +306,15 @@ absl::StatusOr<RecomputeReport> RunRecompute(const RecomputeConfig& config) {
   std::mutex reference_mu;
   std::vector<std::unique_ptr<trace::TraceSession>> traces;
   for (const char* name : {"static_graph", "no_sync_fused"}) {
-    traces.push_back(
-        std::make_unique<trace::TraceSession>(RunTracePath(config.trace_path, name), "recompute", world));
+    traces.push_back(std::make_unique<trace::TraceSession>(RunTracePath(config.trace_path, name),
+                                                           "recompute", world));
   }
   DDPKIT_ASSIGN_OR_RETURN(
       RecomputeReport report,
       RunOnEveryRank<RecomputeReport>(
           world, [&](comm::ProcessGroup& group) -> absl::StatusOr<RecomputeReport> {
             RecomputeConfig rank_config = config;
-            rank_config.world_size = group.size();
+            rank_config.world.world_size = group.size();
             {
               std::lock_guard<std::mutex> lock(reference_mu);
               if (!reference) reference = TrainOneProcess(rank_config, data);
@@ -322,7 +322,7 @@ absl::StatusOr<RecomputeReport> RunRecompute(const RecomputeConfig& config) {
             const RankContext c{rank_config, data, *reference, group};
             RecomputeReport r = setup;
             r.set_world_size(group.size());
-            r.set_backend(config.backend);
+            r.set_backend(config.world.backend);
             r.set_rank(group.rank());
             DDPKIT_ASSIGN_OR_RETURN(*r.add_runs(), RunPlain(c));
             TensorList static_final;
@@ -335,7 +335,8 @@ absl::StatusOr<RecomputeReport> RunRecompute(const RecomputeConfig& config) {
     for (const std::string& path : paths) report.add_trace_files(path);
   }
   if (!config.trace_path.empty()) {
-    DDPKIT_RETURN_IF_ERROR(WriteSideBySideTimelines(config.trace_path, config.backend, report));
+    DDPKIT_RETURN_IF_ERROR(
+        WriteSideBySideTimelines(config.trace_path, config.world.backend, report));
   }
   return report;
 }

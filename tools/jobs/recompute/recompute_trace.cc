@@ -36,7 +36,8 @@ absl::Status WriteSideBySideTimelines(const std::string& trace_path, const std::
   std::vector<trace::TraceView> views;
   for (const RecomputeRun& run : report.runs()) {
     if (!run.ok()) continue;
-    DDPKIT_ASSIGN_OR_RETURN(trace::TraceView view, trace::ReadTraceFile(RunTracePath(trace_path, run.name())));
+    DDPKIT_ASSIGN_OR_RETURN(trace::TraceView view,
+                            trace::ReadTraceFile(RunTracePath(trace_path, run.name())));
     runs.push_back(&run);
     views.push_back(std::move(view));
   }

@@ -8,8 +8,8 @@ namespace {
 // Shortest text that reads back as the same double ("0.1", not "0.10000000000000001").
 std::string Exact(double value) { return nlohmann::json(value).dump(); }
 
-checkpoint::CheckpointSubject SubjectOf(const TrainConfig& config, comm::ProcessGroup& group, nn::Module& model,
-                            const RankOptimizer& optimizer) {
+checkpoint::CheckpointSubject SubjectOf(const TrainConfig& config, comm::ProcessGroup& group,
+                                        nn::Module& model, const RankOptimizer& optimizer) {
   return {.model = model,
           .optimizer = *optimizer.optimizer,
           .sharded_optimizer = optimizer.zero != nullptr,
@@ -41,9 +41,10 @@ absl::StatusOr<int> ResumeTraining(const TrainConfig& config, comm::ProcessGroup
                                    nn::Module& model, const RankOptimizer& optimizer,
                                    TrainReport& report, const TrainObserver& observer) {
   if (!config.checkpoint.enabled()) return 0;
-  DDPKIT_ASSIGN_OR_RETURN(checkpoint::ResumeOutcome outcome,
-                          checkpoint::ResumeFromLatestCheckpoint(config.checkpoint.dir, group,
-                                                     SubjectOf(config, group, model, optimizer)));
+  DDPKIT_ASSIGN_OR_RETURN(
+      checkpoint::ResumeOutcome outcome,
+      checkpoint::ResumeFromLatestCheckpoint(config.checkpoint.dir, group,
+                                             SubjectOf(config, group, model, optimizer)));
   const bool lead = group.rank() == 0;
   for (const std::string& warning : outcome.warnings) {
     report.add_checkpoint_warnings(warning);
@@ -77,8 +78,9 @@ absl::Status CheckpointIfDue(const TrainConfig& config, comm::ProcessGroup& grou
   }
   DDPKIT_ASSIGN_OR_RETURN(
       const std::string path,
-      checkpoint::SaveCheckpoint(config.checkpoint, group, SubjectOf(config, group, model, optimizer),
-                     {.step = steps_done, .next_micro_batch = NextMicroBatch(config, steps_done)}));
+      checkpoint::SaveCheckpoint(
+          config.checkpoint, group, SubjectOf(config, group, model, optimizer),
+          {.step = steps_done, .next_micro_batch = NextMicroBatch(config, steps_done)}));
   report.add_checkpoints_written(path);
   return absl::OkStatus();
 }

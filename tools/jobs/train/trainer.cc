@@ -11,8 +11,8 @@
 #include "autograd/safetensors.h"
 #include "comm/thread_budget.h"
 #include "reducer/named_comm_hook.h"
-#include "tools/jobs/train/train_checkpoint.h"
 #include "tools/jobs/dataset.h"
+#include "tools/jobs/train/train_checkpoint.h"
 #include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
@@ -58,7 +58,8 @@ absl::StatusOr<ClassificationData> LoadData(const TrainConfig& config,
 // Room for every record of the run: per micro-batch two spans, a no_sync mark and a hook per
 // parameter; per step finalize, the optimizer, at most one bucket ready, launched and reduced
 // per parameter, and a few collectives (PowerSGD issues up to three per bucket).
-trace::TraceCapacity TraceCapacityFor(const TrainConfig& config, const std::vector<int64_t>& widths) {
+trace::TraceCapacity TraceCapacityFor(const TrainConfig& config,
+                                      const std::vector<int64_t>& widths) {
   const size_t params = 2 * (widths.size() - 1);
   const size_t steps = config.steps, micro = config.grad_accum;
   const size_t per_bucket = reducer::IsPowerSgdHookName(config.comm_hook) ? 3 : 1;
@@ -91,7 +92,7 @@ TrainReport DescribeSetup(const TrainConfig& config, const Rank& rank) {
   report.set_backend(std::string(rank.group.backend_name()));
   report.set_world_size(rank.group.size());
   report.set_compute_threads(ComputeThreads());
-  if (absl::StatusOr<comm::ThreadBudget> budget = comm::ResolveThreadBudget(config.world());
+  if (absl::StatusOr<comm::ThreadBudget> budget = comm::ResolveThreadBudget(config.world);
       budget.ok()) {
     report.set_thread_budget(budget->ToString());
   }
@@ -224,15 +225,15 @@ absl::StatusOr<TrainReport> Train(const TrainConfig& config, const TrainObserver
                                 ? 4.0 * static_cast<double>(config.synthetic_rows) *
                                       static_cast<double>(widths.front() + 2)
                                 : 0;  // a file's size is checked as it is read
-  DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
-                                           config.backend == "threads" ? config.world_size : 1,
-                                           "--model, --batch-size and --world-size"));
-  trace::TraceSession trace(config.trace_path, "train", config.world());
-  DDPKIT_ASSIGN_OR_RETURN(
-      TrainReport report,
-      RunOnEveryRank<TrainReport>(config.world(), [&](comm::ProcessGroup& group) {
-        return TrainOnRank(config, widths, group, observer, trace);
-      }));
+  DDPKIT_RETURN_IF_ERROR(
+      CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
+                        config.world.backend == "threads" ? config.world.world_size : 1,
+                        "--model, --batch-size and --world-size"));
+  trace::TraceSession trace(config.trace_path, "train", config.world);
+  DDPKIT_ASSIGN_OR_RETURN(TrainReport report,
+                          RunOnEveryRank<TrainReport>(config.world, [&](comm::ProcessGroup& group) {
+                            return TrainOnRank(config, widths, group, observer, trace);
+                          }));
   DDPKIT_RETURN_IF_ERROR(trace.Write().status());
   return report;
 }

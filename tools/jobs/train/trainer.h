@@ -26,7 +26,8 @@ struct TrainConfig : DdpTrainingConfig {
   int steps = 60;
   int grad_accum = 1;  // micro-batches per optimizer step
   int64_t synthetic_rows = 4096;
-  checkpoint::CheckpointOptions checkpoint;  // --checkpoint-dir: resume from the latest, save every K steps
+  checkpoint::CheckpointOptions
+      checkpoint;  // --checkpoint-dir: resume from the latest, save every K steps
 };
 
 struct StepProgress {

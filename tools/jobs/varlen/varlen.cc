@@ -47,7 +47,8 @@ absl::Status CheckModelFits(const VarlenConfig& config, const SequenceModelSpec&
   widths.push_back(spec.classes);
   const double table = 16.0 * static_cast<double>(spec.vocab) * static_cast<double>(spec.dim);
   return CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, table),
-                           config.backend == "threads" ? config.world_size : 1, "--model");
+                           config.world.backend == "threads" ? config.world.world_size : 1,
+                           "--model");
 }
 
 absl::StatusOr<SequenceModelSpec> Validate(const VarlenConfig& config) {
@@ -435,7 +436,7 @@ absl::StatusOr<VarlenReport> RunVarlen(const VarlenConfig& config) {
   DDPKIT_ASSIGN_OR_RETURN(const SequenceModelSpec spec, Validate(config));
   DDPKIT_ASSIGN_OR_RETURN(const SequenceData data, LoadData(config, spec));
   DDPKIT_RETURN_IF_ERROR(CheckBudget(config, data));
-  const comm::WorldSpec world = config.world();
+  const comm::WorldSpec world = config.world;
   return RunOnEveryRank<VarlenReport>(
       world, [&](comm::ProcessGroup& group) { return RunOnRank(config, spec, data, group); });
 }
