@@ -61,6 +61,8 @@ struct Tracing {
 };
 
 // Forward + backward of `model` on the batch; gradients zeroed first, to none or in place.
+// Not the jobs' TrainingStep (training_loop.h): no optimizer steps, the zeroing is what is
+// measured, and the same closure times a local model without DDP.
 // Traced when `tracing` has a recorder (the DDP steps, not the local reference).
 std::function<void()> StepOf(nn::Module& model, const Batch& batch, bool zero_in_place,
                              Tracing* tracing = nullptr) {

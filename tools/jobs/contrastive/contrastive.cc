@@ -8,6 +8,7 @@
 #include "comm/threads/threads_world.h"
 #include "reducer/distributed_data_parallel.h"
 #include "tools/jobs/training.h"
+#include "tools/jobs/training_loop.h"
 #include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
@@ -150,33 +151,31 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
     trace.recorder->Marker(StrCat(curve.layout(), " + ", curve.gather()));
   }
   Tensor losses = Tensor::Zeros({c.steps}, DType::kFloat64);  // on the host, whatever the device
-  for (int step = 0; step < c.steps; ++step) {
-    if (trace.recorder != nullptr) trace.recorder->SetIteration(trace.first_iteration + step);
-    optimizer->ZeroGrad();
-    Tensor loss;
-    {
-      trace::ScopedSpan forward(trace.recorder, trace::ComputeKind::kForward);
-      Tensor features =
-          ddp->Forward(OnDevice(s.train.Views(step * global + group.rank() * b, b), device));
-      loss = ClipLoss(Slice(features, 0, b), Slice(features, b, 2 * b), model->logit_scale(), group,
-                      layout, gather)
-                 .loss;
-    }
-    {
-      trace::ScopedSpan backward(trace.recorder, trace::ComputeKind::kBackward);
-      loss.Backward();
-    }
-    {
-      trace::ScopedSpan step_span(trace.recorder, trace::ComputeKind::kOptimizer);
-      optimizer->Step();
-    }
-    losses.data<double>()[step] = loss.item();
-    if ((step + 1) % c.eval_every == 0 || step + 1 == c.steps) {
-      curve.add_eval_steps(step + 1);
-      curve.add_accuracy(Top1Accuracy(*model, s.held_out));
-      curve.add_logit_scale(std::exp(model->logit_scale().item()));
-    }
-  }
+  const TrainingStep one_step{
+      .optimizer = optimizer.get(),
+      .ddp = ddp.get(),
+      .trace = trace.recorder,
+      .forward =
+          [&](int step, int) {
+            Tensor features =
+                ddp->Forward(OnDevice(s.train.Views(step * global + group.rank() * b, b), device));
+            return ClipLoss(Slice(features, 0, b), Slice(features, b, 2 * b), model->logit_scale(),
+                            group, layout, gather)
+                .loss;
+          },
+      .after_backward = [&](int step, int,
+                            const Tensor& loss) { losses.data<double>()[step] = loss.item(); }};
+  const TrainingLoop loop{.steps = c.steps,
+                          .first_iteration = trace.first_iteration,
+                          .after_step = [&](int step, double) {
+                            if ((step + 1) % c.eval_every == 0 || step + 1 == c.steps) {
+                              curve.add_eval_steps(step + 1);
+                              curve.add_accuracy(Top1Accuracy(*model, s.held_out));
+                              curve.add_logit_scale(std::exp(model->logit_scale().item()));
+                            }
+                            return absl::OkStatus();
+                          }};
+  CheckOk(RunTrainingLoop(one_step, loop), "training");
   if (trace.recorder != nullptr) trace.recorder->SetIteration(-1);
   if (trace.ddp != nullptr) *trace.ddp = ddp->LoggingData();
   // The global loss: local layout ranks hold shares whose mean is it; global ranks hold it.

@@ -8,6 +8,7 @@
 #include "autograd/safetensors.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/join/collective_log.h"
+#include "tools/jobs/training_loop.h"
 #include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
@@ -168,31 +169,30 @@ void TrainLoop(const JoinRunConfig& config, Rank& rank) {
   const Device device = RankDevice(config.device, rank.group);
   Tensor x = Tensor::Empty({b, rank.rows.data.x.size(1)}, DType::kFloat32, device);
   Tensor y = Tensor::Empty({b}, DType::kInt64, device);
-  for (int t = 0; t < rank.rows.iterations; ++t) {
-    if (rank.trace != nullptr) rank.trace->SetIteration(t);
-    rank.optimizer.optimizer->ZeroGrad();
-    GatherRows(rank.rows.data, t * b, b, x, y);
-    Tensor loss;
-    {
-      trace::ScopedSpan forward(rank.trace, trace::ComputeKind::kForward);
-      loss = CrossEntropy(rank.ddp->Forward(x), y);
-    }
-    {
-      trace::ScopedSpan backward(rank.trace, trace::ComputeKind::kBackward);
-      loss.Backward();
-    }
-    rank.log.SetLoss(t, loss.item());
-    const bool reporter = rank.log.IsReporter(t, Role::kActive);
-    if (reporter) {
-      rank.log.SetGradient(t, GradNorm(*rank.model), rank.ddp->reducer().last_divide_factor());
-    }
-    {
-      trace::ScopedSpan optimizer(rank.trace, trace::ComputeKind::kOptimizer);
-      rank.optimizer.optimizer->Step();
-    }
-    std::vector<CollectiveRecord> issued = rank.tap.Take();
-    if (reporter) rank.log.SetCollectives(t, Role::kActive, issued);
-  }
+  const TrainingStep step{
+      .optimizer = rank.optimizer.optimizer.get(),
+      .ddp = rank.ddp.get(),
+      .trace = rank.trace,
+      .load = [&](int t, int) { GatherRows(rank.rows.data, t * b, b, x, y); },
+      .forward = [&](int, int) { return CrossEntropy(rank.ddp->Forward(x), y); },
+      .after_backward = [&](int t, int, const Tensor& loss) { rank.log.SetLoss(t, loss.item()); },
+      .before_optimizer =
+          [&](int t) {
+            if (rank.log.IsReporter(t, Role::kActive)) {
+              rank.log.SetGradient(t, GradNorm(*rank.model),
+                                   rank.ddp->reducer().last_divide_factor());
+            }
+            return absl::OkStatus();
+          }};
+  const TrainingLoop loop{.steps = rank.rows.iterations, .after_step = [&](int t, double) {
+                            std::vector<CollectiveRecord> issued = rank.tap.Take();
+                            if (rank.log.IsReporter(t, Role::kActive)) {
+                              rank.log.SetCollectives(t, Role::kActive, issued);
+                            }
+                            return absl::OkStatus();
+                          }};
+  // Its hooks return no errors; a failed collective throws, which Join needs to see.
+  if (absl::Status s = RunTrainingLoop(step, loop); !s.ok()) ThrowStatus(s);
   // What a joined rank records next belongs to the first iteration it shadows.
   if (rank.trace != nullptr) rank.trace->SetIteration(rank.rows.iterations);
 }
@@ -209,8 +209,7 @@ void RunUnderJoin(const JoinRunConfig& config, Rank& rank, JoinReport& report) {
     }
     if (rank.trace != nullptr) rank.trace->SetIteration(t + 1);
   });
-  std::vector<join::Joinable*> joinables = {rank.ddp.get()};
-  if (rank.optimizer.zero != nullptr) joinables.push_back(rank.optimizer.zero);
+  std::vector<join::Joinable*> joinables = JoinablesOf(*rank.ddp, rank.optimizer.zero);
   joinables.push_back(&recorder);
   try {
     join::Join::Run(joinables, {.throw_on_early_termination = config.throw_on_early_termination},

@@ -17,6 +17,7 @@
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/recompute/recompute_trace.h"
 #include "tools/jobs/training.h"
+#include "tools/jobs/training_loop.h"
 #include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
@@ -220,37 +221,30 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused,
   Tensor y = Tensor::Empty({b}, DType::kInt64);
   Tensor losses = Tensor::Zeros({config.steps}, DType::kFloat64);
   std::vector<double> step_ms, comm_ms;
-  for (int step = 0; step < config.steps; ++step) {
-    if (recorder != nullptr) recorder->SetIteration(step);
-    const Clock::time_point start = Clock::now();
-    sgd.ZeroGrad();
-    GatherRows(c.data, step * global_batch + c.group.rank() * b, b, x, y);
-    {
-      std::optional<DistributedDataParallel::NoSyncGuard> no_sync;
-      if (fused) no_sync.emplace(*ddp);
-      Tensor loss;
-      {
-        trace::ScopedSpan forward(recorder, trace::ComputeKind::kForward);
-        loss = CrossEntropy(ddp->Forward(x), y);
-      }
-      {
-        trace::ScopedSpan backward(recorder, trace::ComputeKind::kBackward);
-        loss.Backward();
-      }
-      losses.data<double>()[step] = loss.item();
-    }
-    if (fused) {
-      const Clock::time_point comm_start = Clock::now();
-      DDPKIT_RETURN_IF_ERROR(fused_allreduce->Run(c.group));
-      comm_ms.push_back(Ms(Clock::now() - comm_start));
-    }
-    if (step == 0) run.set_grad_rel_error(RelError(Grads(*model), c.reference.first_grads));
-    {
-      trace::ScopedSpan optimizer(recorder, trace::ComputeKind::kOptimizer);
-      sgd.Step();
-    }
-    step_ms.push_back(Ms(Clock::now() - start));
-  }
+  const TrainingStep one_step{
+      .optimizer = &sgd,
+      .ddp = ddp.get(),
+      .trace = recorder,
+      .sync_last = !fused,
+      .load = [&](int step,
+                  int) { GatherRows(c.data, step * global_batch + c.group.rank() * b, b, x, y); },
+      .forward = [&](int, int) { return CrossEntropy(ddp->Forward(x), y); },
+      .after_backward = [&](int step, int,
+                            const Tensor& loss) { losses.data<double>()[step] = loss.item(); },
+      .before_optimizer = [&](int step) -> absl::Status {
+        if (fused) {
+          const Clock::time_point comm_start = Clock::now();
+          DDPKIT_RETURN_IF_ERROR(fused_allreduce->Run(c.group));
+          comm_ms.push_back(Ms(Clock::now() - comm_start));
+        }
+        if (step == 0) run.set_grad_rel_error(RelError(Grads(*model), c.reference.first_grads));
+        return absl::OkStatus();
+      }};
+  DDPKIT_RETURN_IF_ERROR(
+      RunTrainingLoop(one_step, {.steps = config.steps, .after_step = [&](int, double ms) {
+                                   step_ms.push_back(ms);
+                                   return absl::OkStatus();
+                                 }}));
   trace.EndRank(c.group, ddp->LoggingData());
   run.set_ok(true);
   run.set_param_rel_error(RelError(model->Parameters(), c.reference.final_parameters));

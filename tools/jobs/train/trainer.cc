@@ -1,8 +1,6 @@
 #include "tools/jobs/train/trainer.h"
 
 #include <algorithm>
-#include <chrono>
-#include <optional>
 
 #include "autograd/compute_threads.h"
 #include "autograd/gemm.h"
@@ -13,6 +11,7 @@
 #include "reducer/named_comm_hook.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/train/train_checkpoint.h"
+#include "tools/jobs/training_loop.h"
 #include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
@@ -119,39 +118,27 @@ absl::Status SaveGrads(const nn::Module& model, const std::string& path) {
 }
 
 // One optimizer step: grad_accum micro-batches, all but the last under no_sync, then the
-// update. Returns this rank's mean loss over the micro-batches.
-absl::StatusOr<double> TrainStep(const TrainConfig& config, Rank& rank, int step, Tensor& x,
-                                 Tensor& y) {
+// update. Adds each micro-batch's loss to `loss_sum`; rank 0 saves the last step's gradients.
+TrainingStep StepOf(const TrainConfig& config, Rank& rank, Tensor& x, Tensor& y, double& loss_sum) {
   const int64_t b = config.batch_size, global_batch = rank.group.size() * b;
-  if (rank.trace != nullptr) rank.trace->SetIteration(step);
-  rank.optimizer.optimizer->ZeroGrad();
-  double loss_sum = 0;
-  for (int k = 0; k < config.grad_accum; ++k) {
-    const int64_t g = static_cast<int64_t>(step) * config.grad_accum + k;
-    const int micro_batch = config.grad_accum > 1 ? k : -1;
-    GatherRows(rank.data, g * global_batch + rank.group.rank() * b, b, x, y);
-    std::optional<reducer::DistributedDataParallel::NoSyncGuard> no_sync;
-    if (k + 1 < config.grad_accum) no_sync.emplace(*rank.ddp);  // the last micro-batch syncs
-    Tensor loss;
-    {
-      trace::ScopedSpan forward(rank.trace, trace::ComputeKind::kForward, micro_batch);
-      loss = CrossEntropy(rank.ddp->Forward(x), y);
-    }
-    {
-      trace::ScopedSpan backward(rank.trace, trace::ComputeKind::kBackward, micro_batch);
-      loss.Backward();
-    }
-    loss_sum += loss.item();
-  }
-  const bool last = step + 1 == config.steps;
-  if (last && rank.group.rank() == 0 && !config.save_grads_path.empty()) {
-    DDPKIT_RETURN_IF_ERROR(SaveGrads(*rank.model, config.save_grads_path));
-  }
-  {
-    trace::ScopedSpan optimizer(rank.trace, trace::ComputeKind::kOptimizer);
-    rank.optimizer.optimizer->Step();
-  }
-  return loss_sum / config.grad_accum;
+  return {.optimizer = rank.optimizer.optimizer.get(),
+          .ddp = rank.ddp.get(),
+          .trace = rank.trace,
+          .micro_batches = config.grad_accum,
+          .load =
+              [&, b, global_batch](int step, int k) {
+                const int64_t g = static_cast<int64_t>(step) * config.grad_accum + k;
+                GatherRows(rank.data, g * global_batch + rank.group.rank() * b, b, x, y);
+              },
+          .forward = [&](int, int) { return CrossEntropy(rank.ddp->Forward(x), y); },
+          .after_backward = [&](int, int, const Tensor& loss) { loss_sum += loss.item(); },
+          .before_optimizer = [&](int step) -> absl::Status {
+            const bool last = step + 1 == config.steps;
+            if (last && rank.group.rank() == 0 && !config.save_grads_path.empty()) {
+              return SaveGrads(*rank.model, config.save_grads_path);
+            }
+            return absl::OkStatus();
+          }};
 }
 
 // After the loop: each step's loss as the mean over all ranks (equal batches: the global mean),
@@ -190,22 +177,27 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
   // Host memory the caching allocator had to ask this rank's thread's system for once warm.
   constexpr int kWarmSteps = 2;
   int64_t system_allocations_when_warm = -1;
-  for (int step = first_step; step < config.steps; ++step) {
-    if (step == first_step + kWarmSteps) {
-      system_allocations_when_warm = ThisThreadSystemAllocations();
-    }
-    const auto start = std::chrono::steady_clock::now();
-    DDPKIT_ASSIGN_OR_RETURN(const double loss, TrainStep(config, rank, step, x, y));
-    step_ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count());
-    losses.data<double>()[step] = loss;
-    if (lead && observer.on_step) {
-      observer.on_step({step + 1, config.steps, loss, step_ms.back(), &rank.ddp->LoggingData()});
-    }
-    DDPKIT_RETURN_IF_ERROR(
-        CheckpointIfDue(config, group, *rank.model, rank.optimizer, step + 1, report));
-  }
+  double loss_sum = 0;
+  const TrainingLoop loop{
+      .first_step = first_step,
+      .steps = config.steps,
+      .before_step =
+          [&](int step) {
+            if (step == first_step + kWarmSteps) {
+              system_allocations_when_warm = ThisThreadSystemAllocations();
+            }
+            loss_sum = 0;
+          },
+      .after_step = [&](int step, double ms) -> absl::Status {
+        const double loss = loss_sum / config.grad_accum;
+        step_ms.push_back(ms);
+        losses.data<double>()[step] = loss;
+        if (lead && observer.on_step) {
+          observer.on_step({step + 1, config.steps, loss, ms, &rank.ddp->LoggingData()});
+        }
+        return CheckpointIfDue(config, group, *rank.model, rank.optimizer, step + 1, report);
+      }};
+  DDPKIT_RETURN_IF_ERROR(RunTrainingLoop(StepOf(config, rank, x, y, loss_sum), loop));
   if (system_allocations_when_warm >= 0) {
     report.set_host_allocations_when_warm(ThisThreadSystemAllocations() -
                                           system_allocations_when_warm);
