@@ -1,5 +1,5 @@
 // A CollectiveListener sees every collective of a process group as it happens — what a trace
-// recorder needs (tools/jobs/trace/). Queued is called on the thread that issued the collective,
+// recorder needs (tools/trace/). Queued is called on the thread that issued the collective,
 // Started and Finished on the group's communication thread, so implementations must be
 // thread-safe, and must neither block nor issue collectives.
 #pragma once

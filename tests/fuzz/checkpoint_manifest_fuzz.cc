@@ -4,15 +4,16 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "tools/jobs/checkpoint/checkpoint.h"
+#include "tools/checkpoint/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<ddpkit::jobs::CheckpointManifest> manifest =
-      ddpkit::jobs::ParseCheckpointManifest(bytes);
+  absl::StatusOr<ddpkit::checkpoint::CheckpointManifest> manifest =
+      ddpkit::checkpoint::ParseCheckpointManifest(bytes);
   if (!manifest.ok()) return 0;
-  absl::StatusOr<ddpkit::jobs::CheckpointManifest> again =
-      ddpkit::jobs::ParseCheckpointManifest(ddpkit::jobs::SerializeCheckpointManifest(*manifest));
+  absl::StatusOr<ddpkit::checkpoint::CheckpointManifest> again =
+      ddpkit::checkpoint::ParseCheckpointManifest(
+          ddpkit::checkpoint::SerializeCheckpointManifest(*manifest));
   if (!again.ok() || again->step != manifest->step ||
       again->files.size() != manifest->files.size()) {
     std::abort();

@@ -64,7 +64,7 @@ TEST(CudaContrastiveTest, TheGpuGivesTheCpusFactorsAndLosses) {
     SCOPED_TRACE("world " + std::to_string(c.world) + ", " + c.optimizer +
                  (c.unequal_check_rows ? ", unequal check rows" : ""));
     ContrastiveConfig config;
-    config.world_size = c.world;
+    config.world.world_size = c.world;
     config.batch_size = 4;
     config.steps = 4;
     config.eval_every = 2;
@@ -89,7 +89,7 @@ TEST(CudaContrastiveTest, TheGpuGivesTheCpusFactorsAndLosses) {
 TEST(CudaContrastiveTest, AMissingGpuIsAClearError) {
   DDPKIT_REQUIRE_GPU();
   ContrastiveConfig config;
-  config.world_size = 2;
+  config.world.world_size = 2;
   config.batch_size = 2;
   config.steps = 1;
   config.device = Device::Cuda(cuda::DeviceCount());

@@ -114,7 +114,7 @@ void PrintAllreduce(const jobs::BenchAllreduceReport& r) {
 
 int RunBenchDdp() {
   jobs::BenchDdpConfig config;
-  if (absl::Status s = WorldFromFlags(config); !s.ok()) return Fail("bench", s);
+  if (absl::Status s = WorldFromFlags(config.world); !s.ok()) return Fail("bench", s);
   absl::StatusOr<std::vector<double>> caps = ParseCaps(absl::GetFlag(FLAGS_bucket_caps));
   if (!caps.ok()) return Fail("bench", caps.status());
   config.model = absl::GetFlag(FLAGS_model);
@@ -136,7 +136,7 @@ int RunBenchDdp() {
 
 int RunBenchAllreduce() {
   jobs::BenchAllreduceConfig config;
-  if (absl::Status s = WorldFromFlags(config); !s.ok()) return Fail("bench", s);
+  if (absl::Status s = WorldFromFlags(config.world); !s.ok()) return Fail("bench", s);
   if (!absl::GetFlag(FLAGS_trace).empty()) {
     return Fail("bench", absl::InvalidArgumentError(
                              "--trace records DDP's steps, and `bench allreduce` runs none: use "
@@ -191,7 +191,7 @@ void PrintPaper(const jobs::BenchPaperReport& r) {
 // bench paper's own defaults (BenchPaperConfig's) where the shared flags were not given.
 int RunBenchPaper() {
   jobs::BenchPaperConfig config;
-  if (absl::Status s = WorldFromFlags(config); !s.ok()) return Fail("bench", s);
+  if (absl::Status s = WorldFromFlags(config.world); !s.ok()) return Fail("bench", s);
   if (FlagDiffersFromDefault("bucket_caps")) {
     absl::StatusOr<std::vector<double>> caps =
         ParseCaps(absl::GetFlag(FLAGS_bucket_caps), /*allow_zero=*/true);

@@ -14,19 +14,19 @@ ABSL_FLAG(int32_t, round_robin_groups, 1,
 
 namespace ddpkit::cli {
 
-absl::Status WorldFromFlags(jobs::WorldConfig& config) {
+absl::Status WorldFromFlags(comm::WorldSpec& world) {
   const double timeout = absl::GetFlag(FLAGS_timeout);
   if (!(timeout > 0)) {
     return absl::InvalidArgumentError(StrCat("--timeout must be > 0 seconds, got ", timeout));
   }
-  DDPKIT_ASSIGN_OR_RETURN(config.backend, comm::ParseBackend(absl::GetFlag(FLAGS_backend)));
-  config.world_size = absl::GetFlag(FLAGS_world_size);
-  config.threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank);
-  config.round_robin_groups = absl::GetFlag(FLAGS_round_robin_groups);
-  config.comm_options.timeout = absl::Seconds(timeout);
+  DDPKIT_ASSIGN_OR_RETURN(world.backend, comm::ParseBackend(absl::GetFlag(FLAGS_backend)));
+  world.world_size = absl::GetFlag(FLAGS_world_size);
+  world.threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank);
+  world.round_robin_groups = absl::GetFlag(FLAGS_round_robin_groups);
+  world.options.timeout = absl::Seconds(timeout);
   // A failed collective leaves every rank's flight recorder here, for `ddpkit fr analyze`.
-  if (config.comm_options.fr_dump_dir.empty()) config.comm_options.fr_dump_dir = "ddpkit_fr";
-  return comm::ValidateWorldSpec(config.world());
+  if (world.options.fr_dump_dir.empty()) world.options.fr_dump_dir = "ddpkit_fr";
+  return comm::ValidateWorldSpec(world);
 }
 
 }  // namespace ddpkit::cli

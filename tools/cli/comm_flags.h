@@ -6,7 +6,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/status.h"
-#include "tools/jobs/job.h"
+#include "comm/world.h"
 
 ABSL_DECLARE_FLAG(std::string, backend);
 ABSL_DECLARE_FLAG(int32_t, world_size);
@@ -18,7 +18,7 @@ namespace ddpkit::cli {
 inline const std::vector<std::string> kCommFlagNames = {"backend", "world_size", "timeout",
                                                         "threads_per_rank", "round_robin_groups"};
 
-// Sets the config's backend, world size and timeout; InvalidArgument naming the flag.
-absl::Status WorldFromFlags(jobs::WorldConfig& config);
+// Sets a job's world: backend, world size, timeout, threads; InvalidArgument naming the flag.
+absl::Status WorldFromFlags(comm::WorldSpec& world);
 
 }  // namespace ddpkit::cli

@@ -89,7 +89,7 @@ absl::Status OneOrEvery(std::string_view flag, const std::string& text, std::str
 
 absl::StatusOr<jobs::ContrastiveConfig> ConfigFromFlags() {
   jobs::ContrastiveConfig config;
-  DDPKIT_RETURN_IF_ERROR(WorldFromFlags(config));
+  DDPKIT_RETURN_IF_ERROR(WorldFromFlags(config.world));
   DDPKIT_RETURN_IF_ERROR(OneOrEvery("--layout", absl::GetFlag(FLAGS_layout), "both",
                                     jobs::ParseContrastiveLayout, config.layouts));
   DDPKIT_RETURN_IF_ERROR(OneOrEvery("--gather", absl::GetFlag(FLAGS_gather), "all",

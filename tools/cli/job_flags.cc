@@ -3,7 +3,7 @@
 #include "absl/flags/flag.h"
 #include "tools/cli/comm_flags.h"
 #include "tools/cli/ddp_flags.h"
-#include "tools/jobs/trace/session.h"
+#include "tools/trace/session.h"
 
 ABSL_FLAG(std::string, model, "mlp:32,64,64,10",
           "model spec mlp:IN,H1,...,OUT (Linear/ReLU alternating; parameters named 0.weight, "
@@ -64,12 +64,12 @@ std::string TraceWrittenLine(const std::string& path, const std::string& backend
     return StrCat("trace written to ", path, " (open it in ui.perfetto.dev; `ddpkit trace stats ",
                   path, "`)");
   }
-  return StrCat("trace written to ", jobs::TraceSession::RankPath(path, rank),
+  return StrCat("trace written to ", trace::TraceSession::RankPath(path, rank),
                 " on each rank; `ddpkit trace merge` combines them");
 }
 
 absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config) {
-  DDPKIT_RETURN_IF_ERROR(WorldFromFlags(config));
+  DDPKIT_RETURN_IF_ERROR(WorldFromFlags(config.world));
   DDPKIT_ASSIGN_OR_RETURN(config.ddp, DdpOptionsFromFlags());
   DDPKIT_ASSIGN_OR_RETURN(config.comm_hook, CommHookFromFlags());
   DDPKIT_ASSIGN_OR_RETURN(config.powersgd, PowerSgdOptionsFromFlags());

@@ -136,7 +136,7 @@ absl::StatusOr<jobs::JoinRunConfig> ConfigFromFlags() {
   config.divide_by_initial_world_size = absl::GetFlag(FLAGS_divide_by_initial_world_size);
   config.throw_on_early_termination = absl::GetFlag(FLAGS_throw_on_early_termination);
   // --inputs sets the world size; --world-size only when given (and then it must agree).
-  if (!FlagDiffersFromDefault("world_size") && !config.inputs.empty()) config.world_size = 0;
+  if (!FlagDiffersFromDefault("world_size") && !config.inputs.empty()) config.world.world_size = 0;
   if (!config.use_join && config.throw_on_early_termination) {
     return absl::InvalidArgumentError(
         "--throw-on-early-termination is a Join option; it cannot go with --no-join");

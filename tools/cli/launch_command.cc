@@ -3,7 +3,7 @@
 
 #include "absl/flags/flag.h"
 #include "tools/cli/commands.h"
-#include "tools/jobs/launch/launcher.h"
+#include "tools/launch/launcher.h"
 
 ABSL_FLAG(int32_t, nproc_per_node, 1, "processes (ranks) to start on this node");
 ABSL_FLAG(int32_t, nnodes, 1, "nodes in the job");
@@ -28,7 +28,7 @@ namespace ddpkit::cli {
 namespace {
 
 int RunLaunch(const std::vector<std::string>& positionals) {
-  jobs::LaunchOptions options;
+  launch::LaunchOptions options;
   options.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
   options.nnodes = absl::GetFlag(FLAGS_nnodes);
   options.node_rank = absl::GetFlag(FLAGS_node_rank);
@@ -39,7 +39,7 @@ int RunLaunch(const std::vector<std::string>& positionals) {
   options.teardown_grace = absl::Seconds(absl::GetFlag(FLAGS_teardown_grace));
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   options.command = positionals;
-  absl::StatusOr<jobs::LaunchResult> result = jobs::Launch(options);
+  absl::StatusOr<launch::LaunchResult> result = launch::Launch(options);
   if (!result.ok()) return Fail("launch", result.status());
   if (!result->ok) {
     std::cerr << "ddpkit launch: job failed: " << result->failure;

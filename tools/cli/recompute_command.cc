@@ -105,8 +105,8 @@ void PrintReport(const jobs::RecomputeReport& r) {
 
 absl::StatusOr<jobs::RecomputeConfig> ConfigFromFlags() {
   jobs::RecomputeConfig config;
-  DDPKIT_RETURN_IF_ERROR(WorldFromFlags(config));
-  if (!FlagDiffersFromDefault("world_size")) config.world_size = 2;
+  DDPKIT_RETURN_IF_ERROR(WorldFromFlags(config.world));
+  if (!FlagDiffersFromDefault("world_size")) config.world.world_size = 2;
   config.shape.blocks = absl::GetFlag(FLAGS_blocks);
   config.shape.width = absl::GetFlag(FLAGS_width);
   config.batch_size = FlagDiffersFromDefault("batch_size") ? absl::GetFlag(FLAGS_batch_size) : 64;

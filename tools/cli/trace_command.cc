@@ -10,10 +10,10 @@
 #include "tools/cli/commands.h"
 #include "tools/cli/job_flags.h"
 #include "tools/cli/print_json.h"
-#include "tools/jobs/trace/merge.h"
-#include "tools/jobs/trace/session.h"
-#include "tools/jobs/trace/stats.h"
-#include "tools/jobs/trace/timeline.h"
+#include "tools/trace/merge.h"
+#include "tools/trace/session.h"
+#include "tools/trace/stats.h"
+#include "tools/trace/timeline.h"
 
 ABSL_FLAG(std::string, iterations, "0:3",
           "trace svg: the iterations A:B to draw, A included, B not (as a Python slice)");
@@ -27,15 +27,15 @@ constexpr char kUsage[] =
 
 double Ms(double us) { return us / 1000; }
 
-void PrintStats(const jobs::TraceStatsReport& r) {
+void PrintStats(const trace::TraceStatsReport& r) {
   std::cout << absl::StrFormat("ddpkit trace stats %s: %s, %d rank(s), %s\n\n", r.file(), r.job(),
                                r.world_size(), r.backend())
             << absl::StrFormat("%9s %4s %9s %9s %9s %9s %8s %9s %9s %9s  %s\n", "iteration", "rank",
                                "window", "compute", "comm", "overlap", "overlap%", "exposed",
                                "idle", "finalize", "bucket waits at finalize (ms)");
-  for (const jobs::IterationStats& s : r.iterations()) {
+  for (const trace::IterationStats& s : r.iterations()) {
     std::vector<std::string> waits;
-    for (const jobs::BucketWait& w : s.buckets()) {
+    for (const trace::BucketWait& w : s.buckets()) {
       waits.push_back(absl::StrFormat("b%d %.3f", w.bucket(), Ms(w.wait_us())));
     }
     std::cout << absl::StrFormat(
@@ -48,7 +48,7 @@ void PrintStats(const jobs::TraceStatsReport& r) {
             << absl::StrFormat("%4s %10s %10s %10s %10s %8s %10s %10s   %8s %8s %8s\n", "rank",
                                "iterations", "compute", "comm", "overlap", "overlap%", "exposed",
                                "idle", "ddp_comm", "ddp_ovl", "ddp_exp");
-  for (const jobs::RankTotals& t : r.ranks()) {
+  for (const trace::RankTotals& t : r.ranks()) {
     std::cout << absl::StrFormat(
         "%4d %10d %10.3f %10.3f %10.3f %7.0f%% %10.3f %10.3f   %8.3f %8.3f %8.3f\n", t.rank(),
         t.iterations(), Ms(t.compute_us()), Ms(t.comm_us()), Ms(t.overlap_us()), t.overlap_pct(),
@@ -56,7 +56,7 @@ void PrintStats(const jobs::TraceStatsReport& r) {
         Ms(t.avg_ddp_exposed_us()));
   }
   std::cout << "\nslowest rank per iteration (its window, and how much longer than the fastest):\n";
-  for (const jobs::SlowestRank& s : r.slowest()) {
+  for (const trace::SlowestRank& s : r.slowest()) {
     std::cout << absl::StrFormat("  iteration %d: rank %d, %.3f ms (+%.3f ms)\n", s.iteration(),
                                  s.rank(), Ms(s.window_us()), Ms(s.spread_us()));
   }
@@ -77,9 +77,9 @@ absl::StatusOr<std::pair<int, int>> ParseIterations(const std::string& text) {
 }
 
 int RunStats(const std::string& path) {
-  absl::StatusOr<jobs::TraceView> view = jobs::ReadTraceFile(path);
+  absl::StatusOr<trace::TraceView> view = trace::ReadTraceFile(path);
   if (!view.ok()) return Fail("trace", view.status());
-  jobs::TraceStatsReport report = jobs::ComputeTraceStats(*view);
+  trace::TraceStatsReport report = trace::ComputeTraceStats(*view);
   report.set_file(path);
   if (absl::GetFlag(FLAGS_json)) {
     PrintJson(report);
@@ -94,10 +94,10 @@ int RunSvg(const std::string& path) {
   if (out.empty()) return Fail("trace", absl::InvalidArgumentError("trace svg needs --out FILE"));
   absl::StatusOr<std::pair<int, int>> range = ParseIterations(absl::GetFlag(FLAGS_iterations));
   if (!range.ok()) return Fail("trace", range.status());
-  absl::StatusOr<jobs::TraceView> view = jobs::ReadTraceFile(path);
+  absl::StatusOr<trace::TraceView> view = trace::ReadTraceFile(path);
   if (!view.ok()) return Fail("trace", view.status());
   absl::StatusOr<std::string> svg =
-      jobs::TimelineSvg(*view, {.first_iteration = range->first, .end_iteration = range->second});
+      trace::TimelineSvg(*view, {.first_iteration = range->first, .end_iteration = range->second});
   if (!svg.ok()) return Fail("trace", svg.status());
   if (absl::Status s = WriteFileAtomically(out, *svg); !s.ok()) return Fail("trace", s);
   std::cout << "wrote " << out << "\n";
@@ -110,17 +110,17 @@ int RunMerge(const std::vector<std::string>& files) {
   std::vector<std::string> inputs = files;
   if (out.empty() && files.size() == 1) {
     out = files[0];
-    inputs = jobs::RankFilesOf(files[0]);
+    inputs = trace::RankFilesOf(files[0]);
     if (inputs.empty()) {
       return Fail("trace",
-                  absl::NotFoundError(StrCat("no ", jobs::TraceSession::RankPath(files[0], 0),
+                  absl::NotFoundError(StrCat("no ", trace::TraceSession::RankPath(files[0], 0),
                                              ": merge reads FILE.rank<r>.json")));
     }
   }
   if (out.empty()) {
     return Fail("trace", absl::InvalidArgumentError("trace merge FILE, or --out FILE A B ..."));
   }
-  absl::StatusOr<int> ranks = jobs::MergeTraceFiles(inputs, out);
+  absl::StatusOr<int> ranks = trace::MergeTraceFiles(inputs, out);
   if (!ranks.ok()) return Fail("trace", ranks.status());
   std::cout << "merged " << *ranks << " rank(s) into " << out << "\n";
   return kExitOk;

@@ -21,9 +21,9 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "resume from the latest intact checkpoint in DIR (if any) and write one there every "
           "--checkpoint-every steps and after the last; a folder all ranks can reach "
           "(docs/reliability.md)");
-ABSL_FLAG(int32_t, checkpoint_every, ddpkit::jobs::CheckpointOptions{}.every,
+ABSL_FLAG(int32_t, checkpoint_every, ddpkit::checkpoint::CheckpointOptions{}.every,
           "with --checkpoint-dir: optimizer steps between checkpoints (>= 1)");
-ABSL_FLAG(int32_t, checkpoint_keep, ddpkit::jobs::CheckpointOptions{}.keep,
+ABSL_FLAG(int32_t, checkpoint_keep, ddpkit::checkpoint::CheckpointOptions{}.keep,
           "with --checkpoint-dir: committed checkpoints to keep; older ones are deleted once a "
           "newer one is committed (>= 1)");
 
@@ -54,7 +54,7 @@ absl::StatusOr<jobs::TrainConfig> ConfigFromFlags() {
   config.checkpoint = {.dir = absl::GetFlag(FLAGS_checkpoint_dir),
                        .every = absl::GetFlag(FLAGS_checkpoint_every),
                        .keep = absl::GetFlag(FLAGS_checkpoint_keep)};
-  const jobs::CheckpointOptions defaults;
+  const checkpoint::CheckpointOptions defaults;
   if (config.checkpoint.dir.empty() &&
       (config.checkpoint.every != defaults.every || config.checkpoint.keep != defaults.keep)) {
     return absl::InvalidArgumentError(

@@ -133,7 +133,8 @@ absl::StatusOr<jobs::VarlenConfig> ConfigFromFlags() {
   if (!FlagDiffersFromDefault("model")) config.model = jobs::VarlenConfig().model;
   if (!FlagDiffersFromDefault("batch_size")) config.batch_size = jobs::VarlenConfig().batch_size;
   if (!FlagDiffersFromDefault("lr")) config.lr = jobs::VarlenConfig().lr;
-  if (!FlagDiffersFromDefault("world_size")) config.world_size = jobs::VarlenConfig().world_size;
+  if (!FlagDiffersFromDefault("world_size"))
+    config.world.world_size = jobs::VarlenConfig().world.world_size;
   config.data_path = absl::GetFlag(FLAGS_data);
   config.synthetic.samples = absl::GetFlag(FLAGS_samples);
   config.synthetic.min_length = absl::GetFlag(FLAGS_min_length);

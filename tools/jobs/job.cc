@@ -2,41 +2,12 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_join.h"
-
 namespace ddpkit::jobs {
 
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
   std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
   return values[values.size() / 2];
-}
-
-absl::Status WaitFor(const std::shared_ptr<comm::Work>& work, std::string_view what) {
-  absl::Status status = work->Wait();
-  if (status.ok()) return status;
-  return absl::Status(status.code(), StrCat(what, " failed: ", status.message()));
-}
-
-absl::Status RequirePositive(std::string_view flag, double value) {
-  if (value > 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(StrCat(flag, " must be positive, got ", value));
-}
-
-absl::Status RequireAtLeast(std::string_view flag, double value, double least) {
-  if (value >= least) return absl::OkStatus();
-  return absl::InvalidArgumentError(StrCat(flag, " must be >= ", least, ", got ", value));
-}
-
-absl::Status RequireOneOf(std::string_view flag, std::string_view value,
-                          std::initializer_list<std::string_view> allowed) {
-  for (std::string_view a : allowed) {
-    if (value == a) return absl::OkStatus();
-  }
-  std::vector<std::string> names(allowed.begin(), allowed.end());
-  return absl::InvalidArgumentError(
-      StrCat(flag, " must be ", absl::StrJoin(names.begin(), names.end() - 1, ", "),
-             names.size() > 1 ? " or " : "", names.back(), ", got '", value, "'"));
 }
 
 }  // namespace ddpkit::jobs

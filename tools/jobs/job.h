@@ -22,21 +22,9 @@
 #include "autograd/error.h"
 #include "autograd/gemm.h"
 #include "comm/world.h"
+#include "tools/common/status.h"
 
 namespace ddpkit::jobs {
-
-// Where a job runs: --backend, --world-size, --timeout.
-struct WorldConfig {
-  comm::Backend backend = comm::Backend::kThreads;  // comm/backend.h
-  int world_size = 1;                               // threads backend only
-  comm::ProcessGroupOptions comm_options;
-  int threads_per_rank = 0;    // --threads-per-rank; 0: the thread budget (comm/thread_budget.h)
-  int round_robin_groups = 1;  // --round-robin-groups (comm/round_robin.h)
-
-  comm::WorldSpec world() const {
-    return {backend, world_size, comm_options, threads_per_rank, round_robin_groups};
-  }
-};
 
 // Runs `on_rank` on every rank of `world` and returns the report of the rank this process
 // reports for, or the first error (an invalid DDPKIT_GEMM before any rank starts). A ddpkit::Error
@@ -68,21 +56,13 @@ absl::StatusOr<Report> RunOnEveryRank(
   return reported;
 }
 
-// Waits for `work`; a failure comes back as "<what> failed: " and the comm layer's diagnosis
-// (the op, its sequence number, the ranks that did not arrive).
-absl::Status WaitFor(const std::shared_ptr<comm::Work>& work, std::string_view what);
-
 // The upper median of `values` (0 for none): what every job reports of a noisy series.
 double Median(std::vector<double> values);
 
-// --- Validation helpers: one wording for every job ------------------------------------------
-
-// "--batch-size must be positive, got 0".
-absl::Status RequirePositive(std::string_view flag, double value);
-// "--steps must be >= 0, got -1".
-absl::Status RequireAtLeast(std::string_view flag, double value, double least);
-// "--optimizer must be sgd or zero-sgd, got 'adam'".
-absl::Status RequireOneOf(std::string_view flag, std::string_view value,
-                          std::initializer_list<std::string_view> allowed);
+// The shared wording (tools/common/status.h): a collective's failure, a bad flag value.
+using common::RequireAtLeast;
+using common::RequireOneOf;
+using common::RequirePositive;
+using common::WaitFor;
 
 }  // namespace ddpkit::jobs

@@ -19,7 +19,8 @@
 
 namespace ddpkit::jobs {
 
-struct DdpTrainingConfig : WorldConfig {
+struct DdpTrainingConfig {
+  comm::WorldSpec world;  // --backend, --world-size, --timeout, --threads-per-rank, ...
   std::string model = "mlp:32,64,64,10";  // mlp:IN,H1,...,OUT
   std::string weights_path;               // initial weights (safetensors) when set
   std::string save_weights_path;          // rank 0's final weights (atomically) when set
@@ -31,7 +32,7 @@ struct DdpTrainingConfig : WorldConfig {
   reducer::DdpOptions ddp;
   std::string comm_hook;              // empty, allreduce, fp16, bf16, powersgd or batched_powersgd
   reducer::PowerSgdOptions powersgd;  // for the PowerSGD hooks
-  std::string trace_path;             // a Chrome trace of the run (tools/jobs/trace/) when set
+  std::string trace_path;             // a Chrome trace of the run (tools/trace/) when set
   // Where the model computes. With nccl, a GPU config means the rank's own GPU (the group's).
   Device device = Device::Cpu();
 };

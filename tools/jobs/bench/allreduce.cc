@@ -87,7 +87,7 @@ absl::StatusOr<AllreducePoint> Measure(const BenchAllreduceConfig& config,
   if (!raw.empty()) {
     DDPKIT_RETURN_IF_ERROR(group.Barrier()->Wait());
     DDPKIT_ASSIGN_OR_RETURN(absl::Duration d,
-                            config.backend == comm::Backend::kGloo
+                            config.world.backend == comm::Backend::kGloo
                                 ? comm::TimeRawGlooAllreduce(group, point.count(), config.iters)
                                 : comm::TimeRawMpiAllreduce(group, point.count(), config.iters));
     DDPKIT_ASSIGN_OR_RETURN(const double seconds, Slowest(group, absl::ToDoubleSeconds(d)));
@@ -103,8 +103,8 @@ absl::StatusOr<BenchAllreduceReport> SweepOnRank(const BenchAllreduceConfig& con
   report.set_world_size(group.size());
   report.set_rank(group.rank());
   // Round-robin composites hand collectives to several groups: no single library call to match.
-  if (comm::InfoOf(config.backend).raw_allreduce && config.round_robin_groups == 1) {
-    report.set_raw_reference(std::string(comm::BackendName(config.backend)));
+  if (comm::InfoOf(config.world.backend).raw_allreduce && config.world.round_robin_groups == 1) {
+    report.set_raw_reference(std::string(comm::BackendName(config.world.backend)));
   }
   report.set_device(RankDevice(config.device, group).ToString());
   const int64_t min_bytes = std::max<int64_t>(4, config.min_bytes);
@@ -128,7 +128,7 @@ absl::StatusOr<BenchAllreduceReport> BenchAllreduce(const BenchAllreduceConfig& 
   DDPKIT_ASSIGN_OR_RETURN(
       BenchAllreduceReport report,
       RunOnEveryRank<BenchAllreduceReport>(
-          config.world(), [&](comm::ProcessGroup& group) { return SweepOnRank(config, group); }));
+          config.world, [&](comm::ProcessGroup& group) { return SweepOnRank(config, group); }));
   report.set_iters(config.iters);
   report.set_warmup_iters(config.warmup_iters);
   report.set_memcpy_bytes(config.max_bytes);

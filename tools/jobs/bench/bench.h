@@ -17,7 +17,8 @@
 
 namespace ddpkit::jobs {
 
-struct BenchDdpConfig : WorldConfig {
+struct BenchDdpConfig {
+  comm::WorldSpec world;  // --backend, --world-size, --timeout, --threads-per-rank, ...
   std::string model = "mlp:32,64,64,10";
   int batch_size = 32;  // rows per rank
   int iters = 20;       // timed steps per measurement (a median)
@@ -27,7 +28,8 @@ struct BenchDdpConfig : WorldConfig {
 };
 absl::StatusOr<BenchDdpReport> BenchDdp(const BenchDdpConfig& config);
 
-struct BenchAllreduceConfig : WorldConfig {
+struct BenchAllreduceConfig {
+  comm::WorldSpec world;         // --backend, --world-size, --timeout, --threads-per-rank, ...
   int64_t min_bytes = 1024;      // sizes double from here ...
   int64_t max_bytes = 16 << 20;  // ... up to here
   int iters = 20;
@@ -37,7 +39,8 @@ struct BenchAllreduceConfig : WorldConfig {
 absl::StatusOr<BenchAllreduceReport> BenchAllreduce(const BenchAllreduceConfig& config);
 
 // The DDP paper's experiments (paper.cc).
-struct BenchPaperConfig : WorldConfig {
+struct BenchPaperConfig {
+  comm::WorldSpec world;  // --backend, --world-size, --timeout, --threads-per-rank, ...
   // Five weight matrices of 3-16 MB: enough tensors and bytes for the bucket cap to matter.
   std::string model = "mlp:784,2048,2048,2048,2048,10";
   int batch_size = 64;  // rows per rank

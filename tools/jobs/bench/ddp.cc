@@ -12,7 +12,7 @@
 #include "autograd/random.h"
 #include "reducer/distributed_data_parallel.h"
 #include "tools/jobs/bench/bench.h"
-#include "tools/jobs/trace/session.h"
+#include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -56,15 +56,17 @@ absl::StatusOr<StepTimes> MedianMs(comm::ProcessGroup& group, int warmup, int it
 
 // The DDP steps' place in the rank's trace (--trace): each step is the next iteration.
 struct Tracing {
-  TraceRecorder* recorder = nullptr;
+  trace::TraceRecorder* recorder = nullptr;
   int next_iteration = 0;
 };
 
 // Forward + backward of `model` on the batch; gradients zeroed first, to none or in place.
+// Not the jobs' TrainingStep (training_loop.h): no optimizer steps, the zeroing is what is
+// measured, and the same closure times a local model without DDP.
 // Traced when `tracing` has a recorder (the DDP steps, not the local reference).
 std::function<void()> StepOf(nn::Module& model, const Batch& batch, bool zero_in_place,
                              Tracing* tracing = nullptr) {
-  TraceRecorder* recorder = tracing != nullptr ? tracing->recorder : nullptr;
+  trace::TraceRecorder* recorder = tracing != nullptr ? tracing->recorder : nullptr;
   return [&model, &batch, zero_in_place, tracing, recorder] {
     if (recorder != nullptr) recorder->SetIteration(tracing->next_iteration++);
     for (const Tensor& p : model.Parameters()) {
@@ -76,10 +78,10 @@ std::function<void()> StepOf(nn::Module& model, const Batch& batch, bool zero_in
     }
     Tensor loss;
     {
-      ScopedSpan forward(recorder, ComputeKind::kForward);
+      trace::ScopedSpan forward(recorder, trace::ComputeKind::kForward);
       loss = CrossEntropy(model.Forward(batch.x), batch.y);
     }
-    ScopedSpan backward(recorder, ComputeKind::kBackward);
+    trace::ScopedSpan backward(recorder, trace::ComputeKind::kBackward);
     loss.Backward();
   };
 }
@@ -112,7 +114,7 @@ absl::StatusOr<Measured> MeasureDdp(const BenchDdpConfig& config,
 
 absl::StatusOr<BenchDdpReport> BenchOnRank(const BenchDdpConfig& config,
                                            const std::vector<int64_t>& widths,
-                                           comm::ProcessGroup& group, TraceSession& trace) {
+                                           comm::ProcessGroup& group, trace::TraceSession& trace) {
   // Every measurement runs warm-up and timed DDP steps, each a traced iteration: per step a few
   // spans, and per parameter a hook and at most one bucket ready, launched and reduced.
   const size_t steps =
@@ -169,10 +171,10 @@ absl::StatusOr<BenchDdpReport> BenchDdp(const BenchDdpConfig& config) {
   for (double cap : config.bucket_caps) {
     DDPKIT_RETURN_IF_ERROR(RequirePositive("--bucket-caps: each cap", cap));
   }
-  TraceSession trace(config.trace_path, "bench ddp", config.world());
+  trace::TraceSession trace(config.trace_path, "bench ddp", config.world);
   DDPKIT_ASSIGN_OR_RETURN(
       BenchDdpReport report,
-      RunOnEveryRank<BenchDdpReport>(config.world(), [&](comm::ProcessGroup& group) {
+      RunOnEveryRank<BenchDdpReport>(config.world, [&](comm::ProcessGroup& group) {
         return BenchOnRank(config, widths, group, trace);
       }));
   DDPKIT_RETURN_IF_ERROR(trace.Write().status());

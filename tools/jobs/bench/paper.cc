@@ -55,6 +55,8 @@ struct Phases {
   double forward = 0, backward = 0, allreduce = 0, optimizer = 0, step = 0;
 };
 
+// Not the jobs' TrainingStep (training_loop.h): each phase has its own clock, and the
+// gradients are zeroed after the step, inside the optimizer's time, as the paper measures.
 // Zero the gradients, forward, backward, optimizer. With `fused`, backward runs under no_sync
 // and the gradients are then averaged in one allreduce (timed as `allreduce`); without, DDP's
 // buckets are allreduced during backward and its last wait is inside `backward`. With `sync`
@@ -266,11 +268,10 @@ absl::StatusOr<BenchPaperReport> BenchPaper(const BenchPaperConfig& config) {
           StrCat("cannot create --out directory '", config.out_dir, "': ", ec.message()));
     }
   }
-  DDPKIT_ASSIGN_OR_RETURN(const comm::ThreadBudget budget,
-                          comm::ResolveThreadBudget(config.world()));
+  DDPKIT_ASSIGN_OR_RETURN(const comm::ThreadBudget budget, comm::ResolveThreadBudget(config.world));
   DDPKIT_ASSIGN_OR_RETURN(
       BenchPaperReport report,
-      RunOnEveryRank<BenchPaperReport>(config.world(), [&](comm::ProcessGroup& group) {
+      RunOnEveryRank<BenchPaperReport>(config.world, [&](comm::ProcessGroup& group) {
         return PaperOnRank(config, widths, group);
       }));
   report.set_model(config.model);

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "tools/jobs/bench/bench.h"
-#include "tools/jobs/plot/svg.h"
+#include "tools/plot/svg.h"
 
 namespace ddpkit::jobs {
 namespace {

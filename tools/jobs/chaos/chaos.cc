@@ -18,8 +18,8 @@
 #include "autograd/error.h"
 #include "autograd/file_util.h"
 #include "tools/jobs/job.h"
-#include "tools/jobs/launch/proc_stat.h"
 #include "tools/jobs/training.h"
+#include "tools/launch/proc_stat.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -138,7 +138,7 @@ std::optional<std::string> EnvValue(pid_t pid, std::string_view name) {
 std::vector<std::pair<int, pid_t>> RanksOf(pid_t launcher) {
   std::vector<std::pair<int, pid_t>> ranks;
   for (pid_t pid : AllPids()) {
-    const std::optional<ProcStat> stat = ReadProcStat(pid);
+    const std::optional<launch::ProcStat> stat = launch::ReadProcStat(pid);
     if (!stat || stat->parent != launcher) continue;
     if (std::optional<std::string> rank = EnvValue(pid, "RANK")) {
       ranks.push_back({std::atoi(rank->c_str()), pid});

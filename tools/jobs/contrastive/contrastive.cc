@@ -7,8 +7,9 @@
 #include "autograd/optim.h"
 #include "comm/threads/threads_world.h"
 #include "reducer/distributed_data_parallel.h"
-#include "tools/jobs/trace/session.h"
 #include "tools/jobs/training.h"
+#include "tools/jobs/training_loop.h"
+#include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -125,7 +126,7 @@ std::unique_ptr<Optimizer> MakeOptimizer(const ContrastiveConfig& c, const nn::M
 // Where a traced training run goes in the rank's trace: its steps are iterations
 // first_iteration, first_iteration + 1, ...; DDP's state for naming them lands in `ddp`.
 struct RunTrace {
-  TraceRecorder* recorder = nullptr;
+  trace::TraceRecorder* recorder = nullptr;
   int first_iteration = 0;
   reducer::DdpLoggingData* ddp = nullptr;
 };
@@ -150,33 +151,31 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
     trace.recorder->Marker(StrCat(curve.layout(), " + ", curve.gather()));
   }
   Tensor losses = Tensor::Zeros({c.steps}, DType::kFloat64);  // on the host, whatever the device
-  for (int step = 0; step < c.steps; ++step) {
-    if (trace.recorder != nullptr) trace.recorder->SetIteration(trace.first_iteration + step);
-    optimizer->ZeroGrad();
-    Tensor loss;
-    {
-      ScopedSpan forward(trace.recorder, ComputeKind::kForward);
-      Tensor features =
-          ddp->Forward(OnDevice(s.train.Views(step * global + group.rank() * b, b), device));
-      loss = ClipLoss(Slice(features, 0, b), Slice(features, b, 2 * b), model->logit_scale(), group,
-                      layout, gather)
-                 .loss;
-    }
-    {
-      ScopedSpan backward(trace.recorder, ComputeKind::kBackward);
-      loss.Backward();
-    }
-    {
-      ScopedSpan step_span(trace.recorder, ComputeKind::kOptimizer);
-      optimizer->Step();
-    }
-    losses.data<double>()[step] = loss.item();
-    if ((step + 1) % c.eval_every == 0 || step + 1 == c.steps) {
-      curve.add_eval_steps(step + 1);
-      curve.add_accuracy(Top1Accuracy(*model, s.held_out));
-      curve.add_logit_scale(std::exp(model->logit_scale().item()));
-    }
-  }
+  const TrainingStep one_step{
+      .optimizer = optimizer.get(),
+      .ddp = ddp.get(),
+      .trace = trace.recorder,
+      .forward =
+          [&](int step, int) {
+            Tensor features =
+                ddp->Forward(OnDevice(s.train.Views(step * global + group.rank() * b, b), device));
+            return ClipLoss(Slice(features, 0, b), Slice(features, b, 2 * b), model->logit_scale(),
+                            group, layout, gather)
+                .loss;
+          },
+      .after_backward = [&](int step, int,
+                            const Tensor& loss) { losses.data<double>()[step] = loss.item(); }};
+  const TrainingLoop loop{.steps = c.steps,
+                          .first_iteration = trace.first_iteration,
+                          .after_step = [&](int step, double) {
+                            if ((step + 1) % c.eval_every == 0 || step + 1 == c.steps) {
+                              curve.add_eval_steps(step + 1);
+                              curve.add_accuracy(Top1Accuracy(*model, s.held_out));
+                              curve.add_logit_scale(std::exp(model->logit_scale().item()));
+                            }
+                            return absl::OkStatus();
+                          }};
+  CheckOk(RunTrainingLoop(one_step, loop), "training");
   if (trace.recorder != nullptr) trace.recorder->SetIteration(-1);
   if (trace.ddp != nullptr) *trace.ddp = ddp->LoggingData();
   // The global loss: local layout ranks hold shares whose mean is it; global ranks hold it.
@@ -205,7 +204,7 @@ ContrastiveReport DescribeRun(const Setup& s) {
   const int64_t global = static_cast<int64_t>(c.batch_size) * s.world;
   ContrastiveReport report;
   report.set_world_size(s.world);
-  report.set_backend(std::string(comm::BackendName(c.backend)));
+  report.set_backend(std::string(comm::BackendName(c.world.backend)));
   report.set_batch_size(c.batch_size);
   report.set_global_batch(global);
   report.set_steps(c.steps);
@@ -253,13 +252,13 @@ absl::StatusOr<Reference> RunReference(const Setup& s) {
 // (layout, gather), after the reference curve.
 // Room for every traced step: per step four spans, and per parameter (two towers of two layers
 // each, and the logit scale: 9) a hook and at most one bucket ready, launched and reduced.
-TraceCapacity TraceCapacityFor(const ContrastiveConfig& c) {
+trace::TraceCapacity TraceCapacityFor(const ContrastiveConfig& c) {
   const size_t runs = c.layouts.size() * c.gathers.size(), steps = std::max(1, c.steps);
   return {.compute = runs * steps * 48 + 1024, .collectives = runs * steps * 32 + 4096};
 }
 
 ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::ProcessGroup& group,
-                          TraceSession& trace) {
+                          trace::TraceSession& trace) {
   const ContrastiveConfig& c = s.config;
   int64_t first = 0;
   for (int r = 0; r < group.rank(); ++r) first += s.check_rows[r];
@@ -276,7 +275,7 @@ ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::Proc
   }
   if (!c.train) return mine;
   *mine.add_training() = reference.curve;
-  absl::StatusOr<TraceRecorder*> recorder = trace.BeginRank(group, TraceCapacityFor(c));
+  absl::StatusOr<trace::TraceRecorder*> recorder = trace.BeginRank(group, TraceCapacityFor(c));
   CheckOk(recorder.status(), "starting the trace");
   RunTrace run_trace{.recorder = *recorder};
   reducer::DdpLoggingData ddp;
@@ -294,17 +293,17 @@ ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::Proc
 }  // namespace
 
 absl::StatusOr<ContrastiveReport> RunContrastive(const ContrastiveConfig& config) {
-  DDPKIT_RETURN_IF_ERROR(comm::ValidateWorldSpec(config.world()));
-  DDPKIT_ASSIGN_OR_RETURN(const int world, comm::WorldSize(config.world()));
+  DDPKIT_RETURN_IF_ERROR(comm::ValidateWorldSpec(config.world));
+  DDPKIT_ASSIGN_OR_RETURN(const int world, comm::WorldSize(config.world));
   DDPKIT_RETURN_IF_ERROR(Validate(config, world));
   // Before any work (the reference runs on this device too): no GPU, or a GPU that is not there.
   if (config.device.is_cuda()) DDPKIT_RETURN_IF_ERROR(cuda::CheckUsable(config.device));
   const Setup setup = MakeSetup(config, world);
   ContrastiveReport report = DescribeRun(setup);
   DDPKIT_ASSIGN_OR_RETURN(const Reference reference, RunReference(setup));
-  comm::WorldSpec spec = config.world();
+  comm::WorldSpec spec = config.world;
   spec.world_size = world;
-  TraceSession trace(config.trace_path, "contrastive", spec);
+  trace::TraceSession trace(config.trace_path, "contrastive", spec);
   DDPKIT_ASSIGN_OR_RETURN(ContrastiveReport mine,
                           RunOnEveryRank<ContrastiveReport>(spec, [&](comm::ProcessGroup& group) {
                             return RunRank(setup, reference, group, trace);

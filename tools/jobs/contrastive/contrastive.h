@@ -16,8 +16,8 @@
 
 namespace ddpkit::jobs {
 
-struct ContrastiveConfig : WorldConfig {
-  ContrastiveConfig() { world_size = 4; }
+struct ContrastiveConfig {
+  comm::WorldSpec world = {.world_size = 4};  // --backend, --world-size, --timeout, ...
   std::vector<ContrastiveLayout> layouts = {ContrastiveLayout::kLocalGlobal,
                                             ContrastiveLayout::kGlobalGlobal};
   std::vector<GatherBackward> gathers = {std::begin(comm::kAllGatherBackwards),

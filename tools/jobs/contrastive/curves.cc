@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "autograd/error.h"
 #include "autograd/file_util.h"
-#include "tools/jobs/plot/svg.h"
+#include "tools/plot/svg.h"
 
 namespace ddpkit::jobs {
 namespace {

@@ -8,7 +8,8 @@
 #include "autograd/safetensors.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/join/collective_log.h"
-#include "tools/jobs/trace/session.h"
+#include "tools/jobs/training_loop.h"
+#include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -28,13 +29,14 @@ absl::Status Validate(const JoinRunConfig& config) {
                                                "]"));
     }
   }
-  if (!comm::InfoOf(config.backend).ranks_share_process) return absl::OkStatus();
-  if (!config.inputs.empty() && config.world_size != 0 &&
-      config.world_size != static_cast<int>(config.inputs.size())) {
+  if (!comm::InfoOf(config.world.backend).ranks_share_process) return absl::OkStatus();
+  if (!config.inputs.empty() && config.world.world_size != 0 &&
+      config.world.world_size != static_cast<int>(config.inputs.size())) {
     return absl::InvalidArgumentError(StrCat("--inputs lists ", config.inputs.size(),
-                                             " ranks but --world-size is ", config.world_size));
+                                             " ranks but --world-size is ",
+                                             config.world.world_size));
   }
-  if (config.inputs.empty() && config.world_size < 1) {
+  if (config.inputs.empty() && config.world.world_size < 1) {
     return absl::InvalidArgumentError(
         "--data-per-rank needs --world-size (the number of rank files)");
   }
@@ -44,7 +46,7 @@ absl::Status Validate(const JoinRunConfig& config) {
 // The world: --inputs sets its size unless --world-size was given; the flight recorders keep
 // enough collectives for one iteration's record.
 comm::WorldSpec WorldOf(const JoinRunConfig& config) {
-  comm::WorldSpec world = config.world();
+  comm::WorldSpec world = config.world;
   if (world.world_size == 0) world.world_size = static_cast<int>(config.inputs.size());
   world.options.flight_recorder_size =
       std::max<size_t>(world.options.flight_recorder_size, 4 * IterationLog::kMaxCollectives);
@@ -119,7 +121,7 @@ struct Rank {
   RankOptimizer optimizer;
   IterationLog log;
   CollectiveTap tap;
-  TraceRecorder* trace = nullptr;  // null unless --trace
+  trace::TraceRecorder* trace = nullptr;  // null unless --trace
   int most() const { return *std::max_element(inputs.begin(), inputs.end()); }
   int fewest() const { return *std::min_element(inputs.begin(), inputs.end()); }
 };
@@ -127,14 +129,14 @@ struct Rank {
 // Room for the records of `iterations` iterations of a model with `params` parameters: per
 // iteration a few spans, and per parameter a hook and at most one bucket ready, launched and
 // reduced.
-TraceCapacity TraceCapacityFor(int iterations, size_t params) {
+trace::TraceCapacity TraceCapacityFor(int iterations, size_t params) {
   const size_t t = std::max(1, iterations);
   return {.compute = t * (4 * params + 8) + 1024, .collectives = t * (params + 16) + 1024};
 }
 
 absl::StatusOr<std::unique_ptr<Rank>> SetUp(const JoinRunConfig& config,
                                             const std::vector<int64_t>& widths,
-                                            comm::ProcessGroup& group, TraceSession& trace) {
+                                            comm::ProcessGroup& group, trace::TraceSession& trace) {
   DDPKIT_ASSIGN_OR_RETURN(RankRows rows, LoadRankRows(config, widths, group.rank(), group.size()));
   DDPKIT_ASSIGN_OR_RETURN(std::vector<int> inputs, ShareIterationCounts(group, rows.iterations));
   auto rank = std::make_unique<Rank>(group, std::move(rows), std::move(inputs));
@@ -167,31 +169,30 @@ void TrainLoop(const JoinRunConfig& config, Rank& rank) {
   const Device device = RankDevice(config.device, rank.group);
   Tensor x = Tensor::Empty({b, rank.rows.data.x.size(1)}, DType::kFloat32, device);
   Tensor y = Tensor::Empty({b}, DType::kInt64, device);
-  for (int t = 0; t < rank.rows.iterations; ++t) {
-    if (rank.trace != nullptr) rank.trace->SetIteration(t);
-    rank.optimizer.optimizer->ZeroGrad();
-    GatherRows(rank.rows.data, t * b, b, x, y);
-    Tensor loss;
-    {
-      ScopedSpan forward(rank.trace, ComputeKind::kForward);
-      loss = CrossEntropy(rank.ddp->Forward(x), y);
-    }
-    {
-      ScopedSpan backward(rank.trace, ComputeKind::kBackward);
-      loss.Backward();
-    }
-    rank.log.SetLoss(t, loss.item());
-    const bool reporter = rank.log.IsReporter(t, Role::kActive);
-    if (reporter) {
-      rank.log.SetGradient(t, GradNorm(*rank.model), rank.ddp->reducer().last_divide_factor());
-    }
-    {
-      ScopedSpan optimizer(rank.trace, ComputeKind::kOptimizer);
-      rank.optimizer.optimizer->Step();
-    }
-    std::vector<CollectiveRecord> issued = rank.tap.Take();
-    if (reporter) rank.log.SetCollectives(t, Role::kActive, issued);
-  }
+  const TrainingStep step{
+      .optimizer = rank.optimizer.optimizer.get(),
+      .ddp = rank.ddp.get(),
+      .trace = rank.trace,
+      .load = [&](int t, int) { GatherRows(rank.rows.data, t * b, b, x, y); },
+      .forward = [&](int, int) { return CrossEntropy(rank.ddp->Forward(x), y); },
+      .after_backward = [&](int t, int, const Tensor& loss) { rank.log.SetLoss(t, loss.item()); },
+      .before_optimizer =
+          [&](int t) {
+            if (rank.log.IsReporter(t, Role::kActive)) {
+              rank.log.SetGradient(t, GradNorm(*rank.model),
+                                   rank.ddp->reducer().last_divide_factor());
+            }
+            return absl::OkStatus();
+          }};
+  const TrainingLoop loop{.steps = rank.rows.iterations, .after_step = [&](int t, double) {
+                            std::vector<CollectiveRecord> issued = rank.tap.Take();
+                            if (rank.log.IsReporter(t, Role::kActive)) {
+                              rank.log.SetCollectives(t, Role::kActive, issued);
+                            }
+                            return absl::OkStatus();
+                          }};
+  // Its hooks return no errors; a failed collective throws, which Join needs to see.
+  if (absl::Status s = RunTrainingLoop(step, loop); !s.ok()) ThrowStatus(s);
   // What a joined rank records next belongs to the first iteration it shadows.
   if (rank.trace != nullptr) rank.trace->SetIteration(rank.rows.iterations);
 }
@@ -208,8 +209,7 @@ void RunUnderJoin(const JoinRunConfig& config, Rank& rank, JoinReport& report) {
     }
     if (rank.trace != nullptr) rank.trace->SetIteration(t + 1);
   });
-  std::vector<join::Joinable*> joinables = {rank.ddp.get()};
-  if (rank.optimizer.zero != nullptr) joinables.push_back(rank.optimizer.zero);
+  std::vector<join::Joinable*> joinables = JoinablesOf(*rank.ddp, rank.optimizer.zero);
   joinables.push_back(&recorder);
   try {
     join::Join::Run(joinables, {.throw_on_early_termination = config.throw_on_early_termination},
@@ -272,7 +272,7 @@ absl::Status Summarize(const JoinRunConfig& config, Rank& rank, JoinReport& repo
 
 absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config,
                                      const std::vector<int64_t>& widths, comm::ProcessGroup& group,
-                                     TraceSession& trace) {
+                                     trace::TraceSession& trace) {
   DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<Rank> rank, SetUp(config, widths, group, trace));
   JoinReport report = DescribeRun(config, *rank);
   if (config.use_join) {
@@ -304,12 +304,12 @@ absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
                             static_cast<double>(config.batch_size) *
                             static_cast<double>(widths.front() + 2);  // synthetic rows
   DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
-                                           !comm::InfoOf(config.backend).ranks_share_process ? 1
-                                           : config.world_size > 0
-                                               ? config.world_size
+                                           !comm::InfoOf(config.world.backend).ranks_share_process ? 1
+                                           : config.world.world_size > 0
+                                               ? config.world.world_size
                                                : static_cast<int>(config.inputs.size()),
                                            "--model, --batch-size and --inputs"));
-  TraceSession trace(config.trace_path, "join", WorldOf(config));
+  trace::TraceSession trace(config.trace_path, "join", WorldOf(config));
   DDPKIT_ASSIGN_OR_RETURN(JoinReport report, RunOnEveryRank<JoinReport>(
                                                  WorldOf(config), [&](comm::ProcessGroup& group) {
                                                    return RunOnRank(config, widths, group, trace);

@@ -22,7 +22,7 @@ struct JoinRunConfig : DdpTrainingConfig {
   JoinRunConfig() {
     model = "mlp:16,32,4";
     batch_size = 8;
-    world_size = 0;  // threads: 0 takes inputs.size()
+    world.world_size = 0;  // threads: 0 takes inputs.size()
   }
   std::string data_prefix;  // per-rank files PREFIX.rank{r}.safetensors when set
   std::vector<int> inputs;  // otherwise: iterations per rank, on synthetic rows

@@ -16,8 +16,9 @@
 #include "reducer/extras/fused_allreduce.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/recompute/recompute_trace.h"
-#include "tools/jobs/trace/session.h"
 #include "tools/jobs/training.h"
+#include "tools/jobs/training_loop.h"
+#include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -55,9 +56,9 @@ absl::Status Validate(const RecomputeConfig& config) {
     widths.push_back(config.shape.width);
   }
   widths.push_back(config.shape.classes);
-  const int ranks_here = comm::InfoOf(config.backend).ranks_share_process ? config.world_size : 1;
+  const int ranks_here = comm::InfoOf(config.world.backend).ranks_share_process ? config.world.world_size : 1;
   // The reference trains on the global batch, so size the estimate for that.
-  const int64_t global_batch = static_cast<int64_t>(config.batch_size) * config.world_size;
+  const int64_t global_batch = static_cast<int64_t>(config.batch_size) * config.world.world_size;
   return CheckFitsInMemory(EstimateRankBytes(widths, global_batch, 0), ranks_here + 1, kFlags);
 }
 
@@ -103,7 +104,7 @@ struct Reference {
 Reference TrainOneProcess(const RecomputeConfig& config, const ClassificationData& data) {
   BlockMlp model(config.shape, config.seed);
   Sgd sgd(model.Parameters(), {.lr = config.lr});
-  const int64_t global_batch = static_cast<int64_t>(config.batch_size) * config.world_size;
+  const int64_t global_batch = static_cast<int64_t>(config.batch_size) * config.world.world_size;
   Tensor x = Tensor::Empty({global_batch, config.shape.input_dim});
   Tensor y = Tensor::Empty({global_batch}, DType::kInt64);
   Reference reference;
@@ -199,8 +200,8 @@ bool BitwiseEqual(const TensorList& a, const TensorList& b) {
 
 // (b) and (c): `fused` runs every backward under no_sync and then one fused allreduce.
 // static_graph leaves its final parameters in `static_final`; fused compares against them.
-absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused, TraceSession& trace,
-                                         TensorList& static_final) {
+absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused,
+                                         trace::TraceSession& trace, TensorList& static_final) {
   const RecomputeConfig& config = c.config;
   RecomputeRun run;
   run.set_name(fused ? "no_sync_fused" : "static_graph");
@@ -209,7 +210,7 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused, Trace
   options.static_graph = !fused;
   auto model = std::make_shared<BlockMlp>(config.shape, config.seed);
   DDPKIT_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(model, c.group, options));
-  DDPKIT_ASSIGN_OR_RETURN(TraceRecorder * recorder, trace.BeginRank(c.group, {}));
+  DDPKIT_ASSIGN_OR_RETURN(trace::TraceRecorder * recorder, trace.BeginRank(c.group, {}));
   if (recorder != nullptr) ddp->reducer().SetTraceObserver(recorder);
   Sgd sgd(model->Parameters(), {.lr = config.lr});
   std::optional<reducer::FusedGradientAllreduce> fused_allreduce;  // its buffers, once
@@ -220,37 +221,30 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused, Trace
   Tensor y = Tensor::Empty({b}, DType::kInt64);
   Tensor losses = Tensor::Zeros({config.steps}, DType::kFloat64);
   std::vector<double> step_ms, comm_ms;
-  for (int step = 0; step < config.steps; ++step) {
-    if (recorder != nullptr) recorder->SetIteration(step);
-    const Clock::time_point start = Clock::now();
-    sgd.ZeroGrad();
-    GatherRows(c.data, step * global_batch + c.group.rank() * b, b, x, y);
-    {
-      std::optional<DistributedDataParallel::NoSyncGuard> no_sync;
-      if (fused) no_sync.emplace(*ddp);
-      Tensor loss;
-      {
-        ScopedSpan forward(recorder, ComputeKind::kForward);
-        loss = CrossEntropy(ddp->Forward(x), y);
-      }
-      {
-        ScopedSpan backward(recorder, ComputeKind::kBackward);
-        loss.Backward();
-      }
-      losses.data<double>()[step] = loss.item();
-    }
-    if (fused) {
-      const Clock::time_point comm_start = Clock::now();
-      DDPKIT_RETURN_IF_ERROR(fused_allreduce->Run(c.group));
-      comm_ms.push_back(Ms(Clock::now() - comm_start));
-    }
-    if (step == 0) run.set_grad_rel_error(RelError(Grads(*model), c.reference.first_grads));
-    {
-      ScopedSpan optimizer(recorder, ComputeKind::kOptimizer);
-      sgd.Step();
-    }
-    step_ms.push_back(Ms(Clock::now() - start));
-  }
+  const TrainingStep one_step{
+      .optimizer = &sgd,
+      .ddp = ddp.get(),
+      .trace = recorder,
+      .sync_last = !fused,
+      .load = [&](int step,
+                  int) { GatherRows(c.data, step * global_batch + c.group.rank() * b, b, x, y); },
+      .forward = [&](int, int) { return CrossEntropy(ddp->Forward(x), y); },
+      .after_backward = [&](int step, int,
+                            const Tensor& loss) { losses.data<double>()[step] = loss.item(); },
+      .before_optimizer = [&](int step) -> absl::Status {
+        if (fused) {
+          const Clock::time_point comm_start = Clock::now();
+          DDPKIT_RETURN_IF_ERROR(fused_allreduce->Run(c.group));
+          comm_ms.push_back(Ms(Clock::now() - comm_start));
+        }
+        if (step == 0) run.set_grad_rel_error(RelError(Grads(*model), c.reference.first_grads));
+        return absl::OkStatus();
+      }};
+  DDPKIT_RETURN_IF_ERROR(
+      RunTrainingLoop(one_step, {.steps = config.steps, .after_step = [&](int, double ms) {
+                                   step_ms.push_back(ms);
+                                   return absl::OkStatus();
+                                 }}));
   trace.EndRank(c.group, ddp->LoggingData());
   run.set_ok(true);
   run.set_param_rel_error(RelError(model->Parameters(), c.reference.final_parameters));
@@ -295,8 +289,8 @@ RecomputeReport DescribeConfig(const RecomputeConfig& config) {
 
 absl::StatusOr<RecomputeReport> RunRecompute(const RecomputeConfig& config) {
   DDPKIT_RETURN_IF_ERROR(Validate(config));
-  const comm::WorldSpec world = config.world();
-  const int64_t global_rows = static_cast<int64_t>(config.batch_size) * config.world_size;
+  const comm::WorldSpec world = config.world;
+  const int64_t global_rows = static_cast<int64_t>(config.batch_size) * config.world.world_size;
   // Under gloo the world size is the launcher's; the data covers any world up to ours.
   const ClassificationData data = MakeSyntheticClassification(
       global_rows * config.steps, config.shape.input_dim, config.shape.classes, config.seed);
@@ -304,17 +298,17 @@ absl::StatusOr<RecomputeReport> RunRecompute(const RecomputeConfig& config) {
   MeasureActivationMemory(config, data, setup);
   std::optional<Reference> reference;  // needs the world size: built by the first rank
   std::mutex reference_mu;
-  std::vector<std::unique_ptr<TraceSession>> traces;
+  std::vector<std::unique_ptr<trace::TraceSession>> traces;
   for (const char* name : {"static_graph", "no_sync_fused"}) {
-    traces.push_back(
-        std::make_unique<TraceSession>(RunTracePath(config.trace_path, name), "recompute", world));
+    traces.push_back(std::make_unique<trace::TraceSession>(RunTracePath(config.trace_path, name),
+                                                           "recompute", world));
   }
   DDPKIT_ASSIGN_OR_RETURN(
       RecomputeReport report,
       RunOnEveryRank<RecomputeReport>(
           world, [&](comm::ProcessGroup& group) -> absl::StatusOr<RecomputeReport> {
             RecomputeConfig rank_config = config;
-            rank_config.world_size = group.size();
+            rank_config.world.world_size = group.size();
             {
               std::lock_guard<std::mutex> lock(reference_mu);
               if (!reference) reference = TrainOneProcess(rank_config, data);
@@ -322,7 +316,7 @@ absl::StatusOr<RecomputeReport> RunRecompute(const RecomputeConfig& config) {
             const RankContext c{rank_config, data, *reference, group};
             RecomputeReport r = setup;
             r.set_world_size(group.size());
-            r.set_backend(std::string(comm::BackendName(config.backend)));
+            r.set_backend(std::string(comm::BackendName(config.world.backend)));
             r.set_rank(group.rank());
             DDPKIT_ASSIGN_OR_RETURN(*r.add_runs(), RunPlain(c));
             TensorList static_final;
@@ -335,7 +329,8 @@ absl::StatusOr<RecomputeReport> RunRecompute(const RecomputeConfig& config) {
     for (const std::string& path : paths) report.add_trace_files(path);
   }
   if (!config.trace_path.empty()) {
-    DDPKIT_RETURN_IF_ERROR(WriteSideBySideTimelines(config.trace_path, config.backend, report));
+    DDPKIT_RETURN_IF_ERROR(
+        WriteSideBySideTimelines(config.trace_path, config.world.backend, report));
   }
   return report;
 }

@@ -24,8 +24,8 @@
 
 namespace ddpkit::jobs {
 
-struct RecomputeConfig : WorldConfig {
-  RecomputeConfig() { world_size = 2; }
+struct RecomputeConfig {
+  comm::WorldSpec world = {.world_size = 2};  // --backend, --world-size, --timeout, ...
   BlockMlpShape shape;
   int batch_size = 64;  // rows per rank
   int steps = 20;

@@ -7,9 +7,9 @@
 #include "absl/strings/str_format.h"
 #include "autograd/error.h"
 #include "autograd/file_util.h"
-#include "tools/jobs/plot/svg.h"
-#include "tools/jobs/trace/timeline.h"
-#include "tools/jobs/trace/trace_file.h"
+#include "tools/plot/svg.h"
+#include "tools/trace/timeline.h"
+#include "tools/trace/trace_file.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -33,23 +33,24 @@ absl::Status WriteSideBySideTimelines(const std::string& trace_path, comm::Backe
                                       RecomputeReport& report) {
   if (!comm::InfoOf(backend).ranks_share_process) return absl::OkStatus();
   std::vector<const RecomputeRun*> runs;
-  std::vector<TraceView> views;
+  std::vector<trace::TraceView> views;
   for (const RecomputeRun& run : report.runs()) {
     if (!run.ok()) continue;
-    DDPKIT_ASSIGN_OR_RETURN(TraceView view, ReadTraceFile(RunTracePath(trace_path, run.name())));
+    DDPKIT_ASSIGN_OR_RETURN(trace::TraceView view,
+                            trace::ReadTraceFile(RunTracePath(trace_path, run.name())));
     runs.push_back(&run);
     views.push_back(std::move(view));
   }
   // Iterations 2 and 3: after the bucket rebuild. One time axis for both: the longer span.
-  TimelineOptions options{.first_iteration = 2, .end_iteration = 4, .width = kFullWidth};
+  trace::TimelineOptions options{.first_iteration = 2, .end_iteration = 4, .width = kFullWidth};
   if (report.steps() < 4) options.first_iteration = 0, options.end_iteration = report.steps();
-  for (const TraceView& view : views) {
-    options.span_ms = std::max(options.span_ms, TimelineSpanMs(view, options));
+  for (const trace::TraceView& view : views) {
+    options.span_ms = std::max(options.span_ms, trace::TimelineSpanMs(view, options));
   }
   std::vector<std::pair<std::string, std::string>> pictures;  // title, svg
   for (size_t i = 0; i < views.size(); ++i) {
     const RecomputeRun& run = *runs[i];
-    DDPKIT_ASSIGN_OR_RETURN(std::string svg, TimelineSvg(views[i], options));
+    DDPKIT_ASSIGN_OR_RETURN(std::string svg, trace::TimelineSvg(views[i], options));
     pictures.emplace_back(
         absl::StrFormat("%s (%s): step %.1f ms (median), communication %.1f ms, %.1f ms exposed",
                         run.name(), run.ddp_options(), run.step_ms_median(), run.comm_ms(),

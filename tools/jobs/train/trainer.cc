@@ -1,8 +1,6 @@
 #include "tools/jobs/train/trainer.h"
 
 #include <algorithm>
-#include <chrono>
-#include <optional>
 
 #include "autograd/compute_threads.h"
 #include "autograd/gemm.h"
@@ -11,9 +9,10 @@
 #include "autograd/safetensors.h"
 #include "comm/thread_budget.h"
 #include "reducer/extras/named_comm_hook.h"
-#include "tools/jobs/checkpoint/train_checkpoint.h"
 #include "tools/jobs/dataset.h"
-#include "tools/jobs/trace/session.h"
+#include "tools/jobs/train/train_checkpoint.h"
+#include "tools/jobs/training_loop.h"
+#include "tools/trace/session.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -21,7 +20,7 @@ namespace {
 // What one rank builds before its loop.
 struct Rank {
   comm::ProcessGroup& group;
-  TraceRecorder* trace = nullptr;  // null unless --trace
+  trace::TraceRecorder* trace = nullptr;  // null unless --trace
   std::shared_ptr<nn::Module> model = nullptr;
   ClassificationData data = {};
   std::shared_ptr<reducer::DistributedDataParallel> ddp = nullptr;
@@ -43,7 +42,7 @@ absl::Status Validate(const TrainConfig& config) {
                ": PowerSGD's per-bucket error and warm-start Qs are not checkpointed, so a resumed "
                "run would not continue the same training"));
   }
-  return ValidateCheckpointOptions(config.checkpoint);
+  return checkpoint::ValidateCheckpointOptions(config.checkpoint);
 }
 
 absl::StatusOr<ClassificationData> LoadData(const TrainConfig& config,
@@ -58,7 +57,8 @@ absl::StatusOr<ClassificationData> LoadData(const TrainConfig& config,
 // Room for every record of the run: per micro-batch two spans, a no_sync mark and a hook per
 // parameter; per step finalize, the optimizer, at most one bucket ready, launched and reduced
 // per parameter, and a few collectives (PowerSGD issues up to three per bucket).
-TraceCapacity TraceCapacityFor(const TrainConfig& config, const std::vector<int64_t>& widths) {
+trace::TraceCapacity TraceCapacityFor(const TrainConfig& config,
+                                      const std::vector<int64_t>& widths) {
   const size_t params = 2 * (widths.size() - 1);
   const size_t steps = config.steps, micro = config.grad_accum;
   const size_t per_bucket = reducer::IsPowerSgdHookName(config.comm_hook) ? 3 : 1;
@@ -67,7 +67,7 @@ TraceCapacity TraceCapacityFor(const TrainConfig& config, const std::vector<int6
 }
 
 absl::StatusOr<Rank> SetUp(const TrainConfig& config, const std::vector<int64_t>& widths,
-                           comm::ProcessGroup& group, TraceSession& trace) {
+                           comm::ProcessGroup& group, trace::TraceSession& trace) {
   Rank rank{.group = group};
   DDPKIT_ASSIGN_OR_RETURN(rank.trace, trace.BeginRank(group, TraceCapacityFor(config, widths)));
   TrainConfig placed = config;
@@ -91,7 +91,7 @@ TrainReport DescribeSetup(const TrainConfig& config, const Rank& rank) {
   report.set_backend(std::string(rank.group.backend_name()));
   report.set_world_size(rank.group.size());
   report.set_compute_threads(ComputeThreads());
-  if (absl::StatusOr<comm::ThreadBudget> budget = comm::ResolveThreadBudget(config.world());
+  if (absl::StatusOr<comm::ThreadBudget> budget = comm::ResolveThreadBudget(config.world);
       budget.ok()) {
     report.set_thread_budget(budget->ToString());
   }
@@ -118,39 +118,27 @@ absl::Status SaveGrads(const nn::Module& model, const std::string& path) {
 }
 
 // One optimizer step: grad_accum micro-batches, all but the last under no_sync, then the
-// update. Returns this rank's mean loss over the micro-batches.
-absl::StatusOr<double> TrainStep(const TrainConfig& config, Rank& rank, int step, Tensor& x,
-                                 Tensor& y) {
+// update. Adds each micro-batch's loss to `loss_sum`; rank 0 saves the last step's gradients.
+TrainingStep StepOf(const TrainConfig& config, Rank& rank, Tensor& x, Tensor& y, double& loss_sum) {
   const int64_t b = config.batch_size, global_batch = rank.group.size() * b;
-  if (rank.trace != nullptr) rank.trace->SetIteration(step);
-  rank.optimizer.optimizer->ZeroGrad();
-  double loss_sum = 0;
-  for (int k = 0; k < config.grad_accum; ++k) {
-    const int64_t g = static_cast<int64_t>(step) * config.grad_accum + k;
-    const int micro_batch = config.grad_accum > 1 ? k : -1;
-    GatherRows(rank.data, g * global_batch + rank.group.rank() * b, b, x, y);
-    std::optional<reducer::DistributedDataParallel::NoSyncGuard> no_sync;
-    if (k + 1 < config.grad_accum) no_sync.emplace(*rank.ddp);  // the last micro-batch syncs
-    Tensor loss;
-    {
-      ScopedSpan forward(rank.trace, ComputeKind::kForward, micro_batch);
-      loss = CrossEntropy(rank.ddp->Forward(x), y);
-    }
-    {
-      ScopedSpan backward(rank.trace, ComputeKind::kBackward, micro_batch);
-      loss.Backward();
-    }
-    loss_sum += loss.item();
-  }
-  const bool last = step + 1 == config.steps;
-  if (last && rank.group.rank() == 0 && !config.save_grads_path.empty()) {
-    DDPKIT_RETURN_IF_ERROR(SaveGrads(*rank.model, config.save_grads_path));
-  }
-  {
-    ScopedSpan optimizer(rank.trace, ComputeKind::kOptimizer);
-    rank.optimizer.optimizer->Step();
-  }
-  return loss_sum / config.grad_accum;
+  return {.optimizer = rank.optimizer.optimizer.get(),
+          .ddp = rank.ddp.get(),
+          .trace = rank.trace,
+          .micro_batches = config.grad_accum,
+          .load =
+              [&, b, global_batch](int step, int k) {
+                const int64_t g = static_cast<int64_t>(step) * config.grad_accum + k;
+                GatherRows(rank.data, g * global_batch + rank.group.rank() * b, b, x, y);
+              },
+          .forward = [&](int, int) { return CrossEntropy(rank.ddp->Forward(x), y); },
+          .after_backward = [&](int, int, const Tensor& loss) { loss_sum += loss.item(); },
+          .before_optimizer = [&](int step) -> absl::Status {
+            const bool last = step + 1 == config.steps;
+            if (last && rank.group.rank() == 0 && !config.save_grads_path.empty()) {
+              return SaveGrads(*rank.model, config.save_grads_path);
+            }
+            return absl::OkStatus();
+          }};
 }
 
 // After the loop: each step's loss as the mean over all ranks (equal batches: the global mean),
@@ -174,7 +162,7 @@ absl::Status Finish(const TrainConfig& config, Rank& rank, int first_step, Tenso
 absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
                                         const std::vector<int64_t>& widths,
                                         comm::ProcessGroup& group, const TrainObserver& observer,
-                                        TraceSession& trace) {
+                                        trace::TraceSession& trace) {
   DDPKIT_ASSIGN_OR_RETURN(Rank rank, SetUp(config, widths, group, trace));
   TrainReport report = DescribeSetup(config, rank);
   const bool lead = group.rank() == 0;
@@ -189,22 +177,27 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
   // Host memory the caching allocator had to ask this rank's thread's system for once warm.
   constexpr int kWarmSteps = 2;
   int64_t system_allocations_when_warm = -1;
-  for (int step = first_step; step < config.steps; ++step) {
-    if (step == first_step + kWarmSteps) {
-      system_allocations_when_warm = ThisThreadSystemAllocations();
-    }
-    const auto start = std::chrono::steady_clock::now();
-    DDPKIT_ASSIGN_OR_RETURN(const double loss, TrainStep(config, rank, step, x, y));
-    step_ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count());
-    losses.data<double>()[step] = loss;
-    if (lead && observer.on_step) {
-      observer.on_step({step + 1, config.steps, loss, step_ms.back(), &rank.ddp->LoggingData()});
-    }
-    DDPKIT_RETURN_IF_ERROR(
-        CheckpointIfDue(config, group, *rank.model, rank.optimizer, step + 1, report));
-  }
+  double loss_sum = 0;
+  const TrainingLoop loop{
+      .first_step = first_step,
+      .steps = config.steps,
+      .before_step =
+          [&](int step) {
+            if (step == first_step + kWarmSteps) {
+              system_allocations_when_warm = ThisThreadSystemAllocations();
+            }
+            loss_sum = 0;
+          },
+      .after_step = [&](int step, double ms) -> absl::Status {
+        const double loss = loss_sum / config.grad_accum;
+        step_ms.push_back(ms);
+        losses.data<double>()[step] = loss;
+        if (lead && observer.on_step) {
+          observer.on_step({step + 1, config.steps, loss, ms, &rank.ddp->LoggingData()});
+        }
+        return CheckpointIfDue(config, group, *rank.model, rank.optimizer, step + 1, report);
+      }};
+  DDPKIT_RETURN_IF_ERROR(RunTrainingLoop(StepOf(config, rank, x, y, loss_sum), loop));
   if (system_allocations_when_warm >= 0) {
     report.set_host_allocations_when_warm(ThisThreadSystemAllocations() -
                                           system_allocations_when_warm);
@@ -226,14 +219,13 @@ absl::StatusOr<TrainReport> Train(const TrainConfig& config, const TrainObserver
                                 : 0;  // a file's size is checked as it is read
   DDPKIT_RETURN_IF_ERROR(
       CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
-                        comm::InfoOf(config.backend).ranks_share_process ? config.world_size : 1,
+                        comm::InfoOf(config.world.backend).ranks_share_process ? config.world.world_size : 1,
                         "--model, --batch-size and --world-size"));
-  TraceSession trace(config.trace_path, "train", config.world());
-  DDPKIT_ASSIGN_OR_RETURN(
-      TrainReport report,
-      RunOnEveryRank<TrainReport>(config.world(), [&](comm::ProcessGroup& group) {
-        return TrainOnRank(config, widths, group, observer, trace);
-      }));
+  trace::TraceSession trace(config.trace_path, "train", config.world);
+  DDPKIT_ASSIGN_OR_RETURN(TrainReport report,
+                          RunOnEveryRank<TrainReport>(config.world, [&](comm::ProcessGroup& group) {
+                            return TrainOnRank(config, widths, group, observer, trace);
+                          }));
   DDPKIT_RETURN_IF_ERROR(trace.Write().status());
   return report;
 }

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "tools/jobs/checkpoint/checkpoint.h"
+#include "tools/checkpoint/checkpoint.h"
 #include "tools/jobs/train/train_report.pb.h"
 #include "tools/jobs/training.h"
 
@@ -26,7 +26,8 @@ struct TrainConfig : DdpTrainingConfig {
   int steps = 60;
   int grad_accum = 1;  // micro-batches per optimizer step
   int64_t synthetic_rows = 4096;
-  CheckpointOptions checkpoint;  // --checkpoint-dir: resume from the latest, save every K steps
+  checkpoint::CheckpointOptions
+      checkpoint;  // --checkpoint-dir: resume from the latest, save every K steps
 };
 
 struct StepProgress {

@@ -10,6 +10,7 @@
 #include "comm/collective_tag.h"
 #include "join/join.h"
 #include "reducer/extras/named_comm_hook.h"
+#include "tools/jobs/training_loop.h"
 #include "tools/jobs/varlen/batching.h"
 #include "tools/jobs/varlen/layout.h"
 #include "tools/jobs/varlen/sequence_model.h"
@@ -47,7 +48,7 @@ absl::Status CheckModelFits(const VarlenConfig& config, const SequenceModelSpec&
   widths.push_back(spec.classes);
   const double table = 16.0 * static_cast<double>(spec.vocab) * static_cast<double>(spec.dim);
   return CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, table),
-                           comm::InfoOf(config.backend).ranks_share_process ? config.world_size : 1,
+                           comm::InfoOf(config.world.backend).ranks_share_process ? config.world.world_size : 1,
                            "--model");
 }
 
@@ -294,26 +295,35 @@ absl::Status CheckGradientWeighting(Rank& rank, const SequenceModelSpec& spec,
 // configured.
 void TrainEpoch(Rank& rank, int epoch) {
   const Plan& plan = rank.plan;
-  for (size_t t = 0; t < plan.batches.size(); ++t) {
-    const std::vector<int64_t> ids = IdsOf(plan, plan.batches[t]);
-    rank.optimizer.optimizer->ZeroGrad();
-    Tensor logits = rank.ddp->Forward(PackBatch(rank.data, ids, rank.device));
-    Tensor loss = CrossEntropy(logits, BatchLabels(rank.data, ids, rank.device),
-                               {.reduction = Reduction::kSum});
-    rank.loss_sums[epoch * plan.global.size() + t] = loss.item();
-    (loss *
-     LossScale(rank.config.grad_weighting, std::ssize(ids), plan.global[t], rank.group.size()))
-        .Backward();
-    rank.optimizer.optimizer->set_lr(plan.lr[t]);
-    rank.optimizer.optimizer->Step();
-  }
+  std::vector<int64_t> ids;
+  const TrainingStep step{
+      .optimizer = rank.optimizer.optimizer.get(),
+      .ddp = rank.ddp.get(),
+      .load = [&](int t, int) { ids = IdsOf(plan, plan.batches[t]); },
+      .forward =
+          [&](int t, int) {
+            Tensor logits = rank.ddp->Forward(PackBatch(rank.data, ids, rank.device));
+            Tensor loss = CrossEntropy(logits, BatchLabels(rank.data, ids, rank.device),
+                                       {.reduction = Reduction::kSum});
+            rank.loss_sums[epoch * plan.global.size() + t] = loss.item();
+            return loss * LossScale(rank.config.grad_weighting, std::ssize(ids), plan.global[t],
+                                    rank.group.size());
+          },
+      .before_optimizer =
+          [&](int t) {
+            rank.optimizer.optimizer->set_lr(plan.lr[t]);
+            return absl::OkStatus();
+          }};
+  // Its hooks return no errors; a failed collective throws, which Join needs to see.
+  const absl::Status status =
+      RunTrainingLoop(step, {.steps = static_cast<int>(plan.batches.size())});
+  if (!status.ok()) ThrowStatus(status);
 }
 
 // Each epoch inside its own Join, as a PyTorch loop does (`with Join([ddp]): for batch in ...`):
 // the ranks meet again at every epoch's end, so every epoch follows the same step table.
 void TrainUnderJoin(Rank& rank) {
-  std::vector<join::Joinable*> joinables = {rank.ddp.get()};
-  if (rank.optimizer.zero != nullptr) joinables.push_back(rank.optimizer.zero);
+  const std::vector<join::Joinable*> joinables = JoinablesOf(*rank.ddp, rank.optimizer.zero);
   for (int epoch = 0; epoch < rank.config.epochs; ++epoch) {
     join::Join::Run(joinables, {}, [&] { TrainEpoch(rank, epoch); });
   }
@@ -436,7 +446,7 @@ absl::StatusOr<VarlenReport> RunVarlen(const VarlenConfig& config) {
   DDPKIT_ASSIGN_OR_RETURN(const SequenceModelSpec spec, Validate(config));
   DDPKIT_ASSIGN_OR_RETURN(const SequenceData data, LoadData(config, spec));
   DDPKIT_RETURN_IF_ERROR(CheckBudget(config, data));
-  const comm::WorldSpec world = config.world();
+  const comm::WorldSpec world = config.world;
   return RunOnEveryRank<VarlenReport>(
       world, [&](comm::ProcessGroup& group) { return RunOnRank(config, spec, data, group); });
 }

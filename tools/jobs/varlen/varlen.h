@@ -34,7 +34,7 @@ struct VarlenConfig : DdpTrainingConfig {
     model = "seq:64,32,64,8";
     batch_size = 16;  // fixed-size batches (when max_tokens is 0, and for the comparison)
     lr = 1.0;
-    world_size = 4;
+    world.world_size = 4;
   }
   std::string data_path;               // --data FILE.safetensors; synthetic when empty
   SyntheticSequenceOptions synthetic;  // samples, lengths (vocab and classes: the model's)

@@ -32,7 +32,7 @@ TEST(ContrastiveGradientTest, EachModeGivesTheDerivedFactor) {
     for (bool unequal : {false, true}) {
       SCOPED_TRACE("world " + std::to_string(world) + (unequal ? ", unequal rows" : ""));
       ContrastiveConfig config;
-      config.world_size = world;
+      config.world.world_size = world;
       config.batch_size = 4;
       config.train = false;
       if (unequal) {
@@ -69,7 +69,7 @@ TEST(ContrastiveGradientTest, EachModeGivesTheDerivedFactor) {
 TEST(ContrastiveGradientTest, CudaWithoutAGpuIsAClearError) {
   if (cuda::DeviceCount() > 0) GTEST_SKIP() << "a GPU is visible (cuda_tools_test runs on it)";
   ContrastiveConfig config;
-  config.world_size = 2;
+  config.world.world_size = 2;
   config.batch_size = 2;
   config.steps = 1;
   config.device = Device::Cuda(0);

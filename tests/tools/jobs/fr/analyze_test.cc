@@ -118,7 +118,7 @@ TEST(FrAnalyzeTest, JoinLeftOutOnUnevenInputs) {
   config.batch_size = 4;
   config.inputs = {3, 1};
   config.use_join = false;
-  config.comm_options = DumpInto(dir, absl::Seconds(20));
+  config.world.options = DumpInto(dir, absl::Seconds(20));
   EXPECT_FALSE(RunJoin(config).ok());
   absl::StatusOr<FlightRecorderAnalysis> a = AnalyzeFlightRecorders(dir);
   ASSERT_TRUE(a.ok()) << a.status();

@@ -33,7 +33,7 @@ TEST(RecomputeTest, PlainDdpStopsAndTheFixesAreExact) {
   for (int world : {2, 3}) {
     SCOPED_TRACE(world);
     RecomputeConfig config = SmallConfig();
-    config.world_size = world;
+    config.world.world_size = world;
     absl::StatusOr<RecomputeReport> report = RunRecompute(config);
     ASSERT_TRUE(report.ok()) << report.status();
     const RecomputeRun& plain = RunNamed(*report, "plain");

@@ -53,7 +53,7 @@ TEST(TrainerTest, ZeroShardedSgdTrainsExactlyAsSgd) {
   config.steps = 6;
   config.grad_accum = 2;
   config.momentum = 0.9;
-  config.world_size = 3;
+  config.world.world_size = 3;
   absl::StatusOr<TrainReport> sgd = TrainReportOf(config);
   config.optimizer = "zero-sgd";
   absl::StatusOr<TrainReport> zero = TrainReportOf(config);
@@ -77,7 +77,7 @@ TEST(TrainerTest, DataParallelRunEqualsOneProcessOnTheGlobalBatch) {
     single.save_grads_path = single_grads;
     single.save_weights_path = single_weights;
     TrainConfig ddp = single;
-    ddp.world_size = 4;
+    ddp.world.world_size = 4;
     ddp.batch_size = 8;
     ddp.ddp = {.bucket_cap_mb = 0.01,
                .first_bucket_mb = 0.004,
@@ -121,7 +121,7 @@ TEST(TrainerTest, MatchesPyTorchDdpGoldenRun) {
   config.model = "mlp:4,8,3";
   config.weights_path = testdata + "/torch_ddp_weights.safetensors";
   config.data_path = testdata + "/torch_ddp_data.safetensors";
-  config.world_size = 2;
+  config.world.world_size = 2;
   config.batch_size = 4;
   config.steps = 3;
   config.lr = 0.1;
@@ -215,7 +215,7 @@ TEST(TrainerTest, InvalidConfigIsRejectedBeforeTraining) {
 // sent against a plain allreduce, and the loss still falls (behind allreduce's).
 TEST(TrainerTest, PowerSgdCompressesAndStillLearns) {
   TrainConfig config;
-  config.world_size = 2;
+  config.world.world_size = 2;
   absl::StatusOr<TrainReport> plain = TrainReportOf(config);
   config.comm_hook = "powersgd";
   config.powersgd = {.start_iteration = 10};

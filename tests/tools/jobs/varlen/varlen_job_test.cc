@@ -14,14 +14,14 @@ namespace {
 
 VarlenConfig SmallConfig(int world) {
   VarlenConfig config;
-  config.world_size = world;
+  config.world.world_size = world;
   config.model = "seq:64,8,16,4";
   config.synthetic.samples = 600;
   config.synthetic.min_length = 2;
   config.synthetic.max_length = 64;
   config.max_tokens = 256;
   config.batch_size = 8;
-  config.comm_options.timeout = absl::Seconds(20);
+  config.world.options.timeout = absl::Seconds(20);
   config.epochs = 2;
   return config;
 }

@@ -1,0 +1,301 @@
+// `ddpkit train --checkpoint-dir`: a run stopped and resumed ends bitwise where an
+// uninterrupted one does; damaged checkpoints are skipped with a warning; an incompatible
+// resume is refused naming the setting; leftovers of an interrupted save are cleaned up.
+#include "tools/checkpoint/checkpoint.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "autograd/file_util.h"
+#include "autograd/safetensors.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/state_dict_compare.h"
+#include "tools/jobs/train/trainer.h"
+
+namespace ddpkit::jobs {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh folder per test (CTest runs tests of one binary in parallel processes).
+std::string FreshDir(const std::string& name) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("ddpkit_ckpt_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+TrainConfig SmallRun(const std::string& optimizer, int steps) {
+  TrainConfig config;
+  config.model = "mlp:8,16,16,4";
+  config.synthetic_rows = 256;
+  config.world.world_size = 2;
+  config.batch_size = 8;
+  config.momentum = 0.9;
+  config.optimizer = optimizer;
+  config.steps = steps;
+  return config;
+}
+
+absl::StatusOr<TrainReport> TrainWithCheckpoints(TrainConfig config, const std::string& dir,
+                                                 int every = 2, int keep = 2) {
+  config.checkpoint = {.dir = dir, .every = every, .keep = keep};
+  return Train(config);
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The proof: S steps in one go, or k steps, a stop, and a resume up to S, end with the same
+// bits — weights, momentum (it shapes every later step) and data position all restored.
+struct RestartCase {
+  std::string optimizer;
+  int grad_accum;
+  friend void PrintTo(const RestartCase& c, std::ostream* os) {
+    *os << c.optimizer << ", grad_accum " << c.grad_accum;
+  }
+};
+
+class RestartTest : public testing::TestWithParam<RestartCase> {};
+
+TEST_P(RestartTest, StoppedAndResumedEqualsUninterruptedBitwise) {
+  const std::string dir = FreshDir("restart_" + GetParam().optimizer);
+  const std::string straight = dir + "_straight.safetensors",
+                    resumed = dir + "_resumed.safetensors";
+  constexpr int kSteps = 7, kStopAt = 3;
+
+  TrainConfig full = SmallRun(GetParam().optimizer, kSteps);
+  full.grad_accum = GetParam().grad_accum;
+  full.save_weights_path = straight;
+  absl::StatusOr<TrainReport> uninterrupted = Train(full);
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
+
+  TrainConfig first = full;
+  first.steps = kStopAt;
+  first.save_weights_path.clear();
+  absl::StatusOr<TrainReport> stopped = TrainWithCheckpoints(first, dir);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(stopped->resumed_from_step(), 0);
+  EXPECT_EQ(absl::StrJoin(stopped->checkpoints_written(), ","),
+            dir + "/step-00000002," + dir + "/step-00000003");
+
+  TrainConfig second = full;
+  second.save_weights_path = resumed;
+  absl::StatusOr<TrainReport> rest = TrainWithCheckpoints(second, dir);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(rest->resumed_from_step(), kStopAt);
+  EXPECT_EQ(rest->resumed_from(), dir + "/step-00000003");
+  ASSERT_EQ(rest->losses_size(), kSteps - kStopAt);
+  for (int i = 0; i < kSteps - kStopAt; ++i) {
+    EXPECT_EQ(rest->losses(i), uninterrupted->losses(kStopAt + i)) << "step " << kStopAt + i;
+  }
+  testing_util::ExpectSameStateDicts(straight, resumed);
+  // And what the last checkpoint holds is that same model.
+  testing_util::ExpectSameStateDicts(straight, dir + "/step-00000007/model.safetensors");
+  EXPECT_EQ(Entries(dir), (std::vector<std::string>{"step-00000006", "step-00000007"}));
+  fs::remove_all(dir);
+  fs::remove(straight);
+  fs::remove(resumed);
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, RestartTest,
+                         testing::Values(RestartCase{"sgd", 1}, RestartCase{"zero-sgd", 1},
+                                         RestartCase{"sgd", 2}),
+                         [](const auto& info) {
+                           std::string name = info.param.optimizer + "_accum" +
+                                              std::to_string(info.param.grad_accum);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+// A checkpoint of zero-sgd holds each rank's shard; of sgd, one optimizer file for all.
+TEST(CheckpointLayoutTest, FilesManifestAndAPyTorchLoadableModel) {
+  const std::string dir = FreshDir("layout");
+  ASSERT_TRUE(TrainWithCheckpoints(SmallRun("zero-sgd", 2), dir).ok());
+  const std::string step = dir + "/step-00000002";
+  EXPECT_EQ(Entries(step),
+            (std::vector<std::string>{"MANIFEST.json", "model.safetensors",
+                                      "optimizer.rank-00000.safetensors",
+                                      "optimizer.rank-00001.safetensors", "state.json"}));
+  absl::StatusOr<checkpoint::CheckpointManifest> manifest = checkpoint::VerifyCheckpoint(step);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->step, 2);
+  EXPECT_EQ(manifest->files.size(), 4u);
+
+  // The weights file: safetensors as PyTorch's loader reads it — an 8-byte little-endian header
+  // length, a JSON header padded to 8 bytes, "__metadata__": {"format": "pt"} and the state
+  // dict's names.
+  absl::StatusOr<std::string> bytes = ReadFileToString(step + "/model.safetensors");
+  ASSERT_TRUE(bytes.ok());
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = header << 8 | static_cast<uint8_t>((*bytes)[i]);
+  EXPECT_EQ(header % 8, 0u);
+  const nlohmann::json json = nlohmann::json::parse(bytes->substr(8, header));
+  EXPECT_EQ(json["__metadata__"]["format"], "pt");
+  for (const char* name : {"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"}) {
+    EXPECT_EQ(json[name]["dtype"], "F32") << name;
+  }
+  // The optimizer shards hold momentum keyed by the parameter's index in the whole model.
+  absl::StatusOr<SafetensorsFile> shard0 =
+      ReadSafetensors(step + "/optimizer.rank-00000.safetensors");
+  absl::StatusOr<SafetensorsFile> shard1 =
+      ReadSafetensors(step + "/optimizer.rank-00001.safetensors");
+  ASSERT_TRUE(shard0.ok() && shard1.ok());
+  EXPECT_EQ(shard0->tensors.size() + shard1->tensors.size(), 6u);
+  absl::StatusOr<std::string> state = ReadFileToString(step + "/state.json");
+  const nlohmann::json s = nlohmann::json::parse(*state);
+  EXPECT_EQ(s["step"], 2);
+  EXPECT_EQ(s["next_micro_batch"], 2);
+  EXPECT_EQ(s["settings"]["--lr"], "0.1");
+  fs::remove_all(dir);
+}
+
+// Three ways to damage the newest checkpoint; each falls back to the one before with one
+// warning naming the folder and what is wrong, and the run still ends where it should.
+TEST(CheckpointFallbackTest, DamagedLatestFallsBackToThePreviousOne) {
+  const std::string straight = FreshDir("fallback_straight.safetensors");
+  TrainConfig full = SmallRun("sgd", 6);
+  full.save_weights_path = straight;
+  ASSERT_TRUE(Train(full).ok());
+  const std::vector<std::pair<std::string, std::function<void(const std::string&)>>> damages = {
+      {"does not match its CRC-32",
+       [](const std::string& step) {
+         std::fstream f(step + "/model.safetensors",
+                        std::ios::in | std::ios::out | std::ios::binary);
+         f.seekp(200);
+         f.put('\x5a');
+       }},
+      {"(truncated?)",
+       [](const std::string& step) { fs::resize_file(step + "/optimizer.safetensors", 10); }},
+      {"no readable MANIFEST.json",
+       [](const std::string& step) { fs::remove(step + "/MANIFEST.json"); }},
+  };
+  for (const auto& [what, damage] : damages) {
+    const std::string dir = FreshDir("fallback");
+    ASSERT_TRUE(TrainWithCheckpoints(SmallRun("sgd", 4), dir).ok());
+    damage(dir + "/step-00000004");
+    TrainConfig rest = full;
+    rest.save_weights_path = straight + ".resumed";
+    absl::StatusOr<TrainReport> report = TrainWithCheckpoints(rest, dir);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(report->resumed_from_step(), 2) << what;
+    ASSERT_EQ(report->checkpoint_warnings_size(), 1) << what;
+    const std::string& warning = report->checkpoint_warnings(0);
+    EXPECT_TRUE(absl::StrContains(warning, dir + "/step-00000004: ")) << warning;
+    EXPECT_TRUE(absl::StrContains(warning, what)) << warning;
+    EXPECT_TRUE(absl::StrContains(warning, "moved to " + dir + "/damaged-step-00000004"))
+        << warning;
+    EXPECT_TRUE(absl::StrContains(warning, "falling back to " + dir + "/step-00000002")) << warning;
+    testing_util::ExpectSameStateDicts(straight, straight + ".resumed");
+    fs::remove_all(dir);
+  }
+  fs::remove(straight);
+  fs::remove(straight + ".resumed");
+}
+
+// Nothing usable but checkpoints there: refuse rather than silently start over.
+TEST(CheckpointFallbackTest, OnlyDamagedCheckpointsAreRefusedNamingEach) {
+  const std::string dir = FreshDir("all_damaged");
+  ASSERT_TRUE(TrainWithCheckpoints(SmallRun("sgd", 4), dir).ok());
+  fs::remove(dir + "/step-00000004/state.json");
+  fs::resize_file(dir + "/step-00000002/model.safetensors", 3);
+  absl::StatusOr<TrainReport> report = TrainWithCheckpoints(SmallRun("sgd", 6), dir);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(report.status().message());
+  EXPECT_TRUE(absl::StrContains(message, "no usable checkpoint in " + dir)) << message;
+  EXPECT_TRUE(absl::StrContains(message, "step-00000004: file 'state.json' is missing")) << message;
+  EXPECT_TRUE(absl::StrContains(message, "step-00000002: file 'model.safetensors' has 3 bytes"))
+      << message;
+  EXPECT_EQ(Entries(dir), (std::vector<std::string>{"step-00000002", "step-00000004"}));
+  fs::remove_all(dir);
+}
+
+// An interrupted save leaves a .tmp folder: never read, removed with a warning.
+TEST(CheckpointFallbackTest, LeftoverTemporaryFolderIsIgnoredAndRemoved) {
+  const std::string dir = FreshDir("leftover");
+  ASSERT_TRUE(TrainWithCheckpoints(SmallRun("sgd", 2), dir).ok());
+  const std::string tmp = dir + "/.tmp-step-00000004-12345";
+  fs::copy(dir + "/step-00000002", tmp);  // even one that looks whole is not trusted
+  std::ofstream(tmp + "/model.safetensors", std::ios::app) << "half";
+  absl::StatusOr<TrainReport> report = TrainWithCheckpoints(SmallRun("sgd", 3), dir);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->resumed_from_step(), 2);
+  ASSERT_EQ(report->checkpoint_warnings_size(), 1);
+  EXPECT_TRUE(absl::StrContains(report->checkpoint_warnings(0), "removed " + tmp))
+      << report->checkpoint_warnings(0);
+  EXPECT_FALSE(fs::exists(tmp));
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointConfigTest, IncompatibleResumeIsRefusedNamingTheSetting) {
+  const std::string dir = FreshDir("incompatible");
+  ASSERT_TRUE(TrainWithCheckpoints(SmallRun("sgd", 2), dir).ok());
+  const std::pair<std::function<void(TrainConfig&)>, std::string> changes[] = {
+      {[](TrainConfig& c) { c.lr = 0.05; }, "written with --lr 0.1 but this run has --lr 0.05"},
+      {[](TrainConfig& c) { c.world.world_size = 3; },
+       "written with --world-size 2 but this run has --world-size 3"},
+      {[](TrainConfig& c) { c.optimizer = "zero-sgd"; },
+       "written with --optimizer sgd but this run has --optimizer zero-sgd"},
+      {[](TrainConfig& c) { c.model = "mlp:8,16,4"; }, "--model mlp:8,16,16,4 but"},
+      {[](TrainConfig& c) { c.seed = 3; }, "--seed 0 but this run has --seed 3"},
+      {[](TrainConfig& c) { c.grad_accum = 2; }, "--grad-accum 1 but"},
+      {[](TrainConfig& c) { c.batch_size = 4; }, "--batch-size 8 but"},
+  };
+  for (const auto& [change, expected] : changes) {
+    TrainConfig config = SmallRun("sgd", 4);
+    change(config);
+    absl::StatusOr<TrainReport> report = TrainWithCheckpoints(config, dir);
+    ASSERT_FALSE(report.ok()) << expected;
+    EXPECT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(absl::StrContains(report.status().message(), expected)) << report.status();
+    EXPECT_TRUE(absl::StrContains(report.status().message(), dir + "/step-00000002"))
+        << report.status();
+  }
+  // More steps is not a different run.
+  EXPECT_TRUE(TrainWithCheckpoints(SmallRun("sgd", 4), dir).ok());
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointConfigTest, KeepsTheNewestAndResumingPastTheEndTrainsNothing) {
+  const std::string dir = FreshDir("keep");
+  ASSERT_TRUE(TrainWithCheckpoints(SmallRun("sgd", 6), dir, /*every=*/1, /*keep=*/3).ok());
+  EXPECT_EQ(Entries(dir),
+            (std::vector<std::string>{"step-00000004", "step-00000005", "step-00000006"}));
+  absl::StatusOr<TrainReport> again = TrainWithCheckpoints(SmallRun("sgd", 5), dir, 1, 3);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->resumed_from_step(), 6);
+  EXPECT_EQ(again->losses_size(), 0);
+  EXPECT_EQ(again->checkpoints_written_size(), 0);
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointConfigTest, BadOptionsNameTheFlag) {
+  TrainConfig config = SmallRun("sgd", 2);
+  config.checkpoint = {.dir = FreshDir("bad"), .every = 0};
+  EXPECT_EQ(Train(config).status().message(), "--checkpoint-every must be >= 1, got 0");
+  config.checkpoint = {.dir = FreshDir("bad"), .every = 1, .keep = 0};
+  EXPECT_EQ(Train(config).status().message(), "--checkpoint-keep must be >= 1, got 0");
+  config.checkpoint = {.dir = "/proc/ddpkit_no_such/dir", .every = 1};
+  absl::Status status = Train(config).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(status.message(),
+                               "--checkpoint-dir '/proc/ddpkit_no_such/dir' is not a writable"))
+      << status;
+  fs::remove_all(FreshDir("bad"));
+}
+
+}  // namespace
+}  // namespace ddpkit::jobs

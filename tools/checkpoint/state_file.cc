@@ -1,0 +1,100 @@
+#include "tools/checkpoint/state_file.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "absl/strings/str_format.h"
+#include "autograd/error.h"
+#include "nlohmann/json.hpp"
+
+namespace ddpkit::checkpoint {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Nothing random advances while the trainer runs: the initial weights and the synthetic data
+// are drawn once from --seed, which is a checked setting. A generator that did advance (say,
+// dropout's) would be saved here.
+constexpr char kRngNote[] =
+    "no generator advances during training; the initial weights and synthetic data derive "
+    "from --seed";
+
+absl::Status Bad(std::string_view what) {
+  return absl::DataLossError(StrCat(kStateFileName, ": ", what));
+}
+
+template <typename T>
+absl::StatusOr<T> Field(const Json& doc, const char* key) {
+  const auto it = doc.find(key);
+  if (it == doc.end()) return Bad(StrCat("no \"", key, "\""));
+  if constexpr (std::is_same_v<T, bool>) {
+    if (it->is_boolean()) return it->get<bool>();
+  } else {
+    if (it->is_number_integer() && it->get<int64_t>() >= 0)
+      return static_cast<T>(it->get<int64_t>());
+  }
+  return Bad(StrCat("\"", key, "\" has the wrong type"));
+}
+
+}  // namespace
+
+std::string SerializeCheckpointState(const CheckpointState& state) {
+  Json settings = Json::object();
+  for (const auto& [flag, value] : state.settings) settings[flag] = value;
+  const Json doc = {{"step", state.position.step},
+                    {"next_micro_batch", state.position.next_micro_batch},
+                    {"world_size", state.world_size},
+                    {"sharded_optimizer", state.sharded_optimizer},
+                    {"rng", kRngNote},
+                    {"settings", settings}};
+  return doc.dump(2) + "\n";
+}
+
+absl::StatusOr<CheckpointState> ParseCheckpointState(std::string_view bytes) {
+  const Json doc = Json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return Bad("not a JSON object");
+  CheckpointState state;
+  DDPKIT_ASSIGN_OR_RETURN(state.position.step, Field<int64_t>(doc, "step"));
+  DDPKIT_ASSIGN_OR_RETURN(state.position.next_micro_batch, Field<int64_t>(doc, "next_micro_batch"));
+  DDPKIT_ASSIGN_OR_RETURN(state.world_size, Field<int>(doc, "world_size"));
+  DDPKIT_ASSIGN_OR_RETURN(state.sharded_optimizer, Field<bool>(doc, "sharded_optimizer"));
+  const auto settings = doc.find("settings");
+  if (settings == doc.end() || !settings->is_object()) return Bad("\"settings\" is not an object");
+  for (const auto& [flag, value] : settings->items()) {
+    if (!value.is_string()) return Bad(StrCat("setting ", flag, " is not a string"));
+    state.settings.emplace_back(flag, value.get<std::string>());
+  }
+  return state;
+}
+
+std::string OptimizerFileName(bool sharded, int rank) {
+  return sharded ? absl::StrFormat("optimizer.rank-%05d.safetensors", rank)
+                 : std::string("optimizer.safetensors");
+}
+
+std::vector<std::string> RequiredCheckpointFiles(const CheckpointState& state) {
+  std::vector<std::string> names = {kStateFileName, kModelFileName};
+  for (int r = 0; r < (state.sharded_optimizer ? state.world_size : 1); ++r) {
+    names.push_back(OptimizerFileName(state.sharded_optimizer, r));
+  }
+  return names;
+}
+
+absl::Status CheckSameSettings(const CheckpointSettings& theirs, const CheckpointSettings& ours,
+                               const std::string& path) {
+  for (const auto& setting : ours) {  // no structured binding: clang 14 cannot capture one
+    const std::string& flag = setting.first;
+    const std::string& value = setting.second;
+    const auto it = std::find_if(theirs.begin(), theirs.end(),
+                                 [&](const auto& recorded) { return recorded.first == flag; });
+    const std::string was = it == theirs.end() ? "(not recorded)" : it->second;
+    if (was == value) continue;
+    return absl::FailedPreconditionError(
+        StrCat("cannot resume from ", path, ": it was written with ", flag, " ", was,
+               " but this run has ", flag, " ", value, "; rerun with ", flag, " ", was,
+               ", or use another --checkpoint-dir to start over"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddpkit::checkpoint

@@ -1,0 +1,216 @@
+#include "tools/trace/timeline.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "absl/strings/str_format.h"
+#include "autograd/error.h"
+#include "tools/plot/svg.h"
+#include "tools/trace/stats.h"
+
+namespace ddpkit::trace {
+namespace {
+
+constexpr double kLeft = 110, kRight = 20, kTop = 52, kComputeLane = 28, kCommLane = 20, kStrip = 5,
+                 kRankGap = 22;
+
+// Phases in quiet blues, greys and green; buckets in warm colours, so a bucket's hooks and its
+// collective read as one thing.
+std::string PhaseColour(const std::string& phase) {
+  if (phase == "forward") return "#c6dbef";
+  if (phase == "backward") return "#6baed6";
+  if (phase == "finalize") return "#d9d9d9";
+  if (phase == "optimizer") return "#a1d99b";
+  return "#eeeeee";  // shadow
+}
+
+const std::string& BucketColour(int bucket) {
+  static const std::vector<std::string> kColours = {"#f28e2b", "#e15759", "#b07aa1", "#9c755f",
+                                                    "#ff9da7", "#edc948", "#76b7b2", "#8c564b"};
+  static const std::string kOther = "#9e9e9e";
+  return bucket < 0 ? kOther : kColours[static_cast<size_t>(bucket) % kColours.size()];
+}
+
+bool InRange(const TraceItem& item, const TimelineOptions& o) {
+  return item.iteration >= o.first_iteration && item.iteration < o.end_iteration;
+}
+
+struct Window {
+  double start = std::numeric_limits<double>::max(), end = 0;
+};
+
+Window WindowOf(const TraceView& view, const TimelineOptions& o) {
+  Window w;
+  for (const RankView& rank : view.ranks) {
+    for (const TraceItem& p : rank.phases) {
+      if (!InRange(p, o)) continue;
+      w.start = std::min(w.start, p.start_us);
+      w.end = std::max(w.end, p.end_us);
+    }
+  }
+  return w;
+}
+
+std::string Ms(double us) { return absl::StrFormat("%.3f ms", us / 1000); }
+
+void DrawCompute(plot::Svg& svg, const plot::Axes& axes, const RankView& rank,
+                 const TimelineOptions& o, double y) {
+  for (const TraceItem& p : rank.phases) {
+    if (!InRange(p, o)) continue;
+    plot::Style style{.stroke = "#ffffff", .width = 0.5, .fill = PhaseColour(p.name)};
+    if (p.name == "shadow") style.stroke = "#777777", style.dash = "3 2";
+    const double x = axes.X(p.start_us), w = axes.X(p.end_us) - x;
+    svg.Rect(
+        x, y, w, kComputeLane, style,
+        absl::StrFormat("%s, iteration %d: %s", p.name, p.iteration, Ms(p.end_us - p.start_us)));
+    if (w > 46) svg.Text(x + 3, y + kComputeLane - 5, p.name, 9, "start", "#1b3a57");
+  }
+  for (const TraceItem& h : rank.hooks) {
+    if (!InRange(h, o)) continue;
+    svg.Line(axes.X(h.start_us), y, axes.X(h.start_us), y + 11,
+             {.stroke = BucketColour(h.bucket), .width = 1.6},
+             absl::StrFormat("hook %s (parameter %d, bucket %d)", h.name, h.param, h.bucket));
+  }
+  for (const TraceItem& i : rank.instants) {
+    if (!InRange(i, o) || (i.name != "rebuild" && i.name != "no_sync")) continue;
+    svg.Line(axes.X(i.start_us), y - 3, axes.X(i.start_us), y + kComputeLane + 3,
+             {.stroke = "#333333", .width = 1, .dash = "2 2"}, i.name);
+    svg.Text(axes.X(i.start_us) + 2, y - 4, i.name, 9, "start", "#333333");
+  }
+}
+
+// The collectives, and under them the strip: overlap green, exposed red.
+void DrawComm(plot::Svg& svg, const plot::Axes& axes, const RankView& rank,
+              const TimelineOptions& o, double y) {
+  Intervals compute, comm;
+  for (const TraceItem& p : rank.phases) {
+    if (InRange(p, o) && (p.name == "forward" || p.name == "backward" || p.name == "optimizer")) {
+      compute.emplace_back(p.start_us, p.end_us);
+    }
+  }
+  for (const TraceItem& c : rank.collectives) {
+    if (!InRange(c, o)) continue;
+    comm.emplace_back(c.start_us, c.end_us);
+    const int bucket = c.purpose == "bucket" ? c.bucket : -1;
+    plot::Style style{.stroke = "#ffffff", .width = 0.5, .fill = BucketColour(bucket)};
+    if (c.shadow) style.opacity = 0.55;
+    const double x = axes.X(c.start_us);
+    svg.Rect(x, y, std::max(1.0, axes.X(c.end_us) - x), kCommLane, style,
+             absl::StrFormat("%s%s, seq %d, %d bytes: %s", c.name, c.shadow ? " (shadow)" : "",
+                             c.seq, c.bytes, Ms(c.end_us - c.start_us)));
+  }
+  compute = MergeIntervals(std::move(compute));
+  for (const auto& [a, b] : MergeIntervals(std::move(comm))) {
+    svg.Rect(axes.X(a), y + kCommLane + 1, axes.X(b) - axes.X(a), kStrip,
+             {.stroke = "none", .width = 0, .fill = "#d62728"});
+    for (const auto& [c, d] : compute) {
+      const double lo = std::max(a, c), hi = std::min(b, d);
+      if (hi > lo) {
+        svg.Rect(axes.X(lo), y + kCommLane + 1, axes.X(hi) - axes.X(lo), kStrip,
+                 {.stroke = "none", .width = 0, .fill = "#2ca02c"});
+      }
+    }
+  }
+}
+
+// A dotted line and a label where each iteration starts (on rank 0's lanes' top).
+void DrawIterationMarks(plot::Svg& svg, const plot::Axes& axes, const TraceView& view,
+                        const TimelineOptions& o) {
+  std::set<int> seen;
+  for (const RankView& rank : view.ranks) {
+    for (const TraceItem& p : rank.phases) {
+      if (!InRange(p, o) || p.name != "forward" || !seen.insert(p.iteration).second) continue;
+      svg.Line(axes.X(p.start_us), axes.y - 6, axes.X(p.start_us), axes.y + axes.height,
+               {.stroke = "#999999", .width = 0.8, .dash = "1 3"});
+      svg.Text(axes.X(p.start_us) + 3, axes.y - 8, StrCat("iteration ", p.iteration), 10, "start",
+               "#555555");
+    }
+  }
+}
+
+int MaxBucket(const TraceView& view, const TimelineOptions& o) {
+  int most = -1;
+  for (const RankView& rank : view.ranks) {
+    for (const TraceItem& c : rank.collectives) {
+      if (InRange(c, o) && c.purpose == "bucket") most = std::max(most, c.bucket);
+    }
+  }
+  return most;
+}
+
+double DrawTimelineLegend(plot::Svg& svg, double y, int buckets) {
+  std::vector<plot::LegendEntry> entries;
+  for (const char* phase : {"forward", "backward", "finalize", "optimizer"}) {
+    entries.push_back({.label = phase,
+                       .style = {.stroke = "#ffffff", .width = 0.5, .fill = PhaseColour(phase)},
+                       .box = true});
+  }
+  for (int b = 0; b <= buckets; ++b) {
+    entries.push_back({.label = StrCat("bucket ", b, ": its hooks (ticks) and allreduce"),
+                       .style = {.stroke = "#ffffff", .width = 0.5, .fill = BucketColour(b)},
+                       .box = true});
+  }
+  entries.push_back({.label = "other collective (used map, plan, join, ...)",
+                     .style = {.stroke = "#ffffff", .width = 0.5, .fill = BucketColour(-1)},
+                     .box = true});
+  entries.push_back({.label = "communication overlapped by compute",
+                     .style = {.stroke = "none", .width = 0, .fill = "#2ca02c"},
+                     .box = true});
+  entries.push_back({.label = "communication exposed",
+                     .style = {.stroke = "none", .width = 0, .fill = "#d62728"},
+                     .box = true});
+  return plot::DrawLegend(svg, kLeft, y, entries, 3, 330);
+}
+
+}  // namespace
+
+double TimelineSpanMs(const TraceView& view, const TimelineOptions& options) {
+  const Window window = WindowOf(view, options);
+  return window.end > window.start ? (window.end - window.start) / 1000 : 0;
+}
+
+absl::StatusOr<std::string> TimelineSvg(const TraceView& view, const TimelineOptions& o) {
+  Window window = WindowOf(view, o);
+  if (!(window.end > window.start)) {
+    return absl::InvalidArgumentError(StrCat("the trace has no phase in iterations ",
+                                             o.first_iteration, ":", o.end_iteration,
+                                             " (pick a range with --iterations A:B)"));
+  }
+  const double rank_height = kComputeLane + kCommLane + kStrip + kRankGap + 4;
+  const double lanes_height = rank_height * view.ranks.size();
+  if (o.span_ms > 0) window.end = window.start + o.span_ms * 1000;
+  const int buckets = MaxBucket(view, o);
+  // The legend: 4 phases, buckets 0..buckets, 3 communication kinds; 3 to a row.
+  const double legend_rows = std::ceil((4 + (buckets + 1) + 3) / 3.0);
+  plot::Svg svg(o.width, kTop + lanes_height + 50 + 18 * legend_rows + 10);
+  // The time axis in milliseconds from the window's start.
+  const double span_ms = (window.end - window.start) / 1000;
+  const plot::Axes axes{.x = kLeft,
+                        .y = kTop,
+                        .width = o.width - kLeft - kRight,
+                        .height = lanes_height,
+                        .x_min = 0,
+                        .x_max = span_ms};
+  plot::Axes us = axes;  // the same area, in the trace's microseconds
+  us.x_min = window.start, us.x_max = window.end;
+  svg.Text(kLeft, 20,
+           absl::StrFormat("ddpkit %s: %d rank(s), %s; iterations %d to %d", view.job,
+                           view.world_size, view.backend, o.first_iteration, o.end_iteration - 1),
+           14, "start", "#222222", true);
+  plot::DrawAxes(svg, axes, "milliseconds from the first iteration's start", "");
+  DrawIterationMarks(svg, us, view, o);
+  double y = kTop + 8;
+  for (const RankView& rank : view.ranks) {
+    svg.Text(10, y + 12, StrCat("rank ", rank.rank), 12, "start", "#222222", true);
+    svg.Text(kLeft - 8, y + kComputeLane / 2 + 4, "compute", 10, "end", "#555555");
+    svg.Text(kLeft - 8, y + kComputeLane + 2 + kCommLane / 2 + 4, "comm", 10, "end", "#555555");
+    DrawCompute(svg, us, rank, o, y);
+    DrawComm(svg, us, rank, o, y + kComputeLane + 2);
+    y += rank_height;
+  }
+  DrawTimelineLegend(svg, kTop + lanes_height + 50, buckets);
+  return svg.Finish();
+}
+
+}  // namespace ddpkit::trace

@@ -1,0 +1,96 @@
+// A job's trace as a file: the Chrome trace event JSON that Perfetto (ui.perfetto.dev) and
+// chrome://tracing open, and ddpkit's own reading of it back (for `ddpkit trace stats|svg|merge`).
+//
+// Layout (docs/inspect.md has a picture):
+//  * pid = rank ("rank r"); tid 0 "compute", tid 1 "communication"; ts and dur in microseconds
+//    since the job's epoch, one clock for every rank (clock_sync.h);
+//  * cat "phase": X spans forward, backward, finalize, optimizer, shadow — args.iteration;
+//  * cat "hook": an instant per gradient hook, named by the parameter — args {index, bucket,
+//    iteration};
+//  * cat "collective": an X span per collective on the communication lane, from the moment the
+//    communication thread started it to its end — args {seq, op, dtype, count, bytes, purpose,
+//    bucket, iteration, shadow, queued_us, ok};
+//  * instants: "bucket b ready|launched|reduced" (cat "bucket", args.event), "rebuild" and
+//    "no_sync" (cat "ddp"), the job's markers (cat "marker");
+//  * otherData.ddpkit: the job, its id, world size, backend, and per rank its clock offset, the
+//    parameters' names and DDP's bucket plans; per-rank files also carry HTA's distributedInfo.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "reducer/ddp_logging.pb.h"
+#include "tools/trace/clock_sync.h"
+#include "tools/trace/recorder.h"
+
+namespace ddpkit::trace {
+
+// One rank's part of the file: its records, its clock, and DDP's state for naming them.
+struct RankTraceData {
+  RankTrace trace;
+  JobClock clock;
+  reducer::DdpLoggingData ddp;  // the last DDP the rank traced (names, bucket plans)
+};
+
+struct TraceFile {
+  std::string job;  // "train", "join", ...
+  std::string backend;
+  int world_size = 1;
+  std::vector<RankTraceData> ranks;  // every rank (threads), or this process's one (gloo)
+};
+
+// The Chrome trace JSON. `distributed_info`: add HTA's top-level distributedInfo (a file of one
+// rank of a multi-process job).
+nlohmann::json ChromeTraceJson(const TraceFile& file, bool distributed_info);
+
+// Writes ChromeTraceJson atomically.
+absl::Status WriteTraceFile(const TraceFile& file, const std::string& path, bool distributed_info);
+
+// --- Reading ---------------------------------------------------------------------------------
+
+// A span or instant as the file holds it (times in microseconds on the job's clock).
+struct TraceItem {
+  std::string name;
+  double start_us = 0, end_us = 0;  // equal for instants
+  int iteration = -1;
+  int micro_batch = -1;
+  int bucket = -1;
+  int param = -1;
+  // Collectives only:
+  std::string purpose;
+  std::string op;
+  int64_t bytes = 0;
+  int64_t seq = -1;
+  double queued_us = 0;
+  bool shadow = false;
+  bool ok = true;
+  std::string event;  // bucket instants: "ready", "launched" or "reduced"
+};
+
+struct RankView {
+  int rank = 0;
+  std::vector<TraceItem> phases;  // forward, backward, finalize, optimizer, shadow
+  std::vector<TraceItem> hooks;
+  std::vector<TraceItem> collectives;  // in sequence order
+  std::vector<TraceItem> instants;     // bucket ready/launched/reduced, rebuild, no_sync, markers
+};
+
+struct TraceView {
+  std::string job;
+  std::string backend;
+  int world_size = 1;
+  uint64_t job_id = 0;
+  std::vector<RankView> ranks;  // by rank; only the ranks the file holds
+  nlohmann::json other_data;    // otherData.ddpkit as written
+};
+
+// Parses a trace written by WriteTraceFile (one rank's or every rank's). InvalidArgument naming
+// the file for anything else.
+absl::StatusOr<TraceView> ReadTraceFile(const std::string& path);
+// The file's JSON as written, after checking it is a ddpkit trace (for merging files whole).
+absl::StatusOr<nlohmann::json> ReadTraceJson(const std::string& path);
+absl::StatusOr<TraceView> ParseTrace(const nlohmann::json& json, const std::string& what);
+
+}  // namespace ddpkit::trace
