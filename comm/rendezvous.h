@@ -19,11 +19,11 @@ struct EnvRendezvous {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
-  std::string store_token;  // DDPKIT_STORE_TOKEN; empty: rank 0's store admits anyone
+  std::string store_token = {};  // DDPKIT_STORE_TOKEN; empty: rank 0's store admits anyone
   // DDPKIT_LOCAL_ADDR: the address this node's ranks listen on for their peers (Gloo's
   // sockets); empty: 127.0.0.1 when MASTER_ADDR is a loopback address, else the host name.
   // `ddpkit launch --local-addr` sets it (e.g. a second node on 127.0.0.2).
-  std::string local_addr;
+  std::string local_addr = {};
 };
 
 // Reads and validates the variables; a missing or malformed one is an InvalidArgument that

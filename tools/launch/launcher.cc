@@ -61,7 +61,8 @@ struct Rendezvous {
   std::string master_addr;
   int master_port = 0;
   int world_size = 1;
-  std::string store_token;  // DDPKIT_STORE_TOKEN: the user's (shared by every node), or drawn here
+  // DDPKIT_STORE_TOKEN: the user's (shared by every node), or drawn here.
+  std::string store_token = {};
 };
 
 // Writes complete lines from `partial` + `data` with the rank prefix; keeps the unfinished tail.
