@@ -33,6 +33,17 @@ class FunctionNode final : public Node {
 // True when grad mode is on and any of `inputs` requires grad.
 bool ShouldRecord(absl::Span<const Tensor* const> inputs);
 
+// RecordOp with the node's edges given, for an op whose graph PyTorch shapes differently from
+// its list of inputs (linear: autograd/ops/matmul.cc). The caller checked ShouldRecord; the
+// backward returns one gradient per edge.
+template <typename F>
+void RecordOpWithEdges(const Tensor& output, std::string_view name, std::vector<Edge> edges,
+                       F&& backward) {
+  output.SetHistory(
+      std::make_shared<FunctionNode>(name, std::move(edges), BackwardFn(std::forward<F>(backward))),
+      0);
+}
+
 // Makes `output` the result of op `name` applied to `inputs`, with `backward` as its
 // derivative, when ShouldRecord. `name` must be a string literal. Closures must not capture
 // `output` itself (that would be a reference cycle): capture output.Detach() instead.
@@ -43,9 +54,7 @@ void RecordOp(const Tensor& output, std::string_view name, absl::Span<const Tens
   std::vector<Edge> edges;
   edges.reserve(inputs.size());
   for (const Tensor* input : inputs) edges.push_back(GradientEdge(*input));
-  output.SetHistory(
-      std::make_shared<FunctionNode>(name, std::move(edges), BackwardFn(std::forward<F>(backward))),
-      0);
+  RecordOpWithEdges(output, name, std::move(edges), std::forward<F>(backward));
 }
 
 }  // namespace ddpkit

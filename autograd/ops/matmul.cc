@@ -130,11 +130,12 @@ void ReluMaskAndColumnSums(const Tensor& g, const Tensor& y, const Tensor& sums)
 
 struct LinearSaved {
   Tensor x, w;
-  bool x_grad, w_grad, b_grad;
+  bool x_grad, w_grad, b_grad, has_bias;
   int64_t rows, in, out_features;
 };
 
-// dx = dy W,  dW = dy^T x  (db, the column sums of dy, is computed by the caller).
+// dx = dy W,  dW = dy^T x  (db, the column sums of dy, is computed by the caller), in the order
+// of LinearEdges: (db, dx, dW), or (dx, dW) without a bias.
 TensorList LinearBackward(const LinearSaved& s, const Tensor& dy, Tensor db) {
   Tensor dx, dw;
   if (s.x_grad) {
@@ -145,7 +146,26 @@ TensorList LinearBackward(const LinearSaved& s, const Tensor& dy, Tensor db) {
     dw = Tensor::Uninitialized({s.out_features, s.in}, dy.dtype(), dy.device());
     Gemm(true, false, s.out_features, s.in, s.rows, 1.0, dy, s.x, 0.0, dw);
   }
-  return {dx, dw, db};
+  if (!s.has_bias) return {dx, dw};
+  return {db, dx, dw};
+}
+
+// PyTorch's linear on a 2-D input is addmm(bias, x, weight.t()) — mm(x, weight.t()) without a
+// bias — so its backward node's edges are (bias, x, TBackward -> weight), and TBackward is made
+// after x's producer and before addmm. ddpkit computes dW in the weight's shape directly (no
+// transposed copy), but builds PyTorch's graph around it, with a TBackward that passes dW on:
+// the engine's ready order, and so DDP's gradient-ready order and rebuilt buckets, come out of
+// the graph's shape. The bias's accumulator is ready as soon as this node has run; TBackward,
+// the most recent node left, runs next and readies the weight; then x's producer.
+std::vector<Edge> LinearEdges(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  Edge to_weight;
+  if (weight.requires_grad()) {
+    to_weight.node =
+        std::make_shared<FunctionNode>("TBackward", std::vector<Edge>{GradientEdge(weight)},
+                                       [](const Tensor& dw) -> TensorList { return {dw}; });
+  }
+  if (!bias.defined()) return {GradientEdge(x), std::move(to_weight)};
+  return {GradientEdge(bias), GradientEdge(x), std::move(to_weight)};
 }
 
 LinearSaved Save(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -154,6 +174,7 @@ LinearSaved Save(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           .x_grad = x.requires_grad(),
           .w_grad = weight.requires_grad(),
           .b_grad = bias.defined() && bias.requires_grad(),
+          .has_bias = bias.defined(),
           .rows = x.size(0),
           .in = x.size(1),
           .out_features = weight.size(0)};
@@ -164,15 +185,17 @@ LinearSaved Save(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   CheckLinear("linear", x, weight, bias);
   Tensor out = LinearForward(x, weight, bias, /*relu=*/false);
-  RecordOp(out, "LinearBackward", {&x, &weight, &bias},
-           [s = Save(x, weight, bias)](const Tensor& g) -> TensorList {
-             Tensor db;
-             if (s.b_grad) {
-               db = Tensor::Empty({s.out_features}, g.dtype(), g.device());
-               ColumnSums(g, db);
-             }
-             return LinearBackward(s, g, db);
-           });
+  if (!ShouldRecord({&x, &weight, &bias})) return out;
+  RecordOpWithEdges(out, bias.defined() ? "AddmmBackward" : "MmBackward",
+                    LinearEdges(x, weight, bias),
+                    [s = Save(x, weight, bias)](const Tensor& g) -> TensorList {
+                      Tensor db;
+                      if (s.b_grad) {
+                        db = Tensor::Empty({s.out_features}, g.dtype(), g.device());
+                        ColumnSums(g, db);
+                      }
+                      return LinearBackward(s, g, db);
+                    });
   return out;
 }
 
@@ -182,19 +205,22 @@ Tensor LinearRelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor out = LinearForward(x, weight, bias, /*relu=*/true);
   // ReLU's backward reads the output (y > 0 exactly where the pre-activation was), so the
   // pre-activation is never kept.
-  RecordOp(out, "LinearReluBackward", {&x, &weight, &bias},
-           [s = Save(x, weight, bias), y = out.Detach()](const Tensor& g) -> TensorList {
-             // Masked in place when no one else can see the gradient, else in a copy.
-             Tensor dy = g;
-             if (!IsSoleOwner(g)) {
-               dy = Tensor::Uninitialized(g.shape(), g.dtype(), g.device());
-               dy.CopyFrom(g);
-             }
-             Tensor db =
-                 s.b_grad ? Tensor::Empty({s.out_features}, g.dtype(), g.device()) : Tensor();
-             ReluMaskAndColumnSums(dy, y, db);
-             return LinearBackward(s, dy, db);
-           });
+  // PyTorch's relu(addmm(...)) is ReluBackward -> AddmmBackward: one node here, with addmm's
+  // edges, so the ready order is the same.
+  if (!ShouldRecord({&x, &weight, &bias})) return out;
+  RecordOpWithEdges(out, "LinearReluBackward", LinearEdges(x, weight, bias),
+                    [s = Save(x, weight, bias), y = out.Detach()](const Tensor& g) -> TensorList {
+                      // Masked in place when no one else can see the gradient, else in a copy.
+                      Tensor dy = g;
+                      if (!IsSoleOwner(g)) {
+                        dy = Tensor::Uninitialized(g.shape(), g.dtype(), g.device());
+                        dy.CopyFrom(g);
+                      }
+                      Tensor db = s.b_grad ? Tensor::Empty({s.out_features}, g.dtype(), g.device())
+                                           : Tensor();
+                      ReluMaskAndColumnSums(dy, y, db);
+                      return LinearBackward(s, dy, db);
+                    });
   return out;
 }
 

@@ -95,7 +95,8 @@ TEST(EngineTest, HooksRunInRegistrationOrderAfterAccumulationAndCanBeRemoved) {
 }
 
 TEST(EngineTest, AccumulatorHooksFireLastLayerFirst) {
-  // Gradients become ready in reverse order of use: the order DDP's buckets are built for.
+  // Gradients become ready in reverse order of use: the order DDP's buckets are built for. Within
+  // a layer PyTorch's order: linear is addmm(bias, x, weight.t()), so the bias comes first.
   auto mlp = nn::MakeMlp({3, 4, 4, 2}, /*seed=*/1);
   std::vector<std::string> order;
   for (const auto& [name, p] : mlp->NamedParameters()) {
@@ -103,8 +104,8 @@ TEST(EngineTest, AccumulatorHooksFireLastLayerFirst) {
         [&order, name = name](const Tensor&) { order.push_back(name); });
   }
   Sum(mlp->Forward(Tensor::Full({2, 3}, 0.5))).Backward();
-  EXPECT_EQ(order, (std::vector<std::string>{"4.weight", "4.bias", "2.weight", "2.bias", "0.weight",
-                                             "0.bias"}));
+  EXPECT_EQ(order, (std::vector<std::string>{"4.bias", "4.weight", "2.bias", "2.weight", "0.bias",
+                                             "0.weight"}));
 }
 
 TEST(EngineTest, CallbacksRunOnceAfterEveryHook) {

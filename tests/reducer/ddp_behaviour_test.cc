@@ -273,13 +273,14 @@ class RecordingObserver : public TraceObserver {
 TEST(DdpTraceTest, OneIterationInOrder) {
   RunWorld(2, [](comm::ProcessGroup& group) {
     auto model = nn::MakeMlp({3, 2}, 1);  // one Linear: weight (0), bias (1), one bucket
+    // PyTorch's order: the bias's hook first (linear is addmm(bias, x, weight.t())).
     auto ddp = MakeDdp(model, group);
     RecordingObserver observer;
     ddp->reducer().SetTraceObserver(&observer);
     Tensor x = Tensor::Full({2, 3}, 1.0);
     CrossEntropy(ddp->Forward(x), Labels(2, 2, 0)).Backward();
     EXPECT_THAT(observer.lines,
-                ElementsAre("forward", "hook_fired p0", "hook_fired p1", "bucket_ready b0",
+                ElementsAre("forward", "hook_fired p1", "hook_fired p0", "bucket_ready b0",
                             "allreduce_start b0", "allreduce_end b0", "finalize"));
     observer.lines.clear();
     CrossEntropy(ddp->Forward(x), Labels(2, 2, 0)).Backward();
