@@ -303,12 +303,12 @@ absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
   const double data_bytes = 4.0 * static_cast<double>(most) *
                             static_cast<double>(config.batch_size) *
                             static_cast<double>(widths.front() + 2);  // synthetic rows
-  DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
-                                           !comm::InfoOf(config.world.backend).ranks_share_process ? 1
-                                           : config.world.world_size > 0
-                                               ? config.world.world_size
-                                               : static_cast<int>(config.inputs.size()),
-                                           "--model, --batch-size and --inputs"));
+  DDPKIT_RETURN_IF_ERROR(
+      CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
+                        !comm::InfoOf(config.world.backend).ranks_share_process ? 1
+                        : config.world.world_size > 0 ? config.world.world_size
+                                                      : static_cast<int>(config.inputs.size()),
+                        "--model, --batch-size and --inputs"));
   trace::TraceSession trace(config.trace_path, "join", WorldOf(config));
   DDPKIT_ASSIGN_OR_RETURN(JoinReport report, RunOnEveryRank<JoinReport>(
                                                  WorldOf(config), [&](comm::ProcessGroup& group) {

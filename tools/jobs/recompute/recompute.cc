@@ -56,7 +56,8 @@ absl::Status Validate(const RecomputeConfig& config) {
     widths.push_back(config.shape.width);
   }
   widths.push_back(config.shape.classes);
-  const int ranks_here = comm::InfoOf(config.world.backend).ranks_share_process ? config.world.world_size : 1;
+  const int ranks_here =
+      comm::InfoOf(config.world.backend).ranks_share_process ? config.world.world_size : 1;
   // The reference trains on the global batch, so size the estimate for that.
   const int64_t global_batch = static_cast<int64_t>(config.batch_size) * config.world.world_size;
   return CheckFitsInMemory(EstimateRankBytes(widths, global_batch, 0), ranks_here + 1, kFlags);

@@ -217,10 +217,10 @@ absl::StatusOr<TrainReport> Train(const TrainConfig& config, const TrainObserver
                                 ? 4.0 * static_cast<double>(config.synthetic_rows) *
                                       static_cast<double>(widths.front() + 2)
                                 : 0;  // a file's size is checked as it is read
-  DDPKIT_RETURN_IF_ERROR(
-      CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
-                        comm::InfoOf(config.world.backend).ranks_share_process ? config.world.world_size : 1,
-                        "--model, --batch-size and --world-size"));
+  DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(
+      EstimateRankBytes(widths, config.batch_size, data_bytes),
+      comm::InfoOf(config.world.backend).ranks_share_process ? config.world.world_size : 1,
+      "--model, --batch-size and --world-size"));
   trace::TraceSession trace(config.trace_path, "train", config.world);
   DDPKIT_ASSIGN_OR_RETURN(TrainReport report,
                           RunOnEveryRank<TrainReport>(config.world, [&](comm::ProcessGroup& group) {

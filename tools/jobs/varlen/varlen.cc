@@ -47,9 +47,10 @@ absl::Status CheckModelFits(const VarlenConfig& config, const SequenceModelSpec&
   widths.insert(widths.end(), spec.hidden.begin(), spec.hidden.end());
   widths.push_back(spec.classes);
   const double table = 16.0 * static_cast<double>(spec.vocab) * static_cast<double>(spec.dim);
-  return CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, table),
-                           comm::InfoOf(config.world.backend).ranks_share_process ? config.world.world_size : 1,
-                           "--model");
+  return CheckFitsInMemory(
+      EstimateRankBytes(widths, config.batch_size, table),
+      comm::InfoOf(config.world.backend).ranks_share_process ? config.world.world_size : 1,
+      "--model");
 }
 
 absl::StatusOr<SequenceModelSpec> Validate(const VarlenConfig& config) {
