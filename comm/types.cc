@@ -137,7 +137,9 @@ absl::Status CheckCollectivesMatch(const std::vector<CollectiveFingerprint>& per
     return absl::FailedPreconditionError(StrCat(
         "collective mismatch at sequence number ", first.sequence_number, " (", what, "): rank ", a,
         " called ", per_rank[a].Describe(), " but rank ", b, " called ", per_rank[b].Describe(),
-        "; every rank must issue the same collectives in the same order with matching shapes"));
+        "; every rank must issue the same collectives in the same order with matching shapes"
+        // PyTorch's ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) says it this way.
+        " (PyTorch: \"Detected mismatch between collectives on ranks\")"));
   };
   for (int r = 1; r < size; ++r) {
     if (std::optional<std::string_view> what = CallDifference(first, per_rank[r])) {

@@ -40,10 +40,11 @@ absl::Status VerifySameModelOnAllRanks(const NamedTensors& params, comm::Process
   for (int r = 1; r < world; ++r) {
     const int64_t theirs = counts.data<int64_t>()[r], ours = counts.data<int64_t>()[0];
     if (theirs != ours) {
-      return absl::FailedPreconditionError(
+      return absl::FailedPreconditionError(WithPyTorchPhrase(
           StrCat("[ddp] DDP needs the same model on every rank, but rank ", r, " has ", theirs,
                  " parameter tensors while rank 0 has ", ours,
-                 ". Build the model identically on every rank (same spec, same code path)."));
+                 ". Build the model identically on every rank (same spec, same code path)."),
+          {pytorch_phrase::kDifferentModels}));
     }
   }
 
@@ -83,7 +84,8 @@ absl::Status VerifySameModelOnAllRanks(const NamedTensors& params, comm::Process
                 SignatureString(mine.data<int64_t>() + i * kSignatureWords));
     }
     StrAppend(&message, ". Build the model identically on every rank.");
-    return absl::FailedPreconditionError(message);
+    return absl::FailedPreconditionError(
+        WithPyTorchPhrase(std::move(message), {pytorch_phrase::kDifferentModels}));
   }
   return absl::OkStatus();
 }
@@ -158,9 +160,10 @@ absl::StatusOr<std::shared_ptr<DistributedDataParallel>> DistributedDataParallel
     if (p.requires_grad()) params.emplace_back(name, p);
   }
   if (params.empty()) {
-    return absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(WithPyTorchPhrase(
         "[ddp] the module has no parameter that requires a gradient; DDP has nothing to "
-        "synchronise, train it without DDP");
+        "synchronise, train it without DDP",
+        {pytorch_phrase::kNoTrainableParameter}));
   }
   DDPKIT_RETURN_IF_ERROR(VerifySameModelOnAllRanks(params, group));
   DDPKIT_RETURN_IF_ERROR(BroadcastFromRankZero(params, group, "parameter"));
@@ -306,6 +309,7 @@ class DdpJoinHook final : public join::JoinHook {
 };
 
 std::unique_ptr<join::JoinHook> DistributedDataParallel::MakeJoinHook() {
+  if (join_config().enable) reducer_->logging_data().set_join_uneven_inputs(true);
   return std::make_unique<DdpJoinHook>(*this);
 }
 

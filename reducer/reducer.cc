@@ -23,6 +23,7 @@ Reducer::Reducer(NamedTensors parameters, const BucketAssignment& initial,
   grad_ready_order_.reserve(n);  // the hooks append without allocating
   rebuilt_param_indices_.reserve(n);
   unused_parameters_.reserve(n);
+  prev_unused_parameters_.reserve(n);
   expected_hook_counts_.assign(n, 0);
   hooks_left_.assign(n, 0);
   local_used_map_ = Tensor::Zeros({static_cast<int64_t>(n)}, DType::kInt32);
@@ -63,8 +64,10 @@ void Reducer::SetStaticGraph() {
 }
 
 void Reducer::RegisterCommHook(CommHook hook, std::string name, CommHookStats stats) {
-  DDPKIT_CHECK(!comm_hook_, "[ddp] a communication hook is already registered ('",
-               logging_.comm_hook(), "'); register at most one");
+  DDPKIT_CHECK(!comm_hook_,
+               WithPyTorchPhrase(StrCat("[ddp] a communication hook is already registered ('",
+                                        logging_.comm_hook(), "'); register at most one"),
+                                 {pytorch_phrase::kSecondCommHook}));
   DDPKIT_CHECK(num_iterations_ == 0,
                "[ddp] register the communication hook before the first "
                "iteration");
@@ -145,7 +148,7 @@ void Reducer::PrepareForForward() {
   ++num_iterations_;
   const Clock::time_point now = Clock::now();
   timer_.StartForward(now);
-  logging_.set_iteration(num_iterations_);
+  LogForward(logging_, num_iterations_);
   TraceIteration(TraceEventType::kForward, now);
 }
 
@@ -172,6 +175,7 @@ void Reducer::PrepareForBackward(const TensorList& outputs) {
   if (dynamic_find_unused()) {
     unused_parameters_.clear();
     for (size_t index : SearchUnusedParameters(outputs)) unused_parameters_.push_back(index);
+    LogUnusedSet(logging_, prev_unused_parameters_, unused_parameters_, num_iterations_);
     if (unused_parameters_.empty() && num_iterations_ == 1 && group_.rank() == 0) {
       Log(LogLevel::kWarning,
           "find_unused_parameters is on, but the forward pass used every parameter; if that "
@@ -280,6 +284,7 @@ void Reducer::AutogradHook(size_t index) {
 // launches every bucket that became launchable.
 void Reducer::MarkVariableReady(size_t index) {
   if (marked_ready_[index]) {
+    logging_.set_can_set_static_graph(false);  // a hook that fires twice needs static_graph
     throw Error(MarkedTwiceMessage(group_.rank(), {index, ParamName(index)}),
                 absl::StatusCode::kFailedPrecondition);
   }

@@ -174,10 +174,11 @@ class Reducer {
   bool require_finalize_ = false;
   bool has_marked_unused_parameters_ = false;
   bool finalize_queued_ = false;
-  std::vector<uint8_t> marked_ready_;      // by parameter index
-  std::vector<size_t> grad_ready_order_;   // parameter indices, arrival order
-  std::vector<size_t> unused_parameters_;  // marked ready at the first hook
-  double div_factor_ = 0;                  // 0: not yet chosen this backward
+  std::vector<uint8_t> marked_ready_;           // by parameter index
+  std::vector<size_t> grad_ready_order_;        // parameter indices, arrival order
+  std::vector<size_t> unused_parameters_;       // marked ready at the first hook
+  std::vector<size_t> prev_unused_parameters_;  // the last synced iteration's, for the log
+  double div_factor_ = 0;                       // 0: not yet chosen this backward
   double last_divide_factor_ = 0;
 
   // --- find_unused_parameters / static graph: which parameters got a gradient ---------------

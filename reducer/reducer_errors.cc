@@ -1,5 +1,7 @@
 #include "reducer/reducer_errors.h"
 
+#include <algorithm>
+
 #include "autograd/error.h"
 
 namespace ddpkit::reducer {
@@ -11,18 +13,34 @@ std::string Describe(const ParamRef& p) {
 
 }  // namespace
 
+std::string WithPyTorchPhrase(std::string message,
+                              std::initializer_list<std::string_view> phrases) {
+  std::string tail = " (PyTorch: ";
+  std::string_view separator;
+  for (std::string_view phrase : phrases) {
+    StrAppend(&tail, separator, "\"", phrase, "\"");
+    separator = "; ";
+  }
+  tail += ")";
+  const size_t line_end = std::min(message.find('\n'), message.size());
+  message.insert(line_end, tail);
+  return message;
+}
+
 std::string MarkedTwiceMessage(int rank, const ParamRef& param) {
-  return StrCat(
-      "[ddp] rank ", rank, ": ", Describe(param),
-      " was marked ready twice in one backward pass: its gradient hook fired again after its "
-      "gradient had already been copied into its bucket.\n"
-      "Likely causes: (1) the parameter is used outside the module's forward, or by two "
-      "forward/backward passes at once; (2) reentrant activation checkpointing runs a nested "
-      "backward per checkpointed call, so a parameter inside two checkpointed calls (or one, "
-      "with find_unused_parameters) fires its hook more than once.\n"
-      "Fixes: if the graph is the same every iteration, construct DDP with static_graph (it "
-      "learns how many times each hook fires); otherwise run the extra passes under no_sync "
-      "and allreduce those gradients yourself.");
+  return WithPyTorchPhrase(
+      StrCat(
+          "[ddp] rank ", rank, ": ", Describe(param),
+          " was marked ready twice in one backward pass: its gradient hook fired again after its "
+          "gradient had already been copied into its bucket.\n"
+          "Likely causes: (1) the parameter is used outside the module's forward, or by two "
+          "forward/backward passes at once; (2) reentrant activation checkpointing runs a nested "
+          "backward per checkpointed call, so a parameter inside two checkpointed calls (or one, "
+          "with find_unused_parameters) fires its hook more than once.\n"
+          "Fixes: if the graph is the same every iteration, construct DDP with static_graph (it "
+          "learns how many times each hook fires); otherwise run the extra passes under no_sync "
+          "and allreduce those gradients yourself."),
+      {pytorch_phrase::kMarkedTwice});
 }
 
 std::string PriorReductionNotFinishedMessage(int rank, const std::vector<ParamRef>& missing,
@@ -50,19 +68,24 @@ std::string PriorReductionNotFinishedMessage(int rank, const std::vector<ParamRe
   }
   StrAppend(&message, "\nParameters that received no gradient on rank ", rank, ":");
   for (const ParamRef& p : missing) StrAppend(&message, "\n  ", p.index, " ", p.name);
-  return message;
+  if (static_graph) {
+    return WithPyTorchPhrase(std::move(message),
+                             {pytorch_phrase::kPriorReduction, pytorch_phrase::kGraphChanged});
+  }
+  return WithPyTorchPhrase(std::move(message), {pytorch_phrase::kPriorReduction});
 }
 
 std::string StaticGraphChangedMessage(int rank, const ParamRef& param, int expected_count) {
-  return StrCat(
-      "[ddp] rank ", rank, ": the training graph changed under static_graph: ", Describe(param),
-      "'s gradient hook fired ",
-      expected_count == 0
-          ? "although the parameter was unused in the first iteration"
-          : StrCat("more than the ", expected_count, " time(s) recorded in the first iteration"),
-      ". static_graph needs every iteration to use the same parameters the same number "
-      "of times; drop static_graph (with find_unused_parameters if some parameters go "
-      "unused).");
+  return WithPyTorchPhrase(
+      StrCat("[ddp] rank ", rank, ": the training graph changed under static_graph: ",
+             Describe(param), "'s gradient hook fired ",
+             expected_count == 0 ? "although the parameter was unused in the first iteration"
+                                 : StrCat("more than the ", expected_count,
+                                          " time(s) recorded in the first iteration"),
+             ". static_graph needs every iteration to use the same parameters the same number "
+             "of times; drop static_graph (with find_unused_parameters if some parameters go "
+             "unused)."),
+      {pytorch_phrase::kGraphChanged});
 }
 
 absl::Status CommFailure(int rank, std::string_view what, const absl::Status& status,

@@ -18,6 +18,25 @@ bool DebugOn(const comm::ProcessGroup& group) {
   return group.options().debug_level != comm::DebugLevel::kOff;
 }
 
+// PyTorch's strs_map forms: "336, 1024, 576" and "5 4 3, 2, 1 0".
+std::string PyTorchSizes(const google::protobuf::RepeatedPtrField<BucketInfo>& buckets) {
+  return absl::StrJoin(buckets, ", ", [](std::string* out, const BucketInfo& b) {
+    absl::StrAppend(out, b.bytes());
+  });
+}
+
+std::string PyTorchIndices(const google::protobuf::RepeatedPtrField<BucketInfo>& buckets) {
+  return absl::StrJoin(buckets, ", ", [](std::string* out, const BucketInfo& b) {
+    absl::StrAppend(out, absl::StrJoin(b.param_indices(), " "));
+  });
+}
+
+// PyTorch records runtime stats (and "iteration") at the forwards of sampled iterations:
+// Reducer::should_collect_runtime_stats, with kDDPRuntimeLoggingSampleRate = 100.
+bool PyTorchSamples(int64_t completed) {
+  return completed > 0 && (completed <= 10 || completed % 100 == 0);
+}
+
 }  // namespace
 
 std::vector<BucketInfo> BucketInfosOf(const std::vector<Bucket>& buckets,
@@ -61,6 +80,8 @@ void LogConstruction(DdpLoggingData& logging, const comm::ProcessGroup& group,
   for (BucketInfo& info : BucketInfosOf(buckets, params)) {
     *logging.add_initial_buckets() = std::move(info);
   }
+  logging.mutable_pytorch()->set_bucket_sizes(PyTorchSizes(logging.initial_buckets()));
+  logging.set_can_set_static_graph(true);  // until the graph is seen to change
   if (DebugOn(group)) {
     Log(LogLevel::kInfo,
         StrCat("DDP reducer: ", buckets.size(), " bucket(s) ", BucketsToString(initial.buckets),
@@ -77,6 +98,9 @@ void LogRebuild(DdpLoggingData& logging, const comm::ProcessGroup& group,
   for (BucketInfo& info : BucketInfosOf(buckets, params)) {
     *logging.add_rebuilt_buckets() = std::move(info);
   }
+  PyTorchFields& pytorch = *logging.mutable_pytorch();
+  pytorch.set_rebuilt_bucket_sizes(PyTorchSizes(logging.rebuilt_buckets()));
+  pytorch.set_rebuilt_per_bucket_param_indices(PyTorchIndices(logging.rebuilt_buckets()));
   if (DebugOn(group)) {
     Log(LogLevel::kInfo, StrCat(buckets.size(), " bucket(s) rebuilt in gradient-arrival order: ",
                                 BucketsToString(rebuilt.buckets), ", limits ",
@@ -100,6 +124,20 @@ void LogIterationUsage(DdpLoggingData& logging, const NamedTensors& params, bool
   for (size_t index : grad_ready_order) {
     logging.add_prev_iteration_grad_ready_order_indices(static_cast<int32_t>(index));
   }
+  logging.mutable_pytorch()->set_prev_iteration_grad_ready_order_indices(
+      absl::StrJoin(grad_ready_order, ", "));
+}
+
+void LogForward(DdpLoggingData& logging, int64_t num_iterations) {
+  logging.set_iteration(num_iterations);
+  if (PyTorchSamples(num_iterations - 1))
+    logging.mutable_pytorch()->set_iteration(num_iterations - 1);
+}
+
+void LogUnusedSet(DdpLoggingData& logging, std::vector<size_t>& previous,
+                  const std::vector<size_t>& unused, int64_t num_iterations) {
+  if (num_iterations > 1 && previous != unused) logging.set_can_set_static_graph(false);
+  previous = unused;
 }
 
 // Overlap: the part of the communication that ran before compute ended; exposed: finalize's

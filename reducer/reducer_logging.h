@@ -28,6 +28,17 @@ void LogConstruction(DdpLoggingData& logging, const comm::ProcessGroup& group,
                      const NamedTensors& params, const ReducerOptions& options,
                      const std::vector<Bucket>& buckets, const BucketAssignment& initial);
 
+// A synced forward starts; `num_iterations` counts it. Sets `iteration` and PyTorch's sampled
+// pytorch.iteration (reducer/ddp_logging.proto).
+void LogForward(DdpLoggingData& logging, int64_t num_iterations);
+
+// With find_unused_parameters, this synced backward's unused parameters (ascending, this
+// rank's graph search): can_set_static_graph turns false, for good, once the set differs from
+// the previous iteration's (PyTorch's Reducer::search_unused_parameters). `previous` is
+// updated.
+void LogUnusedSet(DdpLoggingData& logging, std::vector<size_t>& previous,
+                  const std::vector<size_t>& unused, int64_t num_iterations);
+
 // The rebuilt plan: the logging data's rebuilt_buckets, and an info line with debug logging on.
 void LogRebuild(DdpLoggingData& logging, const comm::ProcessGroup& group,
                 const NamedTensors& params, const std::vector<Bucket>& buckets,

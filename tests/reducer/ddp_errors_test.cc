@@ -1,6 +1,10 @@
 // Every misuse DDP diagnoses: the error is raised (on every rank involved, never a hang) and
 // its text names the rank, the parameter and the fix.
+#include <functional>
+#include <string_view>
+
 #include "gmock/gmock.h"
+#include "reducer/reducer_errors.h"
 #include "tests/reducer/ddp_test_util.h"
 #include "tests/reducer/test_models.h"
 
@@ -160,6 +164,94 @@ TEST(DdpFailureTest, ARankThatLeavesIsNamedNotWaitedFor) {
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(Message(status), AllOf(HasSubstr("reducing gradient bucket 0"),
                                      HasSubstr("ALLREDUCE"), HasSubstr("rank 1")));
+}
+
+// Each diagnosis ends its first line with the phrase PyTorch 1.13 prints for the same failure,
+// so a user who searches for PyTorch's message finds ddpkit's explanation.
+struct PhraseCase {
+  std::string name;
+  std::function<void(comm::ProcessGroup&)> body;
+  std::vector<std::string_view> phrases;
+  int world = 2;
+};
+
+std::string Quoted(const std::vector<std::string_view>& phrases) {
+  std::string out = " (PyTorch: ";
+  for (size_t i = 0; i < phrases.size(); ++i) {
+    out += (i > 0 ? "; \"" : "\"") + std::string(phrases[i]) + "\"";
+  }
+  return out + ")";
+}
+
+void TrainSteps(DistributedDataParallel& ddp, int steps, int64_t features) {
+  for (int i = 0; i < steps; ++i) {
+    CrossEntropy(ddp.Forward(RandomRows(2, features, i)), Labels(2, 3, 0)).Backward();
+  }
+}
+
+TEST(DdpPyTorchPhraseTest, EveryDiagnosisCarriesPyTorchsPhraseOnItsFirstLine) {
+  namespace p = pytorch_phrase;
+  const std::vector<PhraseCase> cases = {
+      {"marked twice",
+       [](comm::ProcessGroup& g) {
+         TrainSteps(*MakeDdp(std::make_shared<TwiceCheckpointedNet>(5), g), 1, 4);
+       },
+       {p::kMarkedTwice}},
+      {"prior reduction",
+       [](comm::ProcessGroup& g) {
+         TrainSteps(*MakeDdp(std::make_shared<BranchyNet>(1), g), 2, 4);
+       },
+       {p::kPriorReduction}},
+      {"prior reduction under static_graph",
+       [](comm::ProcessGroup& g) {
+         auto model = std::make_shared<TwiceCheckpointedNet>(5, 2);
+         auto ddp = MakeDdp(model, g, {.static_graph = true});
+         TrainSteps(*ddp, 1, 4);
+         model->applications = 1;
+         TrainSteps(*ddp, 2, 4);
+       },
+       {p::kPriorReduction, p::kGraphChanged}},
+      {"static graph changed",
+       [](comm::ProcessGroup& g) {
+         auto model = std::make_shared<BranchyNet>(1);
+         auto ddp = MakeDdp(model, g, {.static_graph = true});
+         TrainSteps(*ddp, 1, 4);
+         model->use_a = false;
+         TrainSteps(*ddp, 1, 4);
+       },
+       {p::kGraphChanged}},
+      {"different shapes",
+       [](comm::ProcessGroup& g) {
+         MakeDdp(nn::MakeMlp({3, g.rank() == 1 ? 6 : 5, 2}, 1), g);
+       },
+       {p::kDifferentModels}},
+      {"different counts",
+       [](comm::ProcessGroup& g) {
+         MakeDdp(nn::MakeMlp(g.rank() == 1 ? std::vector<int64_t>{3, 4, 4, 2}
+                                           : std::vector<int64_t>{3, 4, 2},
+                             1),
+                 g);
+       },
+       {p::kDifferentModels}},
+      {"no trainable parameter",
+       [](comm::ProcessGroup& g) { MakeDdp(std::make_shared<nn::ReLU>(), g); },
+       {p::kNoTrainableParameter},
+       1},
+      {"second comm hook",
+       [](comm::ProcessGroup& g) {
+         auto ddp = MakeDdp(nn::MakeMlp({3, 2}, 1), g);
+         ddp->RegisterBuiltinCommHook(BuiltinCommHook::kAllreduce);
+         ddp->RegisterBuiltinCommHook(BuiltinCommHook::kFp16Compress);
+       },
+       {p::kSecondCommHook},
+       1},
+  };
+  for (const PhraseCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string message = Message(RunWorldStatus(c.world, c.body));
+    const std::string first_line = message.substr(0, message.find('\n'));
+    EXPECT_THAT(first_line, ::testing::EndsWith(Quoted(c.phrases))) << message;
+  }
 }
 
 }  // namespace

@@ -124,6 +124,20 @@ void PrintStep(const jobs::StepProgress& p, Told& told) {
   }
 }
 
+// PyTorch's can_set_static_graph, told: why --static-graph could be turned on.
+std::string StaticGraphLine(const reducer::DdpLoggingData& log) {
+  const std::string why =
+      log.find_unused_parameters()
+          ? "the set of unused parameters never changed between synced iterations and no "
+            "gradient hook fired twice; --static-graph would skip find_unused_parameters' graph "
+            "search each iteration"
+          : "every parameter got its gradient once in every synced iteration";
+  return absl::StrFormat(
+      "static_graph=True would be safe here: %s (PyTorch's can_set_static_graph, over %d synced "
+      "iterations)",
+      why, log.iteration());
+}
+
 // After the last step: the loss, the accuracy, where the time went, what was saved.
 void PrintSummary(const jobs::TrainReport& report, const jobs::TrainConfig& config) {
   const auto& losses = report.losses();
@@ -165,6 +179,9 @@ void PrintSummary(const jobs::TrainReport& report, const jobs::TrainConfig& conf
   if (!log.unused_parameter_names().empty()) {
     std::cout << "unused parameters (no rank gave them a gradient): "
               << absl::StrJoin(log.unused_parameter_names(), ", ") << "\n";
+  }
+  if (!log.static_graph() && log.can_set_static_graph() && log.iteration() > 1) {
+    std::cout << StaticGraphLine(log) << "\n";
   }
   if (!config.save_weights_path.empty()) {
     std::cout << "saved weights to " << config.save_weights_path << "\n";
