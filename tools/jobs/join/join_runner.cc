@@ -144,7 +144,7 @@ absl::StatusOr<std::unique_ptr<Rank>> SetUp(const JoinRunConfig& config,
       rank->trace, trace.BeginRank(group, TraceCapacityFor(rank->most(), 2 * widths.size())));
   JoinRunConfig placed = config;
   placed.device = RankDevice(config.device, group);
-  DDPKIT_ASSIGN_OR_RETURN(rank->model, BuildModel(placed, widths));
+  DDPKIT_ASSIGN_OR_RETURN(rank->model, BuildModel(placed));
   DDPKIT_ASSIGN_OR_RETURN(rank->ddp, WrapInDdp(config, rank->model, group));
   if (rank->trace != nullptr) rank->ddp->reducer().SetTraceObserver(rank->trace);
   rank->ddp->set_divide_by_initial_world_size(config.divide_by_initial_world_size);
@@ -174,7 +174,7 @@ void TrainLoop(const JoinRunConfig& config, Rank& rank) {
       .ddp = rank.ddp.get(),
       .trace = rank.trace,
       .load = [&](int t, int) { GatherRows(rank.rows.data, t * b, b, x, y); },
-      .forward = [&](int, int) { return CrossEntropy(rank.ddp->Forward(x), y); },
+      .forward = [&](int, int) { return TrainingLoss(config.loss, rank.ddp->Forward(x), y); },
       .after_backward = [&](int t, int, const Tensor& loss) { rank.log.SetLoss(t, loss.item()); },
       .before_optimizer =
           [&](int t) {
@@ -303,12 +303,12 @@ absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
   const double data_bytes = 4.0 * static_cast<double>(most) *
                             static_cast<double>(config.batch_size) *
                             static_cast<double>(widths.front() + 2);  // synthetic rows
-  DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
-                                           !comm::InfoOf(config.world.backend).ranks_share_process ? 1
-                                           : config.world.world_size > 0
-                                               ? config.world.world_size
-                                               : static_cast<int>(config.inputs.size()),
-                                           "--model, --batch-size and --inputs"));
+  DDPKIT_RETURN_IF_ERROR(
+      CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
+                        !comm::InfoOf(config.world.backend).ranks_share_process ? 1
+                        : config.world.world_size > 0 ? config.world.world_size
+                                                      : static_cast<int>(config.inputs.size()),
+                        "--model, --batch-size and --inputs"));
   trace::TraceSession trace(config.trace_path, "join", WorldOf(config));
   DDPKIT_ASSIGN_OR_RETURN(JoinReport report, RunOnEveryRank<JoinReport>(
                                                  WorldOf(config), [&](comm::ProcessGroup& group) {
