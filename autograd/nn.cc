@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "autograd/cuda/runtime.h"
 #include "autograd/ops.h"
@@ -16,6 +17,12 @@ Tensor Module::RegisterParameter(std::string name, Tensor value) {
   value.set_requires_grad(true);
   parameters_.emplace_back(std::move(name), value);
   return value;
+}
+
+void Module::ReplaceParameter(const std::string& name, const Tensor& value) {
+  for (auto& [registered, tensor] : parameters_) {
+    if (registered == name) tensor = value;
+  }
 }
 
 Tensor Module::RegisterBuffer(std::string name, Tensor value) {
@@ -113,6 +120,12 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Generator& 
 
 Tensor Linear::Forward(const Tensor& input) { return ddpkit::Linear(input, weight_, bias_); }
 
+void Linear::TieWeightTo(const Linear& other) {
+  DDPKIT_CHECK(other.weight_.shape() == weight_.shape(), "[Linear] a tied weight needs one shape");
+  weight_ = other.weight_;
+  ReplaceParameter("weight", weight_);
+}
+
 std::string Linear::Describe() const {
   return StrCat("Linear(in_features=", weight_.size(1), ", out_features=", weight_.size(0),
                 ", bias=", bias_.defined() ? "true" : "false", ")");
@@ -140,6 +153,10 @@ void Sequential::Append(std::shared_ptr<Module> module) {
   layers_.push_back(std::move(module));
 }
 
+void Sequential::AddUnused(std::string name, std::shared_ptr<Module> module) {
+  RegisterModule(std::move(name), std::move(module));
+}
+
 Tensor Sequential::Forward(const Tensor& input) {
   Tensor x = input;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -157,7 +174,71 @@ Tensor Sequential::Forward(const Tensor& input) {
 }
 
 // ---------------------------------------------------------------------------- MLP
-absl::StatusOr<std::vector<int64_t>> ParseMlpSpec(std::string_view std_spec) {
+namespace {
+
+// "KEY=0|1" -> the option it sets in `spec`; `seen` keeps each key to once.
+absl::Status ParseOption(absl::string_view spec_text, absl::string_view part, MlpSpec& spec,
+                         std::vector<std::string>& seen) {
+  const size_t eq = part.find('=');
+  const absl::string_view key = part.substr(0, eq), value = part.substr(eq + 1);
+  bool* option = key == "bias"     ? &spec.bias
+                 : key == "unused" ? &spec.unused
+                 : key == "tied"   ? &spec.tied
+                                   : nullptr;
+  if (option == nullptr) {
+    return absl::InvalidArgumentError(StrCat("model spec '", spec_text, "': unknown option '", key,
+                                             "'; the options are bias=, unused= and tied="));
+  }
+  if (value != "0" && value != "1") {
+    return absl::InvalidArgumentError(
+        StrCat("model spec '", spec_text, "': option ", key, " takes 0 or 1, not '", value, "'"));
+  }
+  if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+    return absl::InvalidArgumentError(
+        StrCat("model spec '", spec_text, "': option ", key, " is given twice"));
+  }
+  seen.emplace_back(key);
+  *option = value == "1";
+  return absl::OkStatus();
+}
+
+// Bounded, so that every shape and element count stays far inside int64 (found by
+// tests/fuzz/model_spec_fuzz.cc: mlp:9223372036854775807,2 overflowed them and crashed).
+absl::Status CheckSize(absl::string_view spec_text, const MlpSpec& spec) {
+  std::vector<std::pair<int64_t, int64_t>> layers;
+  for (size_t i = 0; i + 1 < spec.widths.size(); ++i) {
+    layers.emplace_back(spec.widths[i], spec.widths[i + 1]);
+  }
+  if (spec.unused) layers.emplace_back(spec.widths.back(), spec.widths.back());
+  int64_t parameters = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto [in, out] = layers[i];
+    if (in > kMaxMlpParameters / out || in * out + out > kMaxMlpParameters - parameters) {
+      return absl::InvalidArgumentError(StrCat("model spec '", spec_text, "' has more than ",
+                                               kMaxMlpParameters, " parameters (from layer ", i,
+                                               ": ", in, " x ", out, "); use smaller widths"));
+    }
+    parameters += in * out + out;
+  }
+  return absl::OkStatus();
+}
+
+// tied=1 shares the weight of the last two hidden-to-hidden Linears: both must be HxH.
+absl::Status CheckTied(absl::string_view spec_text, const MlpSpec& spec) {
+  const std::vector<int64_t>& w = spec.widths;
+  const size_t n = w.size();
+  if (!spec.tied || (n >= 5 && w[n - 4] == w[n - 3] && w[n - 3] == w[n - 2])) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      StrCat("model spec '", spec_text,
+             "': tied=1 needs two hidden-to-hidden layers of one shape, i.e. three equal widths "
+             "before the output, e.g. mlp:8,16,16,16,4,tied=1"));
+}
+
+}  // namespace
+
+absl::StatusOr<MlpSpec> ParseModelSpec(std::string_view std_spec) {
   const absl::string_view spec(std_spec.data(), std_spec.size());
   constexpr absl::string_view kPrefix = "mlp:";
   if (!absl::StartsWith(spec, kPrefix)) {
@@ -165,45 +246,77 @@ absl::StatusOr<std::vector<int64_t>> ParseMlpSpec(std::string_view std_spec) {
         StrCat("model spec '", spec,
                "' is not understood; expected mlp:IN,H1,...,OUT, e.g. mlp:32,64,10"));
   }
-  std::vector<int64_t> widths;
+  MlpSpec parsed;
+  std::vector<std::string> options;
   for (absl::string_view part : absl::StrSplit(spec.substr(kPrefix.size()), ',')) {
+    if (absl::StrContains(part, '=')) {
+      DDPKIT_RETURN_IF_ERROR(ParseOption(spec, part, parsed, options));
+      continue;
+    }
     int64_t width = 0;
     if (!absl::SimpleAtoi(part, &width) || width <= 0) {
       return absl::InvalidArgumentError(
           StrCat("model spec '", spec, "': width '", part, "' is not a positive integer"));
     }
-    widths.push_back(width);
+    if (!options.empty()) {
+      return absl::InvalidArgumentError(
+          StrCat("model spec '", spec, "': width '", part, "' comes after an option"));
+    }
+    parsed.widths.push_back(width);
   }
-  if (widths.size() < 2) {
+  if (parsed.widths.size() < 2) {
     return absl::InvalidArgumentError(StrCat(
         "model spec '", spec, "' needs at least an input and an output width, e.g. mlp:32,10"));
   }
-  // Bounded, so that every shape and element count below stays far inside int64 (found by
-  // tests/fuzz/model_spec_fuzz.cc: mlp:9223372036854775807,2 overflowed them and crashed).
-  int64_t parameters = 0;
-  for (size_t i = 0; i + 1 < widths.size(); ++i) {
-    const int64_t in = widths[i], out = widths[i + 1];
-    if (in > kMaxMlpParameters / out || in * out + out > kMaxMlpParameters - parameters) {
-      return absl::InvalidArgumentError(StrCat("model spec '", spec, "' has more than ",
-                                               kMaxMlpParameters, " parameters (from layer ", i,
-                                               ": ", in, " x ", out, "); use smaller widths"));
-    }
-    parameters += in * out + out;
+  DDPKIT_RETURN_IF_ERROR(CheckSize(spec, parsed));
+  DDPKIT_RETURN_IF_ERROR(CheckTied(spec, parsed));
+  return parsed;
+}
+
+std::string SpecString(const MlpSpec& spec) {
+  std::string out = StrCat("mlp:", absl::StrJoin(spec.widths, ","));
+  if (!spec.bias) absl::StrAppend(&out, ",bias=0");
+  if (spec.unused) absl::StrAppend(&out, ",unused=1");
+  if (spec.tied) absl::StrAppend(&out, ",tied=1");
+  return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseMlpSpec(std::string_view spec) {
+  DDPKIT_ASSIGN_OR_RETURN(MlpSpec parsed, ParseModelSpec(spec));
+  if (!parsed.bias || parsed.unused || parsed.tied) {
+    return absl::InvalidArgumentError(StrCat("model spec '", std::string(spec),
+                                             "': this tool builds a plain MLP and takes no "
+                                             "options (bias=, unused=, tied=)"));
   }
-  return widths;
+  return std::move(parsed.widths);
+}
+
+std::shared_ptr<Sequential> MakeMlp(const MlpSpec& spec, uint64_t seed, DType dtype) {
+  const std::vector<int64_t>& widths = spec.widths;
+  DDPKIT_CHECK(widths.size() >= 2, "[MakeMlp] needs at least two widths");
+  Generator generator(seed);
+  auto mlp = std::make_shared<Sequential>();
+  std::vector<std::shared_ptr<Linear>> linears;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    if (i > 0) mlp->Append(std::make_shared<ReLU>());
+    linears.push_back(
+        std::make_shared<Linear>(widths[i], widths[i + 1], spec.bias, generator, dtype));
+    mlp->Append(linears.back());
+  }
+  if (spec.tied) {
+    DDPKIT_CHECK(linears.size() >= 4, "[MakeMlp] tied=1 needs four Linears");
+    linears[linears.size() - 2]->TieWeightTo(*linears[linears.size() - 3]);
+  }
+  if (spec.unused) {
+    mlp->AddUnused("unused", std::make_shared<Linear>(widths.back(), widths.back(), spec.bias,
+                                                      generator, dtype));
+  }
+  return mlp;
 }
 
 std::shared_ptr<Sequential> MakeMlp(const std::vector<int64_t>& widths, uint64_t seed,
                                     DType dtype) {
-  DDPKIT_CHECK(widths.size() >= 2, "[MakeMlp] needs at least two widths");
-  Generator generator(seed);
-  auto mlp = std::make_shared<Sequential>();
-  for (size_t i = 0; i + 1 < widths.size(); ++i) {
-    if (i > 0) mlp->Append(std::make_shared<ReLU>());
-    mlp->Append(
-        std::make_shared<Linear>(widths[i], widths[i + 1], /*bias=*/true, generator, dtype));
-  }
-  return mlp;
+  return MakeMlp(MlpSpec{.widths = widths}, seed, dtype);
 }
 
 }  // namespace ddpkit::nn

@@ -46,6 +46,8 @@ class Module {
  protected:
   // Registers `value` as a parameter (it becomes a leaf that requires grad).
   Tensor RegisterParameter(std::string name, Tensor value);
+  // Points the parameter registered as `name` at `value` (which keeps its own identity).
+  void ReplaceParameter(const std::string& name, const Tensor& value);
   Tensor RegisterBuffer(std::string name, Tensor value);
   template <typename M>
   std::shared_ptr<M> RegisterModule(std::string name, std::shared_ptr<M> module) {
@@ -72,6 +74,9 @@ class Linear : public Module {
   Tensor Forward(const Tensor& input) override;
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
+  // Uses `other`'s weight from now on (a tied parameter, as PyTorch's
+  // `b.weight = a.weight`): the model lists it once, under its first name.
+  void TieWeightTo(const Linear& other);
 
  private:
   std::string Describe() const override;
@@ -105,6 +110,9 @@ class Sequential : public Module {
  public:
   Sequential() = default;
   void Append(std::shared_ptr<Module> module);
+  // A child registered under `name` after the others that Forward never calls: its parameters
+  // get no gradient (what DDP's find_unused_parameters is for).
+  void AddUnused(std::string name, std::shared_ptr<Module> module);
   Tensor Forward(const Tensor& input) override;
   size_t size() const { return layers_.size(); }
 
@@ -116,11 +124,31 @@ class Sequential : public Module {
 // The most parameters (elements) a model spec may describe: 2^36, 256 GiB as float32.
 inline constexpr int64_t kMaxMlpParameters = int64_t{1} << 36;
 
-// "mlp:IN,H1,...,OUT" -> {IN, H1, ..., OUT}: at least two positive widths, and at most
-// kMaxMlpParameters parameters in all.
+// A model spec: "mlp:IN,H1,...,OUT" and then options, each KEY=0|1 (the scenarios PyTorch's
+// own DDP tests use):
+//   bias=0    every Linear without a bias (PyTorch's Linear(..., bias=False));
+//   unused=1  one more Linear(OUT, OUT), registered last as "unused", that forward never calls;
+//   tied=1    the last two hidden-to-hidden Linears share one weight (the first one's), which
+//             needs three equal widths before OUT, e.g. mlp:8,16,16,16,4,tied=1.
+struct MlpSpec {
+  std::vector<int64_t> widths;
+  bool bias = true;
+  bool unused = false;
+  bool tied = false;
+};
+
+// The spec's widths and options: at least two positive widths, at most kMaxMlpParameters
+// parameters in all, and only the options above (each at most once).
+absl::StatusOr<MlpSpec> ParseModelSpec(std::string_view spec);
+// The spec spelled back, options only where they differ from the defaults.
+std::string SpecString(const MlpSpec& spec);
+// A spec's widths, for the tools that build a plain MLP only: InvalidArgument for options too.
 absl::StatusOr<std::vector<int64_t>> ParseMlpSpec(std::string_view spec);
 // Linear(IN,H1), ReLU, Linear(H1,H2), ReLU, ..., Linear(Hk,OUT): parameters "0.weight",
-// "0.bias", "2.weight", ... as PyTorch's nn.Sequential of the same layers.
+// "0.bias", "2.weight", ... as PyTorch's nn.Sequential of the same layers; then the spec's
+// options (see MlpSpec).
+std::shared_ptr<Sequential> MakeMlp(const MlpSpec& spec, uint64_t seed,
+                                    DType dtype = DType::kFloat32);
 std::shared_ptr<Sequential> MakeMlp(const std::vector<int64_t>& widths, uint64_t seed,
                                     DType dtype = DType::kFloat32);
 

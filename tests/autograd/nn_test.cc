@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "autograd/ops.h"
 #include "gtest/gtest.h"
 
@@ -84,6 +85,46 @@ TEST(NnTest, ParseMlpSpecRefusesModelsTooLargeToCount) {
   EXPECT_FALSE(nn::ParseMlpSpec("mlp:4294967296,4294967296").ok());  // 2^64 wraps to 0
   EXPECT_FALSE(nn::ParseMlpSpec("mlp:10,262144,262144,10").ok());    // the sum is too large
   EXPECT_TRUE(nn::ParseMlpSpec("mlp:262143,262144").ok());           // exactly 2^36
+}
+
+// The spec's options, named as PyTorch names the same modules.
+TEST(NnTest, ModelSpecOptionsNameParametersAsPyTorch) {
+  auto no_bias = nn::MakeMlp(*nn::ParseModelSpec("mlp:8,16,16,4,bias=0"), /*seed=*/0);
+  EXPECT_EQ(Names(no_bias->NamedParameters()),
+            (std::vector<std::string>{"0.weight", "2.weight", "4.weight"}));
+  EXPECT_EQ(no_bias->Forward(Tensor::Zeros({3, 8})).shape(), (Shape{3, 4}));
+  auto both = nn::MakeMlp(*nn::ParseModelSpec("mlp:8,16,16,16,4,tied=1,unused=1"), 0);
+  // 4.weight is 2.weight (listed once, under its first name); "unused" is registered last.
+  EXPECT_EQ(Names(both->NamedParameters()),
+            (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias", "4.bias",
+                                      "6.weight", "6.bias", "unused.weight", "unused.bias"}));
+  Tensor loss = Sum(both->Forward(Tensor::Full({2, 8}, 1.0)));
+  loss.Backward();
+  for (const auto& [name, p] : both->NamedParameters()) {
+    EXPECT_EQ(p.grad().defined(), !absl::StartsWith(name, "unused")) << name;
+  }
+}
+
+TEST(NnTest, ParseModelSpecOptions) {
+  const nn::MlpSpec spec = *nn::ParseModelSpec("mlp:8,16,16,16,4,unused=1,bias=0,tied=1");
+  EXPECT_EQ(spec.widths, (std::vector<int64_t>{8, 16, 16, 16, 4}));
+  EXPECT_TRUE(!spec.bias && spec.unused && spec.tied);
+  EXPECT_EQ(nn::SpecString(spec), "mlp:8,16,16,16,4,bias=0,unused=1,tied=1");
+  EXPECT_EQ(nn::SpecString(*nn::ParseModelSpec("mlp:4,2,bias=1")), "mlp:4,2");
+  EXPECT_EQ(nn::ParseModelSpec("mlp:4,2,relu=0").status().message(),
+            "model spec 'mlp:4,2,relu=0': unknown option 'relu'; the options are bias=, unused= "
+            "and tied=");
+  EXPECT_EQ(nn::ParseModelSpec("mlp:4,2,bias=false").status().message(),
+            "model spec 'mlp:4,2,bias=false': option bias takes 0 or 1, not 'false'");
+  EXPECT_EQ(nn::ParseModelSpec("mlp:4,2,bias=0,bias=1").status().message(),
+            "model spec 'mlp:4,2,bias=0,bias=1': option bias is given twice");
+  EXPECT_EQ(nn::ParseModelSpec("mlp:4,bias=0,2").status().message(),
+            "model spec 'mlp:4,bias=0,2': width '2' comes after an option");
+  EXPECT_FALSE(nn::ParseModelSpec("mlp:8,16,16,4,tied=1").ok());        // no two 16x16 layers
+  EXPECT_FALSE(nn::ParseModelSpec("mlp:262143,262144,unused=1").ok());  // unused counts too
+  // The tools that build only a plain MLP (the benchmarks) refuse options rather than drop them.
+  EXPECT_FALSE(nn::ParseMlpSpec("mlp:4,2,bias=0").ok());
+  EXPECT_TRUE(nn::ParseMlpSpec("mlp:4,2,bias=1").ok());
 }
 
 TEST(NnTest, EmbeddingModule) {

@@ -1,6 +1,7 @@
 // Any --model text: widths or an InvalidArgument, never a crash; what it accepts describes a
 // model whose size fits in int64 (the layers' shapes and the parameter count), and spells back
-// to the same widths.
+// to the same widths. The full spec (ParseModelSpec: widths and options) likewise spells back to
+// the same spec, and whatever the plain parser accepts it accepts as an option-free spec.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -10,8 +11,19 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view spec(reinterpret_cast<const char*>(data), size);
+  absl::StatusOr<ddpkit::nn::MlpSpec> full = ddpkit::nn::ParseModelSpec(spec);
+  if (full.ok()) {
+    absl::StatusOr<ddpkit::nn::MlpSpec> again = ddpkit::nn::ParseModelSpec(SpecString(*full));
+    if (!again.ok() || again->widths != full->widths || again->bias != full->bias ||
+        again->unused != full->unused || again->tied != full->tied) {
+      std::abort();
+    }
+  }
   absl::StatusOr<std::vector<int64_t>> widths = ddpkit::nn::ParseMlpSpec(spec);
   if (!widths.ok()) return 0;
+  if (!full.ok() || full->widths != *widths || !full->bias || full->unused || full->tied) {
+    std::abort();
+  }
   if (widths->size() < 2) std::abort();
   int64_t parameters = 0;
   for (size_t i = 0; i + 1 < widths->size(); ++i) {

@@ -6,8 +6,12 @@
 #include "tools/trace/session.h"
 
 ABSL_FLAG(std::string, model, "mlp:32,64,64,10",
-          "model spec mlp:IN,H1,...,OUT (Linear/ReLU alternating; parameters named 0.weight, "
-          "0.bias, 2.weight, ... as PyTorch's nn.Sequential)");
+          "model spec mlp:IN,H1,...,OUT[,bias=0][,unused=1][,tied=1] (Linear/ReLU alternating; "
+          "parameters named 0.weight, 0.bias, 2.weight, ... as PyTorch's nn.Sequential). "
+          "bias=0: Linears without bias; unused=1: one more Linear(OUT,OUT), 'unused', that "
+          "forward never calls (DDP needs --find-unused-parameters or --static-graph); tied=1: "
+          "the last two hidden-to-hidden Linears share one weight (needs three equal widths "
+          "before OUT, e.g. mlp:8,16,16,16,4,tied=1)");
 ABSL_FLAG(std::string, weights, "", "initial weights: a safetensors state dict");
 ABSL_FLAG(std::string, device, "cpu",
           "where the work runs: cpu, cuda or cuda:N (threads: every rank on that GPU, each on its "
@@ -23,6 +27,9 @@ ABSL_FLAG(std::string, optimizer, "sgd",
           "train and join: sgd (every rank steps every parameter) or zero-sgd (ZeRO stage 1: "
           "each rank steps and keeps momentum for its shard, then broadcasts it); "
           "contrastive: sgd or adam");
+ABSL_FLAG(std::string, loss, "ce",
+          "train and join: ce (cross-entropy), mse (mean squared error against the one-hot "
+          "labels) or sum (the output's sum, as PyTorch's DDP tests use)");
 ABSL_FLAG(uint64_t, seed, 0, "seed for the model's initialisation and the synthetic data");
 ABSL_FLAG(std::string, save_weights, "",
           "write rank 0's final weights here (safetensors, atomically)");
@@ -38,9 +45,9 @@ ABSL_FLAG(std::string, trace, "",
 namespace ddpkit::cli {
 
 const std::vector<std::string> kDdpTrainingFlagNames = [] {
-  std::vector<std::string> names = {"model",    "weights",   "batch_size", "lr",
-                                    "momentum", "optimizer", "seed",       "save_weights",
-                                    "json",     "trace",     "device"};
+  std::vector<std::string> names = {"model",        "weights",   "batch_size", "lr",
+                                    "momentum",     "optimizer", "loss",       "seed",
+                                    "save_weights", "json",      "trace",      "device"};
   names.insert(names.end(), kCommFlagNames.begin(), kCommFlagNames.end());
   names.insert(names.end(), kDdpFlagNames.begin(), kDdpFlagNames.end());
   return names;
@@ -81,6 +88,7 @@ absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config) {
   config.lr = absl::GetFlag(FLAGS_lr);
   config.momentum = absl::GetFlag(FLAGS_momentum);
   config.optimizer = absl::GetFlag(FLAGS_optimizer);
+  config.loss = absl::GetFlag(FLAGS_loss);
   config.seed = absl::GetFlag(FLAGS_seed);
   config.trace_path = absl::GetFlag(FLAGS_trace);
   return absl::OkStatus();

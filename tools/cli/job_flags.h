@@ -19,6 +19,7 @@ ABSL_DECLARE_FLAG(int32_t, steps);
 ABSL_DECLARE_FLAG(double, lr);
 ABSL_DECLARE_FLAG(double, momentum);
 ABSL_DECLARE_FLAG(std::string, optimizer);
+ABSL_DECLARE_FLAG(std::string, loss);
 ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, save_weights);
 ABSL_DECLARE_FLAG(bool, json);

@@ -13,6 +13,8 @@
 #include "tools/cli/print_json.h"
 #include "tools/jobs/join/join_runner.h"
 
+ABSL_DECLARE_FLAG(int32_t, grad_accum);  // tools/cli/train_command.cc
+
 ABSL_FLAG(std::string, inputs, "",
           "iterations per rank on synthetic rows, e.g. 5,6,3,8 (sets the world size)");
 ABSL_FLAG(std::string, data_per_rank, "",
@@ -135,6 +137,7 @@ absl::StatusOr<jobs::JoinRunConfig> ConfigFromFlags() {
   config.use_join = !absl::GetFlag(FLAGS_no_join);
   config.divide_by_initial_world_size = absl::GetFlag(FLAGS_divide_by_initial_world_size);
   config.throw_on_early_termination = absl::GetFlag(FLAGS_throw_on_early_termination);
+  config.grad_accum = absl::GetFlag(FLAGS_grad_accum);
   // --inputs sets the world size; --world-size only when given (and then it must agree).
   if (!FlagDiffersFromDefault("world_size") && !config.inputs.empty()) config.world.world_size = 0;
   if (!config.use_join && config.throw_on_early_termination) {
@@ -177,8 +180,9 @@ int RunJoinCommand(const std::vector<std::string>&) {
 }  // namespace
 
 Subcommand JoinSubcommand() {
-  std::vector<std::string> flags = {"inputs", "data_per_rank", "divide_by_initial_world_size",
-                                    "throw_on_early_termination", "no_join"};
+  std::vector<std::string> flags = {
+      "inputs",  "data_per_rank", "divide_by_initial_world_size", "throw_on_early_termination",
+      "no_join", "grad_accum"};
   flags.insert(flags.end(), kDdpTrainingFlagNames.begin(), kDdpTrainingFlagNames.end());
   return {
       .name = "join",
@@ -186,7 +190,8 @@ Subcommand JoinSubcommand() {
       .usage =
           "ddpkit join (--inputs 5,6,3,8 | --data-per-rank PREFIX --world-size N) "
           "[--divide-by-initial-world-size true|false] [--throw-on-early-termination] "
-          "[--no-join] [--optimizer sgd|zero-sgd] [--device cpu|cuda] [train and DDP flags]",
+          "[--no-join] [--grad-accum K] [--optimizer sgd|zero-sgd] [--device cpu|cuda] [train and "
+          "DDP flags]",
       .flag_names = flags,
       .run = RunJoinCommand};
 }

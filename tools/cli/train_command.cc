@@ -14,7 +14,9 @@
 #include "tools/jobs/train/trainer.h"
 
 ABSL_FLAG(int32_t, grad_accum, 1,
-          "micro-batches per optimizer step; all but the last run under no_sync");
+          "train: micro-batches per optimizer step, all but the last under no_sync; join: "
+          "iteration t syncs only when t % K == 0, the others run under no_sync and step with "
+          "their local gradients (PyTorch's uneven-inputs test)");
 ABSL_FLAG(std::string, save_grads, "",
           "write rank 0's gradients after the last backward, before its update (safetensors)");
 ABSL_FLAG(std::string, checkpoint_dir, "",

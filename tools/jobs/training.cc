@@ -6,23 +6,25 @@
 #include "absl/strings/str_format.h"
 #include "autograd/cuda/runtime.h"
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "autograd/safetensors.h"
 #include "reducer/extras/named_comm_hook.h"
 
 namespace ddpkit::jobs {
 
 absl::StatusOr<std::vector<int64_t>> ValidateDdpTraining(const DdpTrainingConfig& config) {
-  DDPKIT_ASSIGN_OR_RETURN(std::vector<int64_t> widths, nn::ParseMlpSpec(config.model));
+  DDPKIT_ASSIGN_OR_RETURN(nn::MlpSpec spec, nn::ParseModelSpec(config.model));
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--batch-size", config.batch_size));
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--lr", config.lr, 0));
   DDPKIT_RETURN_IF_ERROR(RequireOneOf("--optimizer", config.optimizer, {"sgd", "zero-sgd"}));
+  DDPKIT_RETURN_IF_ERROR(RequireOneOf("--loss", config.loss, {"ce", "mse", "sum"}));
   if (!config.comm_hook.empty()) {
     DDPKIT_RETURN_IF_ERROR(reducer::ValidateCommHookName(config.comm_hook));
   }
   if (reducer::IsPowerSgdHookName(config.comm_hook)) {
     DDPKIT_RETURN_IF_ERROR(reducer::ValidatePowerSgdOptions(config.powersgd));
   }
-  return widths;
+  return std::move(spec.widths);
 }
 
 double EstimateRankBytes(const std::vector<int64_t>& widths, int64_t batch_size,
@@ -69,9 +71,9 @@ absl::Status CheckFitsInMemory(double bytes_per_rank, int ranks_here, std::strin
       " available; use a smaller model, batch or dataset, or fewer ranks in this process"));
 }
 
-absl::StatusOr<std::shared_ptr<nn::Module>> BuildModel(const DdpTrainingConfig& config,
-                                                       const std::vector<int64_t>& widths) {
-  std::shared_ptr<nn::Module> model = nn::MakeMlp(widths, config.seed);
+absl::StatusOr<std::shared_ptr<nn::Module>> BuildModel(const DdpTrainingConfig& config) {
+  DDPKIT_ASSIGN_OR_RETURN(const nn::MlpSpec spec, nn::ParseModelSpec(config.model));
+  std::shared_ptr<nn::Module> model = nn::MakeMlp(spec, config.seed);
   if (!config.weights_path.empty()) {
     DDPKIT_RETURN_IF_ERROR(LoadStateDict(*model, config.weights_path));
   }
@@ -112,6 +114,26 @@ absl::StatusOr<RankOptimizer> MakeOptimizer(const DdpTrainingConfig& config,
     made.elements_stepped = ParameterElements(model);
   }
   return made;
+}
+
+namespace {
+
+// F.one_hot(labels, classes).float(), on the labels' device.
+Tensor OneHot(const Tensor& labels, int64_t classes) {
+  const Tensor host = labels.To(Device::Cpu());
+  Tensor hot = Tensor::Zeros({host.numel(), classes});
+  for (int64_t r = 0; r < host.numel(); ++r) {
+    hot.data<float>()[r * classes + host.data<int64_t>()[r]] = 1;
+  }
+  return hot.To(labels.device());
+}
+
+}  // namespace
+
+Tensor TrainingLoss(const std::string& name, const Tensor& out, const Tensor& labels) {
+  if (name == "mse") return Mse(out, OneHot(labels, out.size(1)));
+  if (name == "sum") return Sum(out);
+  return CrossEntropy(out, labels);
 }
 
 double Accuracy(nn::Module& model, const ClassificationData& data) {

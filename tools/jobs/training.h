@@ -21,13 +21,14 @@ namespace ddpkit::jobs {
 
 struct DdpTrainingConfig {
   comm::WorldSpec world;  // --backend, --world-size, --timeout, --threads-per-rank, ...
-  std::string model = "mlp:32,64,64,10";  // mlp:IN,H1,...,OUT
+  std::string model = "mlp:32,64,64,10";  // mlp:IN,H1,...,OUT[,bias=0][,unused=1][,tied=1]
   std::string weights_path;               // initial weights (safetensors) when set
   std::string save_weights_path;          // rank 0's final weights (atomically) when set
   int batch_size = 32;                    // rows per rank per (micro-)batch
   double lr = 0.1;
   double momentum = 0.0;
   std::string optimizer = "sgd";  // or "zero-sgd": ZeRO-1, each rank steps its shard
+  std::string loss = "ce";        // ce, mse or sum (see TrainingLoss)
   uint64_t seed = 0;              // the model's initialisation and the synthetic data
   reducer::DdpOptions ddp;
   std::string comm_hook;              // empty, allreduce, fp16, bf16, powersgd or batched_powersgd
@@ -56,9 +57,9 @@ double EstimateRankBytes(const std::vector<int64_t>& widths, int64_t batch_size,
 // which flags set it.
 absl::Status CheckFitsInMemory(double bytes_per_rank, int ranks_here, std::string_view flags);
 
-// The MLP of `widths`, initialised from the seed, then from the weights file when one is set.
-absl::StatusOr<std::shared_ptr<nn::Module>> BuildModel(const DdpTrainingConfig& config,
-                                                       const std::vector<int64_t>& widths);
+// The model of the config's spec (widths and options), initialised from the seed, then from the
+// weights file when one is set.
+absl::StatusOr<std::shared_ptr<nn::Module>> BuildModel(const DdpTrainingConfig& config);
 
 // The rank's device: `requested`, except that a GPU request on a GPU backend (nccl) means the
 // group's own GPU (cuda:LOCAL_RANK).
@@ -75,6 +76,12 @@ struct RankOptimizer {
 };
 absl::StatusOr<RankOptimizer> MakeOptimizer(const DdpTrainingConfig& config,
                                             const nn::Module& model, comm::ProcessGroup& group);
+
+// The loss `name` of the model's output [rows, classes] against the labels [rows]: "ce"
+// (F.cross_entropy(out, y)), "mse" (F.mse_loss(out, F.one_hot(y, classes).float())) or "sum"
+// (out.sum(), as PyTorch's own DDP tests use; DDP averages gradients over ranks, so with it a
+// run of N ranks steps with 1/N of one process's gradient on the same global batch).
+Tensor TrainingLoss(const std::string& name, const Tensor& out, const Tensor& labels);
 
 // Top-1 accuracy of `model` over every row of `data` (0 for no rows).
 double Accuracy(nn::Module& model, const ClassificationData& data);

@@ -32,6 +32,9 @@ struct TrainingStep {
   // true: the last micro-batch's backward reduces (DDP's buckets); false: every backward runs
   // under no_sync and `before_optimizer` reduces (a fused allreduce).
   bool sync_last = true;
+  // Whether `step` reduces at all (null: every step does): false runs all of it under no_sync,
+  // as PyTorch's uneven-inputs test syncs only every k-th iteration.
+  std::function<bool(int step)> synced = nullptr;
   // Micro-batch k of `step`: fetch its rows (outside the forward span and no_sync).
   std::function<void(int step, int k)> load = nullptr;
   // Its forward and loss, inside the forward span: returns the tensor backward starts from.

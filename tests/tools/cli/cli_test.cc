@@ -182,6 +182,29 @@ TEST(CliTest, JoinReportsEveryIterationAndTheFinalSync) {
   }
 }
 
+// PyTorch's test_ddp_uneven_inputs: no_sync except every k-th iteration, under Join. A joined
+// rank still shadows exactly what the active ones issue: the bucket allreduces only in synced
+// iterations.
+TEST(CliTest, JoinWithGradAccumSyncsEveryKthIterationAndStillAgrees) {
+  Result r = RunDdpkit(
+      "join --json --inputs 2,5,3 --batch-size 4 --model mlp:6,8,8,8,3,tied=1 --grad-accum 2 "
+      "--loss sum --lr 0.01");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["grad_accum"], 2);
+  ASSERT_EQ(report["iterations"].size(), 5u);
+  for (int t = 2; t < 5; ++t) {
+    SCOPED_TRACE(t);
+    EXPECT_EQ(report["iterations"][t]["active_collectives"],
+              report["iterations"][t]["shadowing_collectives"]);
+  }
+  // Iteration 3 (no_sync) issues Join's count and plan only; 4 (synced) its buckets too.
+  EXPECT_LT(report["iterations"][3]["active_collectives"].size(),
+            report["iterations"][4]["active_collectives"].size());
+  EXPECT_EQ(report["models_identical"], true);
+  EXPECT_EQ(RunDdpkit("join --inputs 2,3 --grad-accum 0").status, 2);
+}
+
 TEST(CliTest, JoinWithZeroShardsTheOptimizerAndStillAgrees) {
   Result r = RunDdpkit(
       "join --json --inputs 3,1,2,0 --batch-size 4 --model mlp:6,8,3 --optimizer zero-sgd "

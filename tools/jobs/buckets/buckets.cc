@@ -53,13 +53,13 @@ google::protobuf::RepeatedPtrField<reducer::BucketInfo> DescribeBuckets(
 
 absl::StatusOr<ModelBuckets> ModelBucketPlans(const std::string& model,
                                               const reducer::DdpOptions& options) {
-  DDPKIT_ASSIGN_OR_RETURN(const std::vector<int64_t> widths, nn::ParseMlpSpec(model));
+  DDPKIT_ASSIGN_OR_RETURN(const nn::MlpSpec spec, nn::ParseModelSpec(model));
   reducer::DdpLoggingData log;
   DDPKIT_RETURN_IF_ERROR(comm::RunThreadsWorld(1, [&](comm::ProcessGroup& group) -> absl::Status {
-    auto mlp = nn::MakeMlp(widths, 0);
+    auto mlp = nn::MakeMlp(spec, 0);
     DDPKIT_ASSIGN_OR_RETURN(auto ddp,
                             reducer::DistributedDataParallel::Create(mlp, group, options));
-    Tensor x = Tensor::Empty({2, widths.front()});
+    Tensor x = Tensor::Empty({2, spec.widths.front()});
     Generator(0).FillNormal(x);
     Tensor y = Tensor::Zeros({2}, DType::kInt64);
     // The rebuild follows the first synced iteration (static graph: the second).

@@ -17,6 +17,7 @@ namespace {
 using Role = IterationLog::Role;
 
 absl::Status Validate(const JoinRunConfig& config) {
+  DDPKIT_RETURN_IF_ERROR(RequirePositive("--grad-accum", config.grad_accum));
   if (config.data_prefix.empty() == config.inputs.empty()) {
     return absl::InvalidArgumentError(
         "give exactly one of --inputs N0,N1,... (iterations per rank on synthetic rows) or "
@@ -144,7 +145,7 @@ absl::StatusOr<std::unique_ptr<Rank>> SetUp(const JoinRunConfig& config,
       rank->trace, trace.BeginRank(group, TraceCapacityFor(rank->most(), 2 * widths.size())));
   JoinRunConfig placed = config;
   placed.device = RankDevice(config.device, group);
-  DDPKIT_ASSIGN_OR_RETURN(rank->model, BuildModel(placed, widths));
+  DDPKIT_ASSIGN_OR_RETURN(rank->model, BuildModel(placed));
   DDPKIT_ASSIGN_OR_RETURN(rank->ddp, WrapInDdp(config, rank->model, group));
   if (rank->trace != nullptr) rank->ddp->reducer().SetTraceObserver(rank->trace);
   rank->ddp->set_divide_by_initial_world_size(config.divide_by_initial_world_size);
@@ -173,8 +174,9 @@ void TrainLoop(const JoinRunConfig& config, Rank& rank) {
       .optimizer = rank.optimizer.optimizer.get(),
       .ddp = rank.ddp.get(),
       .trace = rank.trace,
+      .synced = [&](int t) { return t % config.grad_accum == 0; },
       .load = [&](int t, int) { GatherRows(rank.rows.data, t * b, b, x, y); },
-      .forward = [&](int, int) { return CrossEntropy(rank.ddp->Forward(x), y); },
+      .forward = [&](int, int) { return TrainingLoss(config.loss, rank.ddp->Forward(x), y); },
       .after_backward = [&](int t, int, const Tensor& loss) { rank.log.SetLoss(t, loss.item()); },
       .before_optimizer =
           [&](int t) {
@@ -237,6 +239,7 @@ JoinReport DescribeRun(const JoinRunConfig& config, const Rank& rank) {
   report.set_backend(std::string(rank.group.backend_name()));
   for (int n : rank.inputs) report.add_inputs(n);
   report.set_batch_size(config.batch_size);
+  report.set_grad_accum(config.grad_accum);
   report.set_data(rank.rows.data.description);
   report.set_optimizer(config.optimizer);
   report.set_join(config.use_join);

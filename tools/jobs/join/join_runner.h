@@ -29,6 +29,9 @@ struct JoinRunConfig : DdpTrainingConfig {
   bool use_join = true;
   bool divide_by_initial_world_size = true;
   bool throw_on_early_termination = false;
+  // Iteration t reduces only when t % grad_accum == 0, the others run under no_sync (and step
+  // with their local gradients), as PyTorch's test_ddp_uneven_inputs does.
+  int grad_accum = 1;
 };
 
 // Validates the config, runs every rank, returns rank 0's report (under gloo, this process's).

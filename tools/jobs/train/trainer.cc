@@ -72,7 +72,7 @@ absl::StatusOr<Rank> SetUp(const TrainConfig& config, const std::vector<int64_t>
   DDPKIT_ASSIGN_OR_RETURN(rank.trace, trace.BeginRank(group, TraceCapacityFor(config, widths)));
   TrainConfig placed = config;
   placed.device = rank.device = RankDevice(config.device, group);
-  DDPKIT_ASSIGN_OR_RETURN(rank.model, BuildModel(placed, widths));
+  DDPKIT_ASSIGN_OR_RETURN(rank.model, BuildModel(placed));
   DDPKIT_ASSIGN_OR_RETURN(rank.data, LoadData(config, widths));
   DDPKIT_ASSIGN_OR_RETURN(rank.ddp, WrapInDdp(config, rank.model, group));
   if (rank.trace != nullptr) rank.ddp->reducer().SetTraceObserver(rank.trace);
@@ -103,6 +103,7 @@ TrainReport DescribeSetup(const TrainConfig& config, const Rank& rank) {
   report.set_momentum(config.momentum);
   report.set_seed(config.seed);
   report.set_optimizer(config.optimizer);
+  report.set_loss(config.loss);
   report.set_elements_stepped(rank.optimizer.elements_stepped);
   *report.mutable_ddp() = rank.ddp->LoggingData();
   return report;
@@ -130,7 +131,7 @@ TrainingStep StepOf(const TrainConfig& config, Rank& rank, Tensor& x, Tensor& y,
                 const int64_t g = static_cast<int64_t>(step) * config.grad_accum + k;
                 GatherRows(rank.data, g * global_batch + rank.group.rank() * b, b, x, y);
               },
-          .forward = [&](int, int) { return CrossEntropy(rank.ddp->Forward(x), y); },
+          .forward = [&](int, int) { return TrainingLoss(config.loss, rank.ddp->Forward(x), y); },
           .after_backward = [&](int, int, const Tensor& loss) { loss_sum += loss.item(); },
           .before_optimizer = [&](int step) -> absl::Status {
             const bool last = step + 1 == config.steps;

@@ -28,9 +28,14 @@ from torch.nn.parallel import DistributedDataParallel
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests",
                    "testdata", "ddp_plans.json")
 
-# ddpkit model specs: mlp:IN,H1,...,OUT is Sequential(Linear, ReLU, ..., Linear).
+# ddpkit model specs: mlp:IN,H1,...,OUT is Sequential(Linear, ReLU, ..., Linear); the options
+# (bias=0, unused=1, tied=1) are the scenarios of PyTorch's own DDP tests (see mlp()).
 MODELS = ["mlp:4,8,3", "mlp:8,16,16,4", "mlp:32,64,64,10", "mlp:16,32,32,32,8",
-          "mlp:256,512,512,512,512,10", "mlp:784,2048,2048,10"]
+          "mlp:256,512,512,512,512,10", "mlp:784,2048,2048,10",
+          "mlp:4,8,3,bias=0", "mlp:8,16,16,4,bias=0", "mlp:256,512,512,512,512,10,bias=0",
+          "mlp:8,16,16,4,unused=1", "mlp:32,64,64,10,unused=1,bias=0",
+          "mlp:8,16,16,16,4,tied=1", "mlp:16,32,32,32,8,tied=1,bias=0",
+          "mlp:8,16,16,16,4,tied=1,unused=1"]
 # (first bucket bytes, bucket cap bytes): PyTorch's defaults, then caps that cut inside layers,
 # between a weight and its bias, and around every layer's size.
 CAPS = [(1 << 20, 25 << 20), (300, 419), (64, 256), (1024, 1024), (4096, 8192),
@@ -38,14 +43,34 @@ CAPS = [(1 << 20, 25 << 20), (300, 419), (64, 256), (1024, 1024), (4096, 8192),
 MODES = ["plain", "find_unused", "static_graph"]
 
 
+class Mlp(torch.nn.Sequential):
+    """nn.Sequential whose child "unused" (when there is one) is never called."""
+
+    def forward(self, x):
+        for name, layer in self.named_children():
+            if name != "unused":
+                x = layer(x)
+        return x
+
+
 def mlp(spec):
-    widths = [int(w) for w in spec.split(":", 1)[1].split(",")]
+    """ddpkit's nn::MakeMlp: bias=0 drops every bias; tied=1 gives the last hidden-to-hidden
+    Linear the weight of the one before it; unused=1 registers Linear(OUT, OUT) last."""
+    parts = spec.split(":", 1)[1].split(",")
+    widths = [int(p) for p in parts if "=" not in p]
+    options = dict(p.split("=") for p in parts if "=" in p)
+    bias = options.get("bias", "1") == "1"
     layers = []
     for i in range(len(widths) - 1):
-        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
+        layers.append(torch.nn.Linear(widths[i], widths[i + 1], bias=bias))
         if i + 2 < len(widths):
             layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers), widths
+    model = Mlp(*layers)
+    if options.get("tied") == "1":
+        model[len(layers) - 3].weight = model[len(layers) - 5].weight
+    if options.get("unused") == "1":
+        model.add_module("unused", torch.nn.Linear(widths[-1], widths[-1], bias=bias))
+    return model, widths
 
 
 def ints(text):
@@ -63,7 +88,12 @@ def plan(spec, first_bytes, cap_bytes, mode):
     for iteration in range(1, 6):
         x = torch.randn(4, widths[0])
         y = torch.randint(0, widths[-1], (4,))
-        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        try:
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        except RuntimeError as error:  # an unused parameter without find_unused_parameters
+            return {"model": spec, "first_bucket_bytes": first_bytes, "bucket_cap_bytes": cap_bytes,
+                    "mode": mode, "error_iteration": iteration,
+                    "error": str(error).split("\n")[0]}
         if logged_rebuild_after is None and ddp._get_ddp_logging_data().get("has_rebuilt_buckets"):
             logged_rebuild_after = iteration
     log = ddp._get_ddp_logging_data()
