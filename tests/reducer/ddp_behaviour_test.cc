@@ -137,6 +137,45 @@ TEST(DdpUnusedParametersTest, UseInsideNoSyncIsRecorded) {
   });
 }
 
+// PyTorch's test_ignored_output(_with_unused_parameters): forwards whose output is never
+// backpropagated (evaluation inside a training loop) leave DDP ready for the next synced
+// iteration: four ignored forwards, then four real steps, and the real steps' gradients are the
+// one-process mean. With find_unused_parameters the never-used layer stays without a gradient.
+class DdpIgnoredOutputTest : public ::testing::TestWithParam<bool> {
+ protected:
+  // With find_unused_parameters a model with layers no rank uses (BranchyNet: "b", "never"),
+  // else one whose every parameter is used.
+  std::shared_ptr<nn::Module> MakeModel() const {
+    if (GetParam()) return std::make_shared<BranchyNet>(9);
+    return nn::MakeMlp({4, 5, 3}, 9, DType::kFloat64);
+  }
+};
+
+TEST_P(DdpIgnoredOutputTest, ForwardsWithoutBackwardThenTrainingIsFine) {
+  const int world = 2;
+  auto x = [](int rank) { return RandomRows(2, 4, 70 + rank); };
+  std::shared_ptr<nn::Module> reference = MakeModel();
+  Tensor total;
+  for (int r = 0; r < world; ++r) {
+    Tensor loss = CrossEntropy(reference->Forward(x(r)), Labels(2, 3, r)) * (1.0 / world);
+    total = total.defined() ? total + loss : loss;
+  }
+  total.Backward();
+  const Grads expected = GradsOf(*reference);
+  RunWorld(world, [&](comm::ProcessGroup& group) {
+    std::shared_ptr<nn::Module> model = MakeModel();
+    auto ddp = MakeDdp(model, group, {.find_unused_parameters = GetParam()});
+    for (int i = 0; i < 4; ++i) ddp->Forward(x(group.rank()));  // outputs ignored
+    for (int step = 0; step < 4; ++step) {
+      for (const Tensor& p : model->Parameters()) p.set_grad(Tensor());
+      CrossEntropy(ddp->Forward(x(group.rank())), Labels(2, 3, group.rank())).Backward();
+      EXPECT_TRUE(GradsClose(GradsOf(*model), expected, 1e-10, 1e-12)) << "step " << step;
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(FindUnused, DdpIgnoredOutputTest, ::testing::Bool());
+
 TEST(DdpStaticGraphTest, LayerCheckpointedTwiceMatchesSingleProcess) {
   const int world = 2;
   TwiceCheckpointedNet reference(5);
