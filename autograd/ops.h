@@ -26,6 +26,10 @@ Tensor Gelu(const Tensor& x);  // exact form, x * Phi(x), as PyTorch's default
 Tensor Exp(const Tensor& x);
 Tensor Log(const Tensor& x);
 
+// x [..., t, d] + y [t, d]: y (any trailing shape of x) added to each of x's leading blocks, as
+// PyTorch broadcasts nanoGPT's tok_emb [B, T, C] + pos_emb [T, C] (host).
+Tensor AddTrailing(const Tensor& x, const Tensor& y);
+
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return Add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return Sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return Mul(a, b); }
@@ -46,7 +50,8 @@ Tensor SequenceMean(const Tensor& x, const Tensor& lengths);
 
 // --- Matrix products (ops/matmul.cc) ---------------------------------------------------------
 Tensor Matmul(const Tensor& a, const Tensor& b);  // [m, k] x [k, n] -> [m, n]
-// x [n, in], weight [out, in] (PyTorch's layout), bias [out] or undefined -> [n, out].
+// x [n, in], weight [out, in] (PyTorch's layout), bias [out] or undefined -> [n, out]; a 3-D
+// x [b, t, in] gives [b, t, out] through PyTorch's graph (view, addmm or mm, view).
 Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // Relu(Linear(x, weight, bias)) as one op on the host: the bias and ReLU applied in the GEMM's
 // epilogue, one backward node that masks the gradient and sums it for the bias in one pass.
@@ -79,5 +84,17 @@ Tensor Reshape(const Tensor& x, const Shape& shape);        // a view
 Tensor L2NormalizeRows(const Tensor& x, double eps = 1e-12);
 // Rows of weight [v, d] picked by int64 indices [n] -> [n, d] (ops/embedding.cc).
 Tensor EmbeddingLookup(const Tensor& weight, const Tensor& indices);
+
+// --- Transformers (ops/layer_norm.cc, softmax.cc, attention.cc; host only) ------------------
+// PyTorch's layer_norm over the last dimension: each row normalised by its mean and biased
+// variance (+ eps), then * weight + bias per column. weight and bias are [x.size(-1)] or
+// undefined (none). Its backward node's edges are (x, weight, bias), as native_layer_norm's.
+Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// Softmax over the last dimension (torch.softmax(x, dim=-1)).
+Tensor Softmax(const Tensor& x);
+// nanoGPT's causal self-attention on c_attn's output qkv [B, T, 3C] (q, k, v side by side):
+// per head of width hd = C / heads, softmax(q k^T / sqrt(hd), masked above the diagonal) v,
+// the heads side by side again -> [B, T, C]. One backward node with one edge (to qkv).
+Tensor CausalSelfAttention(const Tensor& qkv, int64_t heads);
 
 }  // namespace ddpkit

@@ -1,5 +1,7 @@
 // Elementwise ops, each forward followed by its backward. The pointwise math lives in
 // autograd/ops/pointwise.h, shared with the CUDA kernels (MapOn / ZipOn pick the device).
+#include <algorithm>
+
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
@@ -42,6 +44,53 @@ Tensor Mul(const Tensor& a, const Tensor& b) {
              return {a_grad ? SumToShapeOf(Mul(g, b), a) : Tensor(),
                      b_grad ? SumToShapeOf(Mul(g, a), b) : Tensor()};
            });
+  return out;
+}
+
+// ---------------------------------------------------------------------------- add trailing
+namespace {
+
+// out <- x + y repeated over x's leading blocks of y.numel() elements (sum = false), or
+// out <- the sum of x's blocks (sum = true; out holds y's shape).
+template <typename T>
+void BlockLoop(const Tensor& x, const Tensor& y, const Tensor& out, bool sum) {
+  const int64_t block = sum ? out.numel() : y.numel(), blocks = x.numel() / block;
+  const T* in = x.data<T>();
+  T* o = out.data<T>();
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t j = 0; j < block; ++j) {
+      if (sum) {
+        o[j] += in[b * block + j];
+      } else {
+        o[b * block + j] = in[b * block + j] + y.data<T>()[j];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Tensor AddTrailing(const Tensor& x, const Tensor& y) {
+  CheckFloating("add_trailing", x);
+  CheckFloating("add_trailing", y);
+  op_util::CheckSameDevice("add_trailing", x, y);
+  DDPKIT_CHECK(!x.is_cuda(), "[add_trailing] runs on the host only (no CUDA kernel yet)");
+  const bool trailing = y.dim() <= x.dim() && y.numel() > 0 &&
+                        std::equal(y.shape().begin(), y.shape().end(), x.shape().end() - y.dim());
+  DDPKIT_CHECK(x.dtype() == y.dtype() && trailing, "[add_trailing] ", DTypeName(y.dtype()),
+               ShapeString(y.shape()), " is not the trailing shape of ", DTypeName(x.dtype()),
+               ShapeString(x.shape()));
+  Tensor out = Tensor::Uninitialized(x.shape(), x.dtype(), x.device());
+  DispatchFloating(x.dtype(), "add_trailing",
+                   [&]<typename T>() { BlockLoop<T>(x, y, out, /*sum=*/false); });
+  // Edges (x, y), as PyTorch's AddBackward for tok_emb + pos_emb; y's gradient is summed over
+  // the blocks it was repeated in.
+  RecordOp(out, "AddBackward", {&x, &y}, [y_shape = y.shape()](const Tensor& g) -> TensorList {
+    Tensor dy = Tensor::Zeros(y_shape, g.dtype(), g.device());
+    DispatchFloating(g.dtype(), "add_trailing_backward",
+                     [&]<typename T>() { BlockLoop<T>(g, Tensor(), dy, /*sum=*/true); });
+    return {g, dy};
+  });
   return out;
 }
 

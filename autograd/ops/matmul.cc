@@ -183,6 +183,13 @@ LinearSaved Save(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }  // namespace
 
 Tensor Linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  // PyTorch folds a contiguous 3-D input to 2-D with a view, runs addmm (mm without a bias) and
+  // views the result back: the same graph here, a reshape node for each view.
+  if (x.dim() == 3) {
+    const int64_t batch = x.size(0), time = x.size(1);
+    Tensor out = Linear(Reshape(x, {batch * time, x.size(2)}), weight, bias);
+    return Reshape(out, {batch, time, out.size(1)});
+  }
   CheckLinear("linear", x, weight, bias);
   Tensor out = LinearForward(x, weight, bias, /*relu=*/false);
   if (!ShouldRecord({&x, &weight, &bias})) return out;

@@ -152,6 +152,24 @@ std::vector<OpCase> Cases() {
        [](const TensorList& x) {
          return SequenceMean(x[0], Targets({2, 4, 1}));  // 3 sequences of L = 4 rows
        }},
+      {"linear_3d",
+       {{2, 3, 4}, {5, 4}, {5}},
+       [](const TensorList& x) { return Linear(x[0], x[1], x[2]); }},
+      {"add_trailing",
+       {{2, 3, 4}, {3, 4}},
+       [](const TensorList& x) { return AddTrailing(x[0], x[1]); }},
+      {"layer_norm",
+       {{2, 3, 5}, {5}, {5}},
+       [](const TensorList& x) { return LayerNorm(x[0], x[1], x[2]); }},
+      {"layer_norm_no_bias",
+       {{4, 5}, {5}},
+       [](const TensorList& x) { return LayerNorm(x[0], x[1], Tensor()); }},
+      {"softmax", {{2, 3, 4}}, [](const TensorList& x) { return Softmax(x[0]); }, -3.0, 3.0},
+      {"causal_self_attention",
+       {{2, 4, 12}},  // B = 2, T = 4, C = 4 in 2 heads
+       [](const TensorList& x) { return CausalSelfAttention(x[0], 2); },
+       -2.0,
+       2.0},
       {"composite_mlp",
        {{4, 3}, {5, 3}, {5}, {2, 5}},
        [](const TensorList& x) {

@@ -1,0 +1,118 @@
+// Layer normalisation over the last dimension, as PyTorch's native_layer_norm: each row is
+// normalised with its own mean and biased variance, then scaled and shifted per column.
+#include <cmath>
+
+#include "autograd/function.h"
+#include "autograd/ops.h"
+#include "autograd/ops/op_util.h"
+
+namespace ddpkit {
+namespace {
+
+void CheckLayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  op_util::CheckFloating("layer_norm", x);
+  DDPKIT_CHECK(x.dim() >= 1, "[layer_norm] input must have at least one dimension");
+  const Shape columns = {x.size(-1)};
+  for (const Tensor* p : {&weight, &bias}) {
+    if (!p->defined()) continue;
+    DDPKIT_CHECK(p->dtype() == x.dtype() && p->shape() == columns,
+                 "[layer_norm] weight and bias "
+                 "must be ",
+                 DTypeName(x.dtype()), ShapeString(columns), ", got ", DTypeName(p->dtype()),
+                 ShapeString(p->shape()));
+    op_util::CheckSameDevice("layer_norm", x, *p);
+  }
+}
+
+// Per row: xhat = (x - mean) * rstd; y = xhat * w + b. Keeps xhat and rstd for the backward.
+template <typename T>
+void LayerNormRows(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                   const Tensor& y, const Tensor& xhat, const Tensor& rstd) {
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  const T* w = weight.defined() ? weight.data<T>() : nullptr;
+  const T* b = bias.defined() ? bias.data<T>() : nullptr;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* in = x.data<T>() + r * d;
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < d; ++j) mean += in[j];
+    mean /= d;
+    for (int64_t j = 0; j < d; ++j) var += (in[j] - mean) * (in[j] - mean);
+    const double s = 1.0 / std::sqrt(var / d + eps);
+    rstd.data<T>()[r] = T(s);
+    T* h = xhat.data<T>() + r * d;
+    T* out = y.data<T>() + r * d;
+    for (int64_t j = 0; j < d; ++j) {
+      h[j] = T((in[j] - mean) * s);
+      out[j] = h[j] * (w ? w[j] : T(1)) + (b ? b[j] : T(0));
+    }
+  }
+}
+
+struct LayerNormSaved {
+  Tensor xhat, rstd, weight;
+  bool x_grad, w_grad, b_grad;
+};
+
+// dxhat = g * w; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat));
+// dw = sum over rows of g * xhat; db = sum over rows of g.
+template <typename T>
+TensorList LayerNormBackward(const LayerNormSaved& s, const Tensor& g) {
+  const int64_t d = g.size(-1), rows = g.numel() / d;
+  Tensor dx = s.x_grad ? Tensor::Empty(g.shape(), g.dtype()) : Tensor();
+  Tensor dw = s.w_grad ? Tensor::Zeros({d}, g.dtype()) : Tensor();
+  Tensor db = s.b_grad ? Tensor::Zeros({d}, g.dtype()) : Tensor();
+  const T* w = s.weight.defined() ? s.weight.data<T>() : nullptr;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* dy = g.data<T>() + r * d;
+    const T* h = s.xhat.data<T>() + r * d;
+    if (dw.defined()) {
+      for (int64_t j = 0; j < d; ++j) dw.data<T>()[j] += dy[j] * h[j];
+    }
+    if (db.defined()) {
+      for (int64_t j = 0; j < d; ++j) db.data<T>()[j] += dy[j];
+    }
+    if (!dx.defined()) continue;
+    double sum = 0, dot = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      const double dh = double(dy[j]) * (w ? w[j] : T(1));
+      sum += dh;
+      dot += dh * h[j];
+    }
+    const double rstd = s.rstd.data<T>()[r];
+    T* out = dx.data<T>() + r * d;
+    for (int64_t j = 0; j < d; ++j) {
+      const double dh = double(dy[j]) * (w ? w[j] : T(1));
+      out[j] = T(rstd * (dh - sum / d - h[j] * dot / d));
+    }
+  }
+  return {dx, dw, db};
+}
+
+}  // namespace
+
+Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  CheckLayerNorm(x, weight, bias);
+  DDPKIT_CHECK(!x.is_cuda(), "[layer_norm] runs on the host only (no CUDA kernel yet)");
+  const int64_t rows = x.numel() / x.size(-1);
+  Tensor y = Tensor::Uninitialized(x.shape(), x.dtype(), x.device());
+  Tensor xhat = Tensor::Uninitialized(x.shape(), x.dtype(), x.device());
+  Tensor rstd = Tensor::Uninitialized({rows}, x.dtype(), x.device());
+  DispatchFloating(x.dtype(), "layer_norm",
+                   [&]<typename T>() { LayerNormRows<T>(x, weight, bias, eps, y, xhat, rstd); });
+  // Edges (input, weight, bias), as NativeLayerNormBackward's: the weight's and the bias's
+  // accumulators become ready together, in that order.
+  RecordOp(y, "NativeLayerNormBackward", {&x, &weight, &bias},
+           [s = LayerNormSaved{.xhat = xhat,
+                               .rstd = rstd,
+                               .weight = weight.defined() ? weight.Detach() : Tensor(),
+                               .x_grad = x.requires_grad(),
+                               .w_grad = weight.defined() && weight.requires_grad(),
+                               .b_grad = bias.defined() && bias.requires_grad()}](
+               const Tensor& g) -> TensorList {
+             return DispatchFloating(g.dtype(), "layer_norm_backward",
+                                     [&]<typename T>() { return LayerNormBackward<T>(s, g); });
+           });
+  return y;
+}
+
+}  // namespace ddpkit
