@@ -120,9 +120,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Generator& 
 
 Tensor Linear::Forward(const Tensor& input) { return ddpkit::Linear(input, weight_, bias_); }
 
-void Linear::TieWeightTo(const Linear& other) {
-  DDPKIT_CHECK(other.weight_.shape() == weight_.shape(), "[Linear] a tied weight needs one shape");
-  weight_ = other.weight_;
+void Linear::TieWeightTo(const Tensor& weight) {
+  DDPKIT_CHECK(weight.shape() == weight_.shape(), "[Linear] a tied weight needs one shape");
+  weight_ = weight;
   ReplaceParameter("weight", weight_);
 }
 

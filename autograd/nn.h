@@ -76,7 +76,9 @@ class Linear : public Module {
   const Tensor& bias() const { return bias_; }
   // Uses `other`'s weight from now on (a tied parameter, as PyTorch's
   // `b.weight = a.weight`): the model lists it once, under its first name.
-  void TieWeightTo(const Linear& other);
+  void TieWeightTo(const Linear& other) { TieWeightTo(other.weight()); }
+  // The same with any parameter of the weight's shape (nanoGPT's lm_head tied to wte's table).
+  void TieWeightTo(const Tensor& weight);
 
  private:
   std::string Describe() const override;
