@@ -27,7 +27,7 @@ Tensor Exp(const Tensor& x);
 Tensor Log(const Tensor& x);
 
 // x [..., t, d] + y [t, d]: y (any trailing shape of x) added to each of x's leading blocks, as
-// PyTorch broadcasts nanoGPT's tok_emb [B, T, C] + pos_emb [T, C] (host).
+// PyTorch broadcasts nanoGPT's tok_emb [B, T, C] + pos_emb [T, C].
 Tensor AddTrailing(const Tensor& x, const Tensor& y);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return Add(a, b); }
@@ -85,7 +85,7 @@ Tensor L2NormalizeRows(const Tensor& x, double eps = 1e-12);
 // Rows of weight [v, d] picked by int64 indices [n] -> [n, d] (ops/embedding.cc).
 Tensor EmbeddingLookup(const Tensor& weight, const Tensor& indices);
 
-// --- Transformers (ops/layer_norm.cc, softmax.cc, attention.cc; host only) ------------------
+// --- Transformers (ops/layer_norm.cc, softmax.cc, attention.cc) -----------------------------
 // PyTorch's layer_norm over the last dimension: each row normalised by its mean and biased
 // variance (+ eps), then * weight + bias per column. weight and bias are [x.size(-1)] or
 // undefined (none). Its backward node's edges are (x, weight, bias), as native_layer_norm's.

@@ -50,6 +50,41 @@ Tensor Zip(const Tensor& a, const Tensor& b, F f) {
   return IsDouble(a, "zip") ? ZipOf<double>(a, b, f) : ZipOf<float>(a, b, f);
 }
 
+namespace {
+
+template <typename T>
+void AddTrailingOf(const Tensor& x, const Tensor& y, const Tensor& out) {
+  const T* a = x.device_data<T>();
+  const T* b = y.device_data<T>();
+  T* o = out.device_data<T>();
+  const int64_t block = y.numel();
+  ForEach(x.device(), x.numel(), "AddTrailing",
+          [=] __device__(int64_t i) { o[i] = a[i] + b[i % block]; });
+}
+
+// Each output element sums its column of blocks in block order (deterministic).
+template <typename T>
+void SumBlocksOf(const Tensor& g, const Tensor& out) {
+  const T* in = g.device_data<T>();
+  T* o = out.device_data<T>();
+  const int64_t block = out.numel(), blocks = g.numel() / block;
+  ForEach(g.device(), block, "SumBlocks", [=] __device__(int64_t j) {
+    T sum = 0;
+    for (int64_t b = 0; b < blocks; ++b) sum += in[b * block + j];
+    o[j] = sum;
+  });
+}
+
+}  // namespace
+
+void AddTrailing(const Tensor& x, const Tensor& y, const Tensor& out) {
+  IsDouble(x, "add_trailing") ? AddTrailingOf<double>(x, y, out) : AddTrailingOf<float>(x, y, out);
+}
+
+void SumBlocks(const Tensor& g, const Tensor& out) {
+  IsDouble(g, "add_trailing") ? SumBlocksOf<double>(g, out) : SumBlocksOf<float>(g, out);
+}
+
 // One instantiation per functor the ops use (op_util::MapOn / ZipOn).
 template Tensor Map(const Tensor&, pointwise::ScaleFn);
 template Tensor Map(const Tensor&, pointwise::ReluFn);

@@ -70,6 +70,31 @@ void SequenceMean(const Tensor& x, const Tensor& lengths, const Tensor& out);
 // dx [b * L, d] <- g[i] / lengths[i] in sequence i's valid rows, zero in its padding rows.
 void SequenceMeanBackward(const Tensor& g, const Tensor& lengths, const Tensor& dx);
 
+// --- layer_norm.cu -------------------------------------------------------------------------
+// Per row of x (the last dimension): xhat = (x - mean) * rstd, y = xhat * weight + bias (either
+// undefined: 1 and 0), rstd [rows]; one block per row, sums in double.
+void LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+               const Tensor& y, const Tensor& xhat, const Tensor& rstd);
+// dx = rstd (g w - mean(g w) - xhat mean(g w xhat)) per row; dw, db (zeroed, [d]) the column
+// sums of g xhat and g in row order. Undefined outputs are skipped.
+void LayerNormBackward(const Tensor& g, const Tensor& xhat, const Tensor& rstd,
+                       const Tensor& weight, const Tensor& dx, const Tensor& dw, const Tensor& db);
+
+// --- softmax.cu ---------------------------------------------------------------------------
+// op_util::SoftmaxLastDim and its backward (autograd/ops/softmax_rows.h): one block per row.
+void SoftmaxRows(const Tensor& x, const Tensor& y, bool causal, double scale);
+void SoftmaxRowsBackward(const Tensor& y, const Tensor& dy, const Tensor& dx, double scale);
+
+// --- attention.cu -------------------------------------------------------------------------
+// Columns [col, col + C) of rows [B, T, columns] to or from heads [B, H, T, hd].
+void CopyHeads(const Tensor& rows, int64_t col, const Tensor& heads, bool into_heads);
+
+// --- elementwise.cu: AddTrailing ----------------------------------------------------------
+// out = x + y repeated over x's leading blocks of y.numel() elements.
+void AddTrailing(const Tensor& x, const Tensor& y, const Tensor& out);
+// out [m] <- the sum of g's blocks of m elements, in block order.
+void SumBlocks(const Tensor& g, const Tensor& out);
+
 // --- optim.cu -----------------------------------------------------------------------------
 // One Adam step on every element of param (grad, exp_avg, exp_avg_sq alike on its GPU).
 void AdamStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,

@@ -2,6 +2,7 @@
 // autograd/ops/pointwise.h, shared with the CUDA kernels (MapOn / ZipOn pick the device).
 #include <algorithm>
 
+#include "autograd/cuda/ops.h"
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
@@ -68,27 +69,33 @@ void BlockLoop(const Tensor& x, const Tensor& y, const Tensor& out, bool sum) {
   }
 }
 
+// BlockLoop on x's device.
+void AddOrSumBlocks(const Tensor& x, const Tensor& y, const Tensor& out, bool sum) {
+  if constexpr (kWithCuda) {
+    if (x.is_cuda()) return sum ? cuda::SumBlocks(x, out) : cuda::AddTrailing(x, y, out);
+  }
+  DispatchFloating(x.dtype(), "add_trailing", [&]<typename T>() { BlockLoop<T>(x, y, out, sum); });
+}
+
 }  // namespace
 
 Tensor AddTrailing(const Tensor& x, const Tensor& y) {
   CheckFloating("add_trailing", x);
   CheckFloating("add_trailing", y);
   op_util::CheckSameDevice("add_trailing", x, y);
-  DDPKIT_CHECK(!x.is_cuda(), "[add_trailing] runs on the host only (no CUDA kernel yet)");
+
   const bool trailing = y.dim() <= x.dim() && y.numel() > 0 &&
                         std::equal(y.shape().begin(), y.shape().end(), x.shape().end() - y.dim());
   DDPKIT_CHECK(x.dtype() == y.dtype() && trailing, "[add_trailing] ", DTypeName(y.dtype()),
                ShapeString(y.shape()), " is not the trailing shape of ", DTypeName(x.dtype()),
                ShapeString(x.shape()));
   Tensor out = Tensor::Uninitialized(x.shape(), x.dtype(), x.device());
-  DispatchFloating(x.dtype(), "add_trailing",
-                   [&]<typename T>() { BlockLoop<T>(x, y, out, /*sum=*/false); });
+  AddOrSumBlocks(x, y, out, /*sum=*/false);
   // Edges (x, y), as PyTorch's AddBackward for tok_emb + pos_emb; y's gradient is summed over
   // the blocks it was repeated in.
   RecordOp(out, "AddBackward", {&x, &y}, [y_shape = y.shape()](const Tensor& g) -> TensorList {
     Tensor dy = Tensor::Zeros(y_shape, g.dtype(), g.device());
-    DispatchFloating(g.dtype(), "add_trailing_backward",
-                     [&]<typename T>() { BlockLoop<T>(g, Tensor(), dy, /*sum=*/true); });
+    AddOrSumBlocks(g, Tensor(), dy, /*sum=*/true);
     return {g, dy};
   });
   return out;

@@ -2,6 +2,7 @@
 // normalised with its own mean and biased variance, then scaled and shifted per column.
 #include <cmath>
 
+#include "autograd/cuda/ops.h"
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
@@ -56,11 +57,9 @@ struct LayerNormSaved {
 // dxhat = g * w; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat));
 // dw = sum over rows of g * xhat; db = sum over rows of g.
 template <typename T>
-TensorList LayerNormBackward(const LayerNormSaved& s, const Tensor& g) {
+void LayerNormBackwardRows(const LayerNormSaved& s, const Tensor& g, const Tensor& dx,
+                           const Tensor& dw, const Tensor& db) {
   const int64_t d = g.size(-1), rows = g.numel() / d;
-  Tensor dx = s.x_grad ? Tensor::Empty(g.shape(), g.dtype()) : Tensor();
-  Tensor dw = s.w_grad ? Tensor::Zeros({d}, g.dtype()) : Tensor();
-  Tensor db = s.b_grad ? Tensor::Zeros({d}, g.dtype()) : Tensor();
   const T* w = s.weight.defined() ? s.weight.data<T>() : nullptr;
   for (int64_t r = 0; r < rows; ++r) {
     const T* dy = g.data<T>() + r * d;
@@ -85,6 +84,21 @@ TensorList LayerNormBackward(const LayerNormSaved& s, const Tensor& g) {
       out[j] = T(rstd * (dh - sum / d - h[j] * dot / d));
     }
   }
+}
+
+TensorList LayerNormBackward(const LayerNormSaved& s, const Tensor& g) {
+  const int64_t d = g.size(-1);
+  Tensor dx = s.x_grad ? Tensor::Uninitialized(g.shape(), g.dtype(), g.device()) : Tensor();
+  Tensor dw = s.w_grad ? Tensor::Zeros({d}, g.dtype(), g.device()) : Tensor();
+  Tensor db = s.b_grad ? Tensor::Zeros({d}, g.dtype(), g.device()) : Tensor();
+  if constexpr (kWithCuda) {
+    if (g.is_cuda()) {
+      cuda::LayerNormBackward(g, s.xhat, s.rstd, s.weight, dx, dw, db);
+      return {dx, dw, db};
+    }
+  }
+  DispatchFloating(g.dtype(), "layer_norm_backward",
+                   [&]<typename T>() { LayerNormBackwardRows<T>(s, g, dx, dw, db); });
   return {dx, dw, db};
 }
 
@@ -92,13 +106,18 @@ TensorList LayerNormBackward(const LayerNormSaved& s, const Tensor& g) {
 
 Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   CheckLayerNorm(x, weight, bias);
-  DDPKIT_CHECK(!x.is_cuda(), "[layer_norm] runs on the host only (no CUDA kernel yet)");
+
   const int64_t rows = x.numel() / x.size(-1);
   Tensor y = Tensor::Uninitialized(x.shape(), x.dtype(), x.device());
   Tensor xhat = Tensor::Uninitialized(x.shape(), x.dtype(), x.device());
   Tensor rstd = Tensor::Uninitialized({rows}, x.dtype(), x.device());
-  DispatchFloating(x.dtype(), "layer_norm",
-                   [&]<typename T>() { LayerNormRows<T>(x, weight, bias, eps, y, xhat, rstd); });
+  if constexpr (kWithCuda) {
+    if (x.is_cuda()) cuda::LayerNorm(x, weight, bias, eps, y, xhat, rstd);
+  }
+  if (!x.is_cuda()) {
+    DispatchFloating(x.dtype(), "layer_norm",
+                     [&]<typename T>() { LayerNormRows<T>(x, weight, bias, eps, y, xhat, rstd); });
+  }
   // Edges (input, weight, bias), as NativeLayerNormBackward's: the weight's and the bias's
   // accumulators become ready together, in that order.
   RecordOp(y, "NativeLayerNormBackward", {&x, &weight, &bias},
@@ -108,10 +127,7 @@ Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, doub
                                .x_grad = x.requires_grad(),
                                .w_grad = weight.defined() && weight.requires_grad(),
                                .b_grad = bias.defined() && bias.requires_grad()}](
-               const Tensor& g) -> TensorList {
-             return DispatchFloating(g.dtype(), "layer_norm_backward",
-                                     [&]<typename T>() { return LayerNormBackward<T>(s, g); });
-           });
+               const Tensor& g) -> TensorList { return LayerNormBackward(s, g); });
   return y;
 }
 

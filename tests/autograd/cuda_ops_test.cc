@@ -173,6 +173,21 @@ TEST_P(CudaOpsTest, SmallNetworkEndToEnd) {
   });
 }
 
+TEST_P(CudaOpsTest, TransformerOps) {
+  const Tensor x = Rand({2, 5, 300}, 20), w = Rand({300}, 21), b = Rand({300}, 22);
+  ExpectSameOnGpu("layer_norm", {x, w, b},
+                  [](const TensorList& t) { return LayerNorm(t[0], t[1], t[2]); });
+  ExpectSameOnGpu("layer_norm no bias", {x, w},
+                  [](const TensorList& t) { return LayerNorm(t[0], t[1], Tensor()); });
+  ExpectSameOnGpu("softmax", {Rand({3, 4, 300}, 23, -3.0, 3.0)},
+                  [](const TensorList& t) { return Softmax(t[0]); });
+  ExpectSameOnGpu("add_trailing", {x, Rand({5, 300}, 24)},
+                  [](const TensorList& t) { return AddTrailing(t[0], t[1]); });
+  // B = 2, T = 7, C = 12 in 3 heads.
+  ExpectSameOnGpu("causal_self_attention", {Rand({2, 7, 36}, 25, -2.0, 2.0)},
+                  [](const TensorList& t) { return CausalSelfAttention(t[0], 3); });
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOpsTest, ::testing::Values(DType::kFloat32, DType::kFloat64),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(DTypeName(info.param));
