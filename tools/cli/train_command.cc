@@ -50,6 +50,7 @@ absl::StatusOr<jobs::TrainConfig> ConfigFromFlags() {
   jobs::TrainConfig config;
   DDPKIT_RETURN_IF_ERROR(DdpTrainingFromFlags(config));
   config.data_path = absl::GetFlag(FLAGS_data);
+  config.text_path = absl::GetFlag(FLAGS_text);
   config.save_grads_path = absl::GetFlag(FLAGS_save_grads);
   config.steps = absl::GetFlag(FLAGS_steps);
   config.grad_accum = absl::GetFlag(FLAGS_grad_accum);
@@ -238,16 +239,21 @@ int RunTrain(const std::vector<std::string>&) {
 }  // namespace
 
 Subcommand TrainSubcommand() {
-  std::vector<std::string> flags = {"data",           "steps",          "grad_accum",
-                                    "save_grads",     "checkpoint_dir", "checkpoint_every",
+  std::vector<std::string> flags = {"data",
+                                    "text",
+                                    "steps",
+                                    "grad_accum",
+                                    "save_grads",
+                                    "checkpoint_dir",
+                                    "checkpoint_every",
                                     "checkpoint_keep"};
   flags.insert(flags.end(), kDdpTrainingFlagNames.begin(), kDdpTrainingFlagNames.end());
   return {.name = "train",
-          .summary = "data-parallel training of an MLP with DDP (synthetic data by default)",
+          .summary = "data-parallel training of a model with DDP (synthetic data by default)",
           .usage =
               "ddpkit train [--world-size N | --backend gloo|nccl under ddpkit launch | --backend "
               "mpi under mpirun] "
-              "[--device cpu|cuda] [--model mlp:IN,...,OUT] [--data FILE] [DDP flags] [flags]",
+              "[--device cpu|cuda] [--model SPEC] [--data FILE | --text FILE] [DDP flags] [flags]",
           .flag_names = flags,
           .run = RunTrain};
 }
