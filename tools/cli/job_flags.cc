@@ -20,6 +20,9 @@ ABSL_FLAG(std::string, data, "",
           "training data, a safetensors file (train: x [N, ...the model's input] (float32, or "
           "int64 token ids) and y int64 [N] (or [N, T] for a language model); varlen: int64 "
           "tokens (flat), lengths and labels); default: a seeded synthetic task");
+ABSL_FLAG(std::string, eval_data, "",
+          "train: held-out rows (a safetensors file like --data's); the final model's top-1 "
+          "accuracy on them is reported beside the accuracy on the training rows");
 ABSL_FLAG(std::string, text, "",
           "train: a UTF-8 text file as a language model's data, read as characters (the "
           "vocabulary is its distinct characters, sorted, as nanoGPT's shakespeare_char)");

@@ -10,6 +10,7 @@
 #include "comm/thread_budget.h"
 #include "reducer/extras/named_comm_hook.h"
 #include "tools/jobs/dataset.h"
+#include "tools/jobs/train/sample.h"
 #include "tools/jobs/train/train_checkpoint.h"
 #include "tools/jobs/training_loop.h"
 #include "tools/trace/session.h"
@@ -23,6 +24,7 @@ struct Rank {
   trace::TraceRecorder* trace = nullptr;  // null unless --trace
   std::shared_ptr<nn::Module> model = nullptr;
   ClassificationData data = {};
+  ClassificationData held_out = {};  // --eval-data's rows (read before the first step)
   std::shared_ptr<reducer::DistributedDataParallel> ddp = nullptr;
   RankOptimizer optimizer = {};
   Device device = {};  // where the model and the batches live
@@ -76,6 +78,9 @@ absl::StatusOr<Rank> SetUp(const TrainConfig& config, const models::ModelSpec& m
   placed.device = rank.device = RankDevice(config.device, group);
   DDPKIT_ASSIGN_OR_RETURN(rank.model, BuildModel(placed));
   DDPKIT_ASSIGN_OR_RETURN(rank.data, LoadData(config, model));
+  if (!config.eval_path.empty()) {
+    DDPKIT_ASSIGN_OR_RETURN(rank.held_out, LoadClassificationData(config.eval_path, model.io));
+  }
   DDPKIT_ASSIGN_OR_RETURN(rank.ddp, WrapInDdp(config, rank.model, group));
   if (rank.trace != nullptr) rank.ddp->reducer().SetTraceObserver(rank.trace);
   DDPKIT_ASSIGN_OR_RETURN(rank.optimizer, MakeOptimizer(config, *rank.model, group));
@@ -154,6 +159,13 @@ absl::Status Finish(const TrainConfig& config, Rank& rank, int first_step, Tenso
     report.add_losses(losses.data<double>()[step] / rank.group.size());
   }
   report.set_final_accuracy(Accuracy(*rank.model, rank.data));
+  if (!config.eval_path.empty()) {
+    report.set_eval_accuracy(Accuracy(*rank.model, rank.held_out));
+    report.set_eval_data(rank.held_out.description);
+  }
+  if (rank.group.rank() == 0) {
+    report.set_sample(SampleText(*rank.model, rank.data, rank.data.x.size(1), 200, config.seed));
+  }
   report.set_median_step_ms(Median(step_ms));
   if (rank.group.rank() == 0 && !config.save_weights_path.empty()) {
     DDPKIT_RETURN_IF_ERROR(SaveStateDict(*rank.model, config.save_weights_path));
