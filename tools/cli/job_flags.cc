@@ -17,8 +17,15 @@ ABSL_FLAG(std::string, device, "cpu",
           "where the work runs: cpu, cuda or cuda:N (threads: every rank on that GPU, each on its "
           "own stream; nccl: each rank on cuda:LOCAL_RANK)");
 ABSL_FLAG(std::string, data, "",
-          "training data, a safetensors file (train: x float32 [N, IN] and y int64 [N]; varlen: "
-          "int64 tokens (flat), lengths and labels); default: a seeded synthetic task");
+          "training data, a safetensors file (train: x [N, ...the model's input] (float32, or "
+          "int64 token ids) and y int64 [N] (or [N, T] for a language model); varlen: int64 "
+          "tokens (flat), lengths and labels); default: a seeded synthetic task");
+ABSL_FLAG(std::string, eval_data, "",
+          "train: held-out rows (a safetensors file like --data's); the final model's top-1 "
+          "accuracy on them is reported beside the accuracy on the training rows");
+ABSL_FLAG(std::string, text, "",
+          "train: a UTF-8 text file as a language model's data, read as characters (the "
+          "vocabulary is its distinct characters, sorted, as nanoGPT's shakespeare_char)");
 ABSL_FLAG(int32_t, batch_size, 32, "rows per rank per micro-batch");
 ABSL_FLAG(int32_t, steps, 60, "optimizer steps");
 ABSL_FLAG(double, lr, 0.1, "SGD learning rate");

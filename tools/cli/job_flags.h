@@ -14,6 +14,8 @@ ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, weights);
 ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(std::string, data);
+ABSL_DECLARE_FLAG(std::string, text);
+ABSL_DECLARE_FLAG(std::string, eval_data);
 ABSL_DECLARE_FLAG(int32_t, batch_size);
 ABSL_DECLARE_FLAG(int32_t, steps);
 ABSL_DECLARE_FLAG(double, lr);

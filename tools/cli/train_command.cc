@@ -50,6 +50,8 @@ absl::StatusOr<jobs::TrainConfig> ConfigFromFlags() {
   jobs::TrainConfig config;
   DDPKIT_RETURN_IF_ERROR(DdpTrainingFromFlags(config));
   config.data_path = absl::GetFlag(FLAGS_data);
+  config.text_path = absl::GetFlag(FLAGS_text);
+  config.eval_path = absl::GetFlag(FLAGS_eval_data);
   config.save_grads_path = absl::GetFlag(FLAGS_save_grads);
   config.steps = absl::GetFlag(FLAGS_steps);
   config.grad_accum = absl::GetFlag(FLAGS_grad_accum);
@@ -149,6 +151,14 @@ void PrintSummary(const jobs::TrainReport& report, const jobs::TrainConfig& conf
       "%.3f ms\n",
       losses.empty() ? 0.0 : losses[0], losses.empty() ? 0.0 : losses[losses.size() - 1],
       100 * report.final_accuracy(), report.median_step_ms());
+  if (!report.eval_data().empty()) {
+    std::cout << absl::StrFormat("held-out accuracy %.1f%% on %s\n", 100 * report.eval_accuracy(),
+                                 report.eval_data());
+  }
+  if (!report.sample().empty()) {
+    std::cout << "the model writes (200 characters sampled from the first one):\n"
+              << report.sample() << "\n";
+  }
   if (log.num_timed_iterations() > 0) {
     const double comm_ms = Ms(log.avg_backward_comm_time());
     const double overlap_ms = Ms(log.avg_backward_compute_comm_overlap_time());
@@ -238,16 +248,16 @@ int RunTrain(const std::vector<std::string>&) {
 }  // namespace
 
 Subcommand TrainSubcommand() {
-  std::vector<std::string> flags = {"data",           "steps",          "grad_accum",
-                                    "save_grads",     "checkpoint_dir", "checkpoint_every",
-                                    "checkpoint_keep"};
+  std::vector<std::string> flags = {
+      "data",       "text",           "eval_data",        "steps",          "grad_accum",
+      "save_grads", "checkpoint_dir", "checkpoint_every", "checkpoint_keep"};
   flags.insert(flags.end(), kDdpTrainingFlagNames.begin(), kDdpTrainingFlagNames.end());
   return {.name = "train",
-          .summary = "data-parallel training of an MLP with DDP (synthetic data by default)",
+          .summary = "data-parallel training of a model with DDP (synthetic data by default)",
           .usage =
               "ddpkit train [--world-size N | --backend gloo|nccl under ddpkit launch | --backend "
               "mpi under mpirun] "
-              "[--device cpu|cuda] [--model mlp:IN,...,OUT] [--data FILE] [DDP flags] [flags]",
+              "[--device cpu|cuda] [--model SPEC] [--data FILE | --text FILE] [DDP flags] [flags]",
           .flag_names = flags,
           .run = RunTrain};
 }

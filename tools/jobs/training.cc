@@ -12,8 +12,8 @@
 
 namespace ddpkit::jobs {
 
-absl::StatusOr<std::vector<int64_t>> ValidateDdpTraining(const DdpTrainingConfig& config) {
-  DDPKIT_ASSIGN_OR_RETURN(nn::MlpSpec spec, nn::ParseModelSpec(config.model));
+absl::StatusOr<models::ModelSpec> ValidateDdpTraining(const DdpTrainingConfig& config) {
+  DDPKIT_ASSIGN_OR_RETURN(models::ModelSpec spec, models::ParseModel(config.model));
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--batch-size", config.batch_size));
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--lr", config.lr, 0));
   DDPKIT_RETURN_IF_ERROR(RequireOneOf("--optimizer", config.optimizer, {"sgd", "zero-sgd"}));
@@ -24,7 +24,19 @@ absl::StatusOr<std::vector<int64_t>> ValidateDdpTraining(const DdpTrainingConfig
   if (reducer::IsPowerSgdHookName(config.comm_hook)) {
     DDPKIT_RETURN_IF_ERROR(reducer::ValidatePowerSgdOptions(config.powersgd));
   }
-  return std::move(spec.widths);
+  if (config.loss == "mse" && spec.io.per_position) {
+    return absl::InvalidArgumentError(
+        StrCat("--loss mse: the model ", config.model,
+               " predicts a token at every position; use --loss ce (or sum)"));
+  }
+  return spec;
+}
+
+double EstimateRankBytes(const models::ModelSpec& model, int64_t batch_size, double data_bytes) {
+  const double kFloat = 4;
+  return kFloat * (4 * model.parameter_elements +
+                   2 * model.activation_elements_per_row * static_cast<double>(batch_size)) +
+         data_bytes;
 }
 
 double EstimateRankBytes(const std::vector<int64_t>& widths, int64_t batch_size,
@@ -72,8 +84,8 @@ absl::Status CheckFitsInMemory(double bytes_per_rank, int ranks_here, std::strin
 }
 
 absl::StatusOr<std::shared_ptr<nn::Module>> BuildModel(const DdpTrainingConfig& config) {
-  DDPKIT_ASSIGN_OR_RETURN(const nn::MlpSpec spec, nn::ParseModelSpec(config.model));
-  std::shared_ptr<nn::Module> model = nn::MakeMlp(spec, config.seed);
+  DDPKIT_ASSIGN_OR_RETURN(const models::ModelSpec spec, models::ParseModel(config.model));
+  std::shared_ptr<nn::Module> model = models::MakeModel(spec, config.seed);
   if (!config.weights_path.empty()) {
     DDPKIT_RETURN_IF_ERROR(LoadStateDict(*model, config.weights_path));
   }
@@ -131,6 +143,10 @@ Tensor OneHot(const Tensor& labels, int64_t classes) {
 }  // namespace
 
 Tensor TrainingLoss(const std::string& name, const Tensor& out, const Tensor& labels) {
+  if (out.dim() == 3) {  // [rows, T, classes]: every position a row
+    return TrainingLoss(name, Reshape(out, {out.size(0) * out.size(1), out.size(2)}),
+                        labels.View({labels.numel()}));
+  }
   if (name == "mse") return Mse(out, OneHot(labels, out.size(1)));
   if (name == "sum") return Sum(out);
   return CrossEntropy(out, labels);
@@ -141,14 +157,19 @@ double Accuracy(nn::Module& model, const ClassificationData& data) {
   NoGradGuard no_grad;
   const TensorList parameters = model.Parameters();
   const Device device = parameters.empty() ? Device::Cpu() : parameters.front().device();
-  Tensor logits = model.Forward(data.x.To(device)).To(Device::Cpu());
-  const int64_t classes = logits.size(1);
+  constexpr int64_t kChunk = 256;  // rows per forward: a large dataset's activations stay small
   int64_t correct = 0;
-  for (int64_t r = 0; r < data.rows(); ++r) {
-    const float* row = logits.data<float>() + r * classes;
-    correct += (std::max_element(row, row + classes) - row) == data.y.data<int64_t>()[r];
+  for (int64_t begin = 0; begin < data.rows(); begin += kChunk) {
+    const int64_t end = std::min(data.rows(), begin + kChunk);
+    Tensor logits = model.Forward(data.x.Rows(begin, end).To(device)).To(Device::Cpu());
+    const int64_t classes = logits.size(logits.dim() - 1);
+    const int64_t* labels = data.y.Rows(begin, end).data<int64_t>();
+    for (int64_t r = 0; r < logits.numel() / classes; ++r) {
+      const float* row = logits.data<float>() + r * classes;
+      correct += (std::max_element(row, row + classes) - row) == labels[r];
+    }
   }
-  return static_cast<double>(correct) / static_cast<double>(data.rows());
+  return static_cast<double>(correct) / static_cast<double>(data.y.numel());
 }
 
 int64_t ModelHash(const nn::Module& model) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "autograd/models/zoo.h"
 #include "autograd/nn.h"
 #include "autograd/optim.h"
 #include "reducer/distributed_data_parallel.h"
@@ -21,7 +22,7 @@ namespace ddpkit::jobs {
 
 struct DdpTrainingConfig {
   comm::WorldSpec world;  // --backend, --world-size, --timeout, --threads-per-rank, ...
-  std::string model = "mlp:32,64,64,10";  // mlp:IN,H1,...,OUT[,bias=0][,unused=1][,tied=1]
+  std::string model = "mlp:32,64,64,10";  // any spec of the model zoo (autograd/models/zoo.h)
   std::string weights_path;               // initial weights (safetensors) when set
   std::string save_weights_path;          // rank 0's final weights (atomically) when set
   int batch_size = 32;                    // rows per rank per (micro-)batch
@@ -38,9 +39,9 @@ struct DdpTrainingConfig {
   Device device = Device::Cpu();
 };
 
-// The MLP's layer widths; InvalidArgument for a bad model spec, batch size, learning rate,
-// optimizer or comm hook.
-absl::StatusOr<std::vector<int64_t>> ValidateDdpTraining(const DdpTrainingConfig& config);
+// The parsed model spec; InvalidArgument for a bad model spec, batch size, learning rate,
+// optimizer, loss or comm hook.
+absl::StatusOr<models::ModelSpec> ValidateDdpTraining(const DdpTrainingConfig& config);
 
 // --- Bounds: a size a user typed that cannot run is refused at once, before any allocation --
 
@@ -50,6 +51,7 @@ inline constexpr int64_t kMaxSteps = 10'000'000;
 // Bytes one rank of a DDP job holds, roughly: the parameters four times over (weights,
 // gradients, bucket buffers, momentum), each layer's activations and their gradients for a
 // micro-batch, and `data_bytes` of data. In double: the inputs may be absurd.
+double EstimateRankBytes(const models::ModelSpec& model, int64_t batch_size, double data_bytes);
 double EstimateRankBytes(const std::vector<int64_t>& widths, int64_t batch_size, double data_bytes);
 
 // OK when `ranks_here` ranks of `bytes_per_rank` fit in this machine's available memory
@@ -77,13 +79,16 @@ struct RankOptimizer {
 absl::StatusOr<RankOptimizer> MakeOptimizer(const DdpTrainingConfig& config,
                                             const nn::Module& model, comm::ProcessGroup& group);
 
-// The loss `name` of the model's output [rows, classes] against the labels [rows]: "ce"
+// The loss `name` of the model's output [rows, classes] against the labels [rows] (a language
+// model's [rows, T, classes] against [rows, T] is taken as rows·T rows, so "ce" is the mean
+// over every position, as nanoGPT's): "ce"
 // (F.cross_entropy(out, y)), "mse" (F.mse_loss(out, F.one_hot(y, classes).float())) or "sum"
 // (out.sum(), as PyTorch's own DDP tests use; DDP averages gradients over ranks, so with it a
 // run of N ranks steps with 1/N of one process's gradient on the same global batch).
 Tensor TrainingLoss(const std::string& name, const Tensor& out, const Tensor& labels);
 
-// Top-1 accuracy of `model` over every row of `data` (0 for no rows).
+// Top-1 accuracy of `model` over every row of `data` (every position of a language model's
+// rows); 0 for no rows.
 double Accuracy(nn::Module& model, const ClassificationData& data);
 
 // FNV-1a over the parameters' bytes (kept positive, so an allreduce MAX of (h, -h) tells

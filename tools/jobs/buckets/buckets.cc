@@ -3,6 +3,8 @@
 #include "autograd/ops.h"
 #include "autograd/random.h"
 #include "comm/threads/threads_world.h"
+#include "tools/jobs/dataset.h"
+#include "tools/jobs/training.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -53,18 +55,19 @@ google::protobuf::RepeatedPtrField<reducer::BucketInfo> DescribeBuckets(
 
 absl::StatusOr<ModelBuckets> ModelBucketPlans(const std::string& model,
                                               const reducer::DdpOptions& options) {
-  DDPKIT_ASSIGN_OR_RETURN(const nn::MlpSpec spec, nn::ParseModelSpec(model));
+  DDPKIT_ASSIGN_OR_RETURN(const models::ModelSpec spec, models::ParseModel(model));
   reducer::DdpLoggingData log;
   DDPKIT_RETURN_IF_ERROR(comm::RunThreadsWorld(1, [&](comm::ProcessGroup& group) -> absl::Status {
-    auto mlp = nn::MakeMlp(spec, 0);
-    DDPKIT_ASSIGN_OR_RETURN(auto ddp,
-                            reducer::DistributedDataParallel::Create(mlp, group, options));
-    Tensor x = Tensor::Empty({2, spec.widths.front()});
-    Generator(0).FillNormal(x);
-    Tensor y = Tensor::Zeros({2}, DType::kInt64);
+    DDPKIT_ASSIGN_OR_RETURN(auto ddp, reducer::DistributedDataParallel::Create(
+                                          models::MakeModel(spec, 0), group, options));
+    // Two rows of the model's input (random; token ids 0) and labels 0: the plan depends on
+    // the graph, not on the values.
+    Tensor x = BatchInput(spec.io, 2);
+    if (IsFloatingPoint(x.dtype())) Generator(0).FillNormal(x);
+    Tensor y = BatchLabels(spec.io, 2);
     // The rebuild follows the first synced iteration (static graph: the second).
     for (int i = 0; i < 2 + (options.static_graph ? 1 : 0); ++i) {
-      CrossEntropy(ddp->Forward(x), y).Backward();
+      TrainingLoss("ce", ddp->Forward(x), y).Backward();
     }
     log = ddp->LoggingData();
     return absl::OkStatus();

@@ -61,34 +61,35 @@ struct RankRows {
 
 // One seeded task of sum(inputs) * b rows; rank r takes its inputs[r] * b rows after the
 // earlier ranks' (at least one row, so a rank without iterations still has data to report).
-RankRows SyntheticRows(const JoinRunConfig& config, const std::vector<int64_t>& widths, int rank) {
+RankRows SyntheticRows(const JoinRunConfig& config, const models::ModelSpec& model, int rank) {
   const int64_t b = config.batch_size;
   int64_t before = 0, total = 0;
   for (int r = 0; r < static_cast<int>(config.inputs.size()); ++r) {
     if (r < rank) before += config.inputs[r];
     total += config.inputs[r];
   }
-  ClassificationData all = MakeSyntheticClassification(
-      std::max<int64_t>(1, total * b), widths.front(), widths.back(), config.seed + 1);
+  ClassificationData all =
+      MakeSyntheticData(std::max<int64_t>(1, total * b), model.io, config.seed + 1);
   RankRows rows{.iterations = config.inputs[rank]};
-  rows.data.x = Tensor::Empty({std::max<int64_t>(1, rows.iterations * b), widths.front()});
-  rows.data.y = Tensor::Empty({rows.data.x.size(0)}, DType::kInt64);
+  const int64_t own = std::max<int64_t>(1, rows.iterations * b);
+  rows.data.x = BatchInput(model.io, own);
+  rows.data.y = BatchLabels(model.io, own);
   GatherRows(all, before * b, rows.data.x.size(0), rows.data.x, rows.data.y);
   rows.data.description = absl::StrFormat(
       "synthetic (seed %d, %d rows per iteration per rank, no row shared)", config.seed, b);
   return rows;
 }
 
-absl::StatusOr<RankRows> LoadRankRows(const JoinRunConfig& config,
-                                      const std::vector<int64_t>& widths, int rank, int world) {
+absl::StatusOr<RankRows> LoadRankRows(const JoinRunConfig& config, const models::ModelSpec& model,
+                                      int rank, int world) {
   if (!config.inputs.empty() && static_cast<int>(config.inputs.size()) != world) {
     return absl::InvalidArgumentError(
         StrCat("--inputs lists ", config.inputs.size(), " ranks but the world has ", world));
   }
-  if (config.data_prefix.empty()) return SyntheticRows(config, widths, rank);
+  if (config.data_prefix.empty()) return SyntheticRows(config, model, rank);
   const std::string path = StrCat(config.data_prefix, ".rank", rank, ".safetensors");
   absl::StatusOr<ClassificationData> loaded =
-      LoadClassificationData(path, widths.front(), widths.back(), EmptyData::kAllow);
+      LoadClassificationData(path, model.io, EmptyData::kAllow);
   if (!loaded.ok()) {
     return absl::Status(loaded.status().code(),
                         StrCat("rank ", rank, ": ", loaded.status().message()));
@@ -118,6 +119,7 @@ struct Rank {
   RankRows rows;
   std::vector<int> inputs;  // iterations per rank
   std::shared_ptr<nn::Module> model;
+  models::ModelIo io;  // the model's input and labels, for the batches
   std::shared_ptr<reducer::DistributedDataParallel> ddp;
   RankOptimizer optimizer;
   IterationLog log;
@@ -136,13 +138,14 @@ trace::TraceCapacity TraceCapacityFor(int iterations, size_t params) {
 }
 
 absl::StatusOr<std::unique_ptr<Rank>> SetUp(const JoinRunConfig& config,
-                                            const std::vector<int64_t>& widths,
+                                            const models::ModelSpec& model,
                                             comm::ProcessGroup& group, trace::TraceSession& trace) {
-  DDPKIT_ASSIGN_OR_RETURN(RankRows rows, LoadRankRows(config, widths, group.rank(), group.size()));
+  DDPKIT_ASSIGN_OR_RETURN(RankRows rows, LoadRankRows(config, model, group.rank(), group.size()));
   DDPKIT_ASSIGN_OR_RETURN(std::vector<int> inputs, ShareIterationCounts(group, rows.iterations));
   auto rank = std::make_unique<Rank>(group, std::move(rows), std::move(inputs));
+  rank->io = model.io;
   DDPKIT_ASSIGN_OR_RETURN(
-      rank->trace, trace.BeginRank(group, TraceCapacityFor(rank->most(), 2 * widths.size())));
+      rank->trace, trace.BeginRank(group, TraceCapacityFor(rank->most(), model.parameter_tensors)));
   JoinRunConfig placed = config;
   placed.device = RankDevice(config.device, group);
   DDPKIT_ASSIGN_OR_RETURN(rank->model, BuildModel(placed));
@@ -168,8 +171,8 @@ double GradNorm(const nn::Module& model) {
 void TrainLoop(const JoinRunConfig& config, Rank& rank) {
   const int64_t b = config.batch_size;
   const Device device = RankDevice(config.device, rank.group);
-  Tensor x = Tensor::Empty({b, rank.rows.data.x.size(1)}, DType::kFloat32, device);
-  Tensor y = Tensor::Empty({b}, DType::kInt64, device);
+  Tensor x = BatchInput(rank.io, b, device);
+  Tensor y = BatchLabels(rank.io, b, device);
   const TrainingStep step{
       .optimizer = rank.optimizer.optimizer.get(),
       .ddp = rank.ddp.get(),
@@ -273,10 +276,9 @@ absl::Status Summarize(const JoinRunConfig& config, Rank& rank, JoinReport& repo
   return absl::OkStatus();
 }
 
-absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config,
-                                     const std::vector<int64_t>& widths, comm::ProcessGroup& group,
-                                     trace::TraceSession& trace) {
-  DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<Rank> rank, SetUp(config, widths, group, trace));
+absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config, const models::ModelSpec& model,
+                                     comm::ProcessGroup& group, trace::TraceSession& trace) {
+  DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<Rank> rank, SetUp(config, model, group, trace));
   JoinReport report = DescribeRun(config, *rank);
   if (config.use_join) {
     RunUnderJoin(config, *rank, report);
@@ -299,15 +301,15 @@ absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config,
 }  // namespace
 
 absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
-  DDPKIT_ASSIGN_OR_RETURN(const std::vector<int64_t> widths, ValidateDdpTraining(config));
+  DDPKIT_ASSIGN_OR_RETURN(const models::ModelSpec model, ValidateDdpTraining(config));
   DDPKIT_RETURN_IF_ERROR(Validate(config));
   const int64_t most =
       config.inputs.empty() ? 0 : *std::max_element(config.inputs.begin(), config.inputs.end());
-  const double data_bytes = 4.0 * static_cast<double>(most) *
-                            static_cast<double>(config.batch_size) *
-                            static_cast<double>(widths.front() + 2);  // synthetic rows
+  const double data_bytes =
+      4.0 * static_cast<double>(most) * static_cast<double>(config.batch_size) *
+      static_cast<double>(NumElements(model.io.row) + 1) * 2;  // synthetic rows
   DDPKIT_RETURN_IF_ERROR(
-      CheckFitsInMemory(EstimateRankBytes(widths, config.batch_size, data_bytes),
+      CheckFitsInMemory(EstimateRankBytes(model, config.batch_size, data_bytes),
                         !comm::InfoOf(config.world.backend).ranks_share_process ? 1
                         : config.world.world_size > 0 ? config.world.world_size
                                                       : static_cast<int>(config.inputs.size()),
@@ -315,7 +317,7 @@ absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
   trace::TraceSession trace(config.trace_path, "join", WorldOf(config));
   DDPKIT_ASSIGN_OR_RETURN(JoinReport report, RunOnEveryRank<JoinReport>(
                                                  WorldOf(config), [&](comm::ProcessGroup& group) {
-                                                   return RunOnRank(config, widths, group, trace);
+                                                   return RunOnRank(config, model, group, trace);
                                                  }));
   DDPKIT_RETURN_IF_ERROR(trace.Write().status());
   return report;

@@ -10,6 +10,7 @@
 #include "comm/thread_budget.h"
 #include "reducer/extras/named_comm_hook.h"
 #include "tools/jobs/dataset.h"
+#include "tools/jobs/train/sample.h"
 #include "tools/jobs/train/train_checkpoint.h"
 #include "tools/jobs/training_loop.h"
 #include "tools/trace/session.h"
@@ -23,6 +24,7 @@ struct Rank {
   trace::TraceRecorder* trace = nullptr;  // null unless --trace
   std::shared_ptr<nn::Module> model = nullptr;
   ClassificationData data = {};
+  ClassificationData held_out = {};  // --eval-data's rows (read before the first step)
   std::shared_ptr<reducer::DistributedDataParallel> ddp = nullptr;
   RankOptimizer optimizer = {};
   Device device = {};  // where the model and the batches live
@@ -36,6 +38,9 @@ absl::Status Validate(const TrainConfig& config) {
                " (the report keeps a loss per step); run in parts with --checkpoint-dir"));
   }
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--grad-accum", config.grad_accum, 1));
+  if (!config.text_path.empty() && !config.data_path.empty()) {
+    return absl::InvalidArgumentError("--text and --data both name the data; give one");
+  }
   if (config.checkpoint.enabled() && reducer::IsPowerSgdHookName(config.comm_hook)) {
     return absl::InvalidArgumentError(
         StrCat("--checkpoint-dir with --comm-hook ", config.comm_hook,
@@ -46,34 +51,36 @@ absl::Status Validate(const TrainConfig& config) {
 }
 
 absl::StatusOr<ClassificationData> LoadData(const TrainConfig& config,
-                                            const std::vector<int64_t>& widths) {
+                                            const models::ModelSpec& model) {
+  if (!config.text_path.empty()) return LoadTextData(config.text_path, model.io);
   if (config.data_path.empty()) {
-    return MakeSyntheticClassification(config.synthetic_rows, widths.front(), widths.back(),
-                                       config.seed + 1);
+    return MakeSyntheticData(config.synthetic_rows, model.io, config.seed + 1);
   }
-  return LoadClassificationData(config.data_path, widths.front(), widths.back());
+  return LoadClassificationData(config.data_path, model.io);
 }
 
 // Room for every record of the run: per micro-batch two spans, a no_sync mark and a hook per
 // parameter; per step finalize, the optimizer, at most one bucket ready, launched and reduced
 // per parameter, and a few collectives (PowerSGD issues up to three per bucket).
-trace::TraceCapacity TraceCapacityFor(const TrainConfig& config,
-                                      const std::vector<int64_t>& widths) {
-  const size_t params = 2 * (widths.size() - 1);
+trace::TraceCapacity TraceCapacityFor(const TrainConfig& config, const models::ModelSpec& model) {
+  const size_t params = model.parameter_tensors;
   const size_t steps = config.steps, micro = config.grad_accum;
   const size_t per_bucket = reducer::IsPowerSgdHookName(config.comm_hook) ? 3 : 1;
   return {.compute = steps * (micro * (params + 3) + 3 * params + 2) + 1024,
           .collectives = steps * (per_bucket * params + 8) + 1024};
 }
 
-absl::StatusOr<Rank> SetUp(const TrainConfig& config, const std::vector<int64_t>& widths,
+absl::StatusOr<Rank> SetUp(const TrainConfig& config, const models::ModelSpec& model,
                            comm::ProcessGroup& group, trace::TraceSession& trace) {
   Rank rank{.group = group};
-  DDPKIT_ASSIGN_OR_RETURN(rank.trace, trace.BeginRank(group, TraceCapacityFor(config, widths)));
+  DDPKIT_ASSIGN_OR_RETURN(rank.trace, trace.BeginRank(group, TraceCapacityFor(config, model)));
   TrainConfig placed = config;
   placed.device = rank.device = RankDevice(config.device, group);
   DDPKIT_ASSIGN_OR_RETURN(rank.model, BuildModel(placed));
-  DDPKIT_ASSIGN_OR_RETURN(rank.data, LoadData(config, widths));
+  DDPKIT_ASSIGN_OR_RETURN(rank.data, LoadData(config, model));
+  if (!config.eval_path.empty()) {
+    DDPKIT_ASSIGN_OR_RETURN(rank.held_out, LoadClassificationData(config.eval_path, model.io));
+  }
   DDPKIT_ASSIGN_OR_RETURN(rank.ddp, WrapInDdp(config, rank.model, group));
   if (rank.trace != nullptr) rank.ddp->reducer().SetTraceObserver(rank.trace);
   DDPKIT_ASSIGN_OR_RETURN(rank.optimizer, MakeOptimizer(config, *rank.model, group));
@@ -152,6 +159,13 @@ absl::Status Finish(const TrainConfig& config, Rank& rank, int first_step, Tenso
     report.add_losses(losses.data<double>()[step] / rank.group.size());
   }
   report.set_final_accuracy(Accuracy(*rank.model, rank.data));
+  if (!config.eval_path.empty()) {
+    report.set_eval_accuracy(Accuracy(*rank.model, rank.held_out));
+    report.set_eval_data(rank.held_out.description);
+  }
+  if (rank.group.rank() == 0) {
+    report.set_sample(SampleText(*rank.model, rank.data, rank.data.x.size(1), 200, config.seed));
+  }
   report.set_median_step_ms(Median(step_ms));
   if (rank.group.rank() == 0 && !config.save_weights_path.empty()) {
     DDPKIT_RETURN_IF_ERROR(SaveStateDict(*rank.model, config.save_weights_path));
@@ -160,19 +174,18 @@ absl::Status Finish(const TrainConfig& config, Rank& rank, int first_step, Tenso
   return absl::OkStatus();
 }
 
-absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
-                                        const std::vector<int64_t>& widths,
+absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config, const models::ModelSpec& model,
                                         comm::ProcessGroup& group, const TrainObserver& observer,
                                         trace::TraceSession& trace) {
-  DDPKIT_ASSIGN_OR_RETURN(Rank rank, SetUp(config, widths, group, trace));
+  DDPKIT_ASSIGN_OR_RETURN(Rank rank, SetUp(config, model, group, trace));
   TrainReport report = DescribeSetup(config, rank);
   const bool lead = group.rank() == 0;
   DDPKIT_ASSIGN_OR_RETURN(const int first_step, ResumeTraining(config, group, *rank.model,
                                                                rank.optimizer, report, observer));
   if (lead && observer.on_start) observer.on_start(report);
 
-  Tensor x = Tensor::Empty({config.batch_size, widths.front()}, DType::kFloat32, rank.device);
-  Tensor y = Tensor::Empty({config.batch_size}, DType::kInt64, rank.device);
+  Tensor x = BatchInput(model.io, config.batch_size, rank.device);
+  Tensor y = BatchLabels(model.io, config.batch_size, rank.device);
   Tensor losses = Tensor::Zeros({config.steps}, DType::kFloat64);
   std::vector<double> step_ms;
   // Host memory the caching allocator had to ask this rank's thread's system for once warm.
@@ -212,20 +225,27 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config,
 }  // namespace
 
 absl::StatusOr<TrainReport> Train(const TrainConfig& config, const TrainObserver& observer) {
-  DDPKIT_ASSIGN_OR_RETURN(const std::vector<int64_t> widths, ValidateDdpTraining(config));
+  DDPKIT_ASSIGN_OR_RETURN(const models::ModelSpec model, ValidateDdpTraining(config));
   DDPKIT_RETURN_IF_ERROR(Validate(config));
-  const double data_bytes = config.data_path.empty()
-                                ? 4.0 * static_cast<double>(config.synthetic_rows) *
-                                      static_cast<double>(widths.front() + 2)
-                                : 0;  // a file's size is checked as it is read
+  if (!config.text_path.empty() && !model.io.per_position) {
+    return absl::InvalidArgumentError(
+        StrCat("--text ", config.text_path, ": the model ", config.model,
+               " does not take token rows; use a language model, e.g. --model "
+               "gpt:layers=2,heads=2,dim=64,ctx=32,vocab=65"));
+  }
+  const bool synthetic = config.data_path.empty() && config.text_path.empty();
+  const double data_bytes =  // a file's size is checked as it is read
+      synthetic ? 8.0 * static_cast<double>(config.synthetic_rows) *
+                      static_cast<double>(NumElements(model.io.row) + 1)
+                : 0;
   DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(
-      EstimateRankBytes(widths, config.batch_size, data_bytes),
+      EstimateRankBytes(model, config.batch_size, data_bytes),
       comm::InfoOf(config.world.backend).ranks_share_process ? config.world.world_size : 1,
       "--model, --batch-size and --world-size"));
   trace::TraceSession trace(config.trace_path, "train", config.world);
   DDPKIT_ASSIGN_OR_RETURN(TrainReport report,
                           RunOnEveryRank<TrainReport>(config.world, [&](comm::ProcessGroup& group) {
-                            return TrainOnRank(config, widths, group, observer, trace);
+                            return TrainOnRank(config, model, group, observer, trace);
                           }));
   DDPKIT_RETURN_IF_ERROR(trace.Write().status());
   return report;

@@ -21,7 +21,9 @@
 namespace ddpkit::jobs {
 
 struct TrainConfig : DdpTrainingConfig {
-  std::string data_path;        // x / y tensors; synthetic data when empty
+  std::string data_path;        // x / y tensors; synthetic data when empty (and no text_path)
+  std::string text_path;        // a text file read as characters (a language model's data)
+  std::string eval_path;        // held-out x / y tensors: the final model's accuracy on them
   std::string save_grads_path;  // rank 0's gradients after the last backward, before its update
   int steps = 60;
   int grad_accum = 1;  // micro-batches per optimizer step
