@@ -33,10 +33,30 @@ ModelSpec DescribeMlp(nn::MlpSpec mlp) {
   return spec;
 }
 
+ModelSpec DescribeGpt(GptSpec gpt) {
+  ModelSpec spec;
+  spec.family = "gpt";
+  spec.text = SpecString(gpt);
+  spec.io = {
+      .row = {gpt.ctx}, .input_dtype = DType::kInt64, .classes = gpt.vocab, .per_position = true};
+  const int64_t per_layer = gpt.bias ? 12 : 6;  // ln_1, c_attn, c_proj, ln_2, c_fc, c_proj
+  spec.parameter_tensors = 2 + gpt.layers * per_layer + (gpt.bias ? 2 : 1);  // wte wpe .. ln_f
+  spec.parameter_elements = static_cast<double>(NumParameters(gpt));
+  // Per position: each block's saved tensors (about 16·D, the attention's T scores per head
+  // twice), then the logits and their softmax.
+  const auto t = static_cast<double>(gpt.ctx), d = static_cast<double>(gpt.dim);
+  const double block = 16 * d + 2 * static_cast<double>(gpt.heads) * t;
+  spec.activation_elements_per_row =
+      t * (static_cast<double>(gpt.layers) * block + 2 * static_cast<double>(gpt.vocab) + 2 * d);
+  spec.config = gpt;
+  return spec;
+}
+
 }  // namespace
 
 std::string ModelSpecHelp() {
-  return "mlp:IN,H1,...,OUT[,bias=0][,unused=1][,tied=1] (Linear/ReLU alternating)";
+  return "mlp:IN,H1,...,OUT[,bias=0][,unused=1][,tied=1] (Linear/ReLU alternating); "
+         "gpt:layers=L,heads=H,dim=D,ctx=T,vocab=V[,bias=0] (nanoGPT's GPT)";
 }
 
 absl::StatusOr<ModelSpec> ParseModel(std::string_view spec) {
@@ -45,6 +65,10 @@ absl::StatusOr<ModelSpec> ParseModel(std::string_view spec) {
     DDPKIT_ASSIGN_OR_RETURN(nn::MlpSpec mlp, nn::ParseModelSpec(spec));
     return DescribeMlp(std::move(mlp));
   }
+  if (absl::StartsWith(text, "gpt:")) {
+    DDPKIT_ASSIGN_OR_RETURN(GptSpec gpt, ParseGptSpec(spec));
+    return DescribeGpt(gpt);
+  }
   return absl::InvalidArgumentError(
       StrCat("model spec '", text, "' is not understood; expected one of: ", ModelSpecHelp()));
 }
@@ -52,7 +76,11 @@ absl::StatusOr<ModelSpec> ParseModel(std::string_view spec) {
 std::shared_ptr<nn::Module> MakeModel(const ModelSpec& spec, uint64_t seed, DType dtype) {
   return std::visit(
       [&](const auto& config) -> std::shared_ptr<nn::Module> {
-        return nn::MakeMlp(config, seed, dtype);
+        if constexpr (std::is_same_v<std::decay_t<decltype(config)>, GptSpec>) {
+          return MakeGpt(config, seed, dtype);
+        } else {
+          return nn::MakeMlp(config, seed, dtype);
+        }
       },
       spec.config);
 }

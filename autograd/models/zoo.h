@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "absl/status/statusor.h"
+#include "autograd/models/gpt.h"
 #include "autograd/nn.h"
 
 namespace ddpkit::models {
@@ -25,8 +26,8 @@ struct ModelIo {
 };
 
 struct ModelSpec {
-  std::string family;  // "mlp", ...
-  std::variant<nn::MlpSpec> config;
+  std::string family;  // "mlp", "gpt"
+  std::variant<nn::MlpSpec, GptSpec> config;
   ModelIo io;
   int64_t parameter_tensors = 0;           // trainable tensors, a tied one counted once
   double parameter_elements = 0;           // their elements (double: bounded before it is exact)

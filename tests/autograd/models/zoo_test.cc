@@ -11,7 +11,9 @@ namespace {
 // anything is allocated.
 TEST(ModelZooTest, StatedSizesAreTheBuiltModels) {
   for (const char* text : {"mlp:4,8,3", "mlp:4,8,8,8,3,bias=0,tied=1", "mlp:5,7,2,unused=1",
-                           "mlp:6,6,6,6,6,unused=1,tied=1", "mlp:3,5,bias=0,unused=1"}) {
+                           "mlp:6,6,6,6,6,unused=1,tied=1", "mlp:3,5,bias=0,unused=1",
+                           "gpt:layers=2,heads=2,dim=8,ctx=6,vocab=11",
+                           "gpt:layers=3,heads=1,dim=4,ctx=5,vocab=7,bias=0"}) {
     SCOPED_TRACE(text);
     absl::StatusOr<ModelSpec> spec = ParseModel(text);
     ASSERT_TRUE(spec.ok()) << spec.status();
@@ -32,6 +34,18 @@ TEST(ModelZooTest, MlpTakesFeatureRowsAndPredictsItsLastWidth) {
   EXPECT_EQ(spec->io.input_dtype, DType::kFloat32);
   EXPECT_EQ(spec->io.classes, 3);
   EXPECT_FALSE(spec->io.per_position);
+}
+
+TEST(ModelZooTest, GptTakesTokenRowsAndPredictsEveryPosition) {
+  absl::StatusOr<ModelSpec> spec = ParseModel("gpt:layers=1,heads=2,dim=8,ctx=6,vocab=11");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->family, "gpt");
+  EXPECT_EQ(spec->io.row, (Shape{6}));
+  EXPECT_EQ(spec->io.input_dtype, DType::kInt64);
+  EXPECT_EQ(spec->io.classes, 11);
+  EXPECT_TRUE(spec->io.per_position);
+  Tensor tokens = Tensor::Zeros({2, 6}, DType::kInt64);
+  EXPECT_EQ(MakeModel(*spec, 0)->Forward(tokens).shape(), (Shape{2, 6, 11}));
 }
 
 TEST(ModelZooTest, UnknownFamilyListsTheKnownOnes) {
