@@ -21,10 +21,11 @@ namespace ddpkit::jobs {
 
 struct DdpTrainingConfig {
   comm::WorldSpec world;  // --backend, --world-size, --timeout, --threads-per-rank, ...
-  std::string model = "mlp:32,64,64,10";  // mlp:IN,H1,...,OUT[,bias=0][,unused=1][,tied=1]
-  std::string weights_path;               // initial weights (safetensors) when set
-  std::string save_weights_path;          // rank 0's final weights (atomically) when set
-  int batch_size = 32;                    // rows per rank per (micro-)batch
+  std::string model =
+      "mlp:32,64,64,10";          // mlp:IN,H1,...,OUT[,bias=0][,unused=1][,tied=1][,branch=]
+  std::string weights_path;       // initial weights (safetensors) when set
+  std::string save_weights_path;  // rank 0's final weights (atomically) when set
+  int batch_size = 32;            // rows per rank per (micro-)batch
   double lr = 0.1;
   double momentum = 0.0;
   std::string optimizer = "sgd";  // or "zero-sgd": ZeRO-1, each rank steps its shard

@@ -64,6 +64,7 @@ absl::StatusOr<ModelBuckets> ModelBucketPlans(const std::string& model,
     Tensor y = Tensor::Zeros({2}, DType::kInt64);
     // The rebuild follows the first synced iteration (static graph: the second).
     for (int i = 0; i < 2 + (options.static_graph ? 1 : 0); ++i) {
+      mlp->SetForwardContext({.rank = 0, .iteration = i});  // a branch= model's control flow
       CrossEntropy(ddp->Forward(x), y).Backward();
     }
     log = ddp->LoggingData();
