@@ -157,6 +157,23 @@ void Sequential::AddUnused(std::string name, std::shared_ptr<Module> module) {
   RegisterModule(std::move(name), std::move(module));
 }
 
+bool BranchTaken(BranchRule rule, const ForwardContext& context) {
+  const bool odd_iteration = context.iteration % 2 == 1, rank1 = context.rank == 1;
+  switch (rule) {
+    case BranchRule::kNone: return false;
+    case BranchRule::kOddIterations: return odd_iteration;
+    case BranchRule::kRank1: return rank1;
+    case BranchRule::kRank1OddIterations: return rank1 && odd_iteration;
+  }
+  return false;
+}
+
+void Sequential::SetBranch(std::string name, std::shared_ptr<Module> module, BranchRule rule) {
+  DDPKIT_CHECK(branch_ == nullptr, "[Sequential::SetBranch] a Sequential has one branch");
+  branch_ = RegisterModule(std::move(name), std::move(module));
+  branch_rule_ = rule;
+}
+
 Tensor Sequential::Forward(const Tensor& input) {
   Tensor x = input;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -170,13 +187,30 @@ Tensor Sequential::Forward(const Tensor& input) {
     }
     x = layers_[i]->Forward(x);
   }
+  if (branch_ != nullptr && BranchTaken(branch_rule_, context_)) x = branch_->Forward(Relu(x));
   return x;
 }
 
 // ---------------------------------------------------------------------------- MLP
 namespace {
 
-// "KEY=0|1" -> the option it sets in `spec`; `seen` keeps each key to once.
+// branch='s words, in BranchRule's order after kNone.
+constexpr absl::string_view kBranchWords[] = {"iters", "rank1", "rank1+iters"};
+
+// branch=WORD -> its rule in `spec`.
+absl::Status ParseBranch(absl::string_view spec_text, absl::string_view value, MlpSpec& spec) {
+  for (size_t i = 0; i < std::size(kBranchWords); ++i) {
+    if (value == kBranchWords[i]) {
+      spec.branch = static_cast<BranchRule>(i + 1);
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      StrCat("model spec '", spec_text, "': option branch takes iters, rank1 or rank1+iters, not '",
+             value, "'"));
+}
+
+// "KEY=0|1" (or branch=WORD) -> the option it sets in `spec`; `seen` keeps each key to once.
 absl::Status ParseOption(absl::string_view spec_text, absl::string_view part, MlpSpec& spec,
                          std::vector<std::string>& seen) {
   const size_t eq = part.find('=');
@@ -185,19 +219,21 @@ absl::Status ParseOption(absl::string_view spec_text, absl::string_view part, Ml
                  : key == "unused" ? &spec.unused
                  : key == "tied"   ? &spec.tied
                                    : nullptr;
-  if (option == nullptr) {
+  if (option == nullptr && key != "branch") {
     return absl::InvalidArgumentError(StrCat("model spec '", spec_text, "': unknown option '", key,
-                                             "'; the options are bias=, unused= and tied="));
-  }
-  if (value != "0" && value != "1") {
-    return absl::InvalidArgumentError(
-        StrCat("model spec '", spec_text, "': option ", key, " takes 0 or 1, not '", value, "'"));
+                                             "'; the options are bias=, unused=, tied= and "
+                                             "branch="));
   }
   if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
     return absl::InvalidArgumentError(
         StrCat("model spec '", spec_text, "': option ", key, " is given twice"));
   }
   seen.emplace_back(key);
+  if (option == nullptr) return ParseBranch(spec_text, value, spec);
+  if (value != "0" && value != "1") {
+    return absl::InvalidArgumentError(
+        StrCat("model spec '", spec_text, "': option ", key, " takes 0 or 1, not '", value, "'"));
+  }
   *option = value == "1";
   return absl::OkStatus();
 }
@@ -210,6 +246,7 @@ absl::Status CheckSize(absl::string_view spec_text, const MlpSpec& spec) {
     layers.emplace_back(spec.widths[i], spec.widths[i + 1]);
   }
   if (spec.unused) layers.emplace_back(spec.widths.back(), spec.widths.back());
+  if (spec.branch != BranchRule::kNone) layers.emplace_back(spec.widths.back(), spec.widths.back());
   int64_t parameters = 0;
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto [in, out] = layers[i];
@@ -278,15 +315,18 @@ std::string SpecString(const MlpSpec& spec) {
   if (!spec.bias) absl::StrAppend(&out, ",bias=0");
   if (spec.unused) absl::StrAppend(&out, ",unused=1");
   if (spec.tied) absl::StrAppend(&out, ",tied=1");
+  if (spec.branch != BranchRule::kNone) {
+    absl::StrAppend(&out, ",branch=", kBranchWords[static_cast<int>(spec.branch) - 1]);
+  }
   return out;
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseMlpSpec(std::string_view spec) {
   DDPKIT_ASSIGN_OR_RETURN(MlpSpec parsed, ParseModelSpec(spec));
-  if (!parsed.bias || parsed.unused || parsed.tied) {
+  if (!parsed.bias || parsed.unused || parsed.tied || parsed.branch != BranchRule::kNone) {
     return absl::InvalidArgumentError(StrCat("model spec '", std::string(spec),
                                              "': this tool builds a plain MLP and takes no "
-                                             "options (bias=, unused=, tied=)"));
+                                             "options (bias=, unused=, tied=, branch=)"));
   }
   return std::move(parsed.widths);
 }
@@ -306,6 +346,12 @@ std::shared_ptr<Sequential> MakeMlp(const MlpSpec& spec, uint64_t seed, DType dt
   if (spec.tied) {
     DDPKIT_CHECK(linears.size() >= 4, "[MakeMlp] tied=1 needs four Linears");
     linears[linears.size() - 2]->TieWeightTo(*linears[linears.size() - 3]);
+  }
+  if (spec.branch != BranchRule::kNone) {
+    mlp->SetBranch(
+        "branch",
+        std::make_shared<Linear>(widths.back(), widths.back(), spec.bias, generator, dtype),
+        spec.branch);
   }
   if (spec.unused) {
     mlp->AddUnused("unused", std::make_shared<Linear>(widths.back(), widths.back(), spec.bias,

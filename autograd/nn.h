@@ -22,11 +22,22 @@ using NamedTensors = std::vector<NamedTensor>;
 
 namespace nn {
 
+// What a model's control flow may depend on besides its input: the rank it runs on and the
+// iteration (PyTorch's control-flow tests branch on the rank and on an input that changes per
+// iteration). A training loop sets it before each forward (Module::SetForwardContext).
+struct ForwardContext {
+  int rank = 0;
+  int64_t iteration = 0;
+};
+
 class Module {
  public:
   virtual ~Module() = default;
   virtual Tensor Forward(const Tensor& input) = 0;
   Tensor operator()(const Tensor& input) { return Forward(input); }
+  // The rank and iteration the next forwards run in. Only a model with control flow (a
+  // Sequential with a branch) reads it; the others ignore it.
+  virtual void SetForwardContext(const ForwardContext& /*context*/) {}
 
   // Own parameters first, then each child's under "<child>.", in registration order. A tensor
   // registered twice (a shared parameter) appears once, under its first name.
@@ -106,8 +117,14 @@ class ReLU : public Module {
   std::string Describe() const override { return "ReLU()"; }
 };
 
+// Where a branch layer runs (the model spec's branch=): on every rank in odd iterations, on
+// rank 1 in every iteration, or on rank 1 in odd iterations only.
+enum class BranchRule { kNone, kOddIterations, kRank1, kRank1OddIterations };
+// Whether a branch under `rule` runs in `context`.
+bool BranchTaken(BranchRule rule, const ForwardContext& context);
+
 // Children named "0", "1", ...; Forward applies them in order (a Linear and the ReLU after it as
-// one LinearRelu op).
+// one LinearRelu op), then the branch where its rule says so.
 class Sequential : public Module {
  public:
   Sequential() = default;
@@ -115,12 +132,20 @@ class Sequential : public Module {
   // A child registered under `name` after the others that Forward never calls: its parameters
   // get no gradient (what DDP's find_unused_parameters is for).
   void AddUnused(std::string name, std::shared_ptr<Module> module);
+  // A child registered under `name` that Forward applies last, to the ReLU of the output, only
+  // where `rule` says so in the context SetForwardContext set: control flow, the same on every
+  // rank or different across ranks.
+  void SetBranch(std::string name, std::shared_ptr<Module> module, BranchRule rule);
+  void SetForwardContext(const ForwardContext& context) override { context_ = context; }
   Tensor Forward(const Tensor& input) override;
   size_t size() const { return layers_.size(); }
 
  private:
   std::string Describe() const override { return "Sequential"; }
   std::vector<std::shared_ptr<Module>> layers_;
+  std::shared_ptr<Module> branch_;
+  BranchRule branch_rule_ = BranchRule::kNone;
+  ForwardContext context_;
 };
 
 // The most parameters (elements) a model spec may describe: 2^36, 256 GiB as float32.
@@ -131,12 +156,20 @@ inline constexpr int64_t kMaxMlpParameters = int64_t{1} << 36;
 //   bias=0    every Linear without a bias (PyTorch's Linear(..., bias=False));
 //   unused=1  one more Linear(OUT, OUT), registered last as "unused", that forward never calls;
 //   tied=1    the last two hidden-to-hidden Linears share one weight (the first one's), which
-//             needs three equal widths before OUT, e.g. mlp:8,16,16,16,4,tied=1.
+//             needs three equal widths before OUT, e.g. mlp:8,16,16,16,4,tied=1;
+// and one that takes a word (control flow, as PyTorch's test_ddp_control_flow_* tests):
+//   branch=iters|rank1|rank1+iters  one more Linear(OUT, OUT), registered as "branch" (before
+//             "unused"), that forward applies to ReLU(output) only in odd iterations on every
+//             rank (iters: the same across ranks), only on rank 1 (rank1), or only on rank 1 in
+//             odd iterations (rank1+iters: different across ranks and iterations). The training
+//             loop tells the model its rank and iteration (Module::SetForwardContext); DDP needs
+//             --find-unused-parameters for it.
 struct MlpSpec {
   std::vector<int64_t> widths;
   bool bias = true;
   bool unused = false;
   bool tied = false;
+  BranchRule branch = BranchRule::kNone;
 };
 
 // The spec's widths and options: at least two positive widths, at most kMaxMlpParameters

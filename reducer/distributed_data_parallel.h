@@ -40,6 +40,10 @@ class DistributedDataParallel : public nn::Module, public join::Joinable {
       std::shared_ptr<nn::Module> module, comm::ProcessGroup& group, DdpOptions options = {});
 
   Tensor Forward(const Tensor& input) override;
+  // Passed to the wrapped module (its control flow), as DDP passes forward's arguments on.
+  void SetForwardContext(const nn::ForwardContext& context) override {
+    module_->SetForwardContext(context);
+  }
 
   // Gradient accumulation without communication: forwards (and their backwards) inside the
   // guard's scope only accumulate into .grad locally; the first synced backward after it

@@ -354,6 +354,10 @@ void Reducer::LaunchLocalUsedMapAllreduce() {
 // Static graph's first synced backward: the hooks only counted. Now every parameter is
 // ready, so reduce all buckets in order and finalize.
 void Reducer::DelayAllReduce() {
+  // Two forwards before one backward attach two sinks, and both queue this: the first reduces
+  // everything (once, as PyTorch's test_static_graph_multi_forward expects); the second finds
+  // the graph recorded and has nothing left to do.
+  if (!static_graph_first_iteration()) return;
   LaunchLocalUsedMapAllreduce();
   if (join_count_work_) {
     ShareHookCounts("sharing static graph's hook counts with joined ranks", /*adopt=*/false);

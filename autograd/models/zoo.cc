@@ -24,7 +24,8 @@ ModelSpec DescribeMlp(nn::MlpSpec mlp) {
     spec.parameter_elements -=
         static_cast<double>(w[layers - 2]) * static_cast<double>(w[layers - 1]);
   }
-  if (mlp.unused) {  // Linear(OUT, OUT)
+  const int extra = (mlp.unused ? 1 : 0) + (mlp.branch != nn::BranchRule::kNone ? 1 : 0);
+  for (int i = 0; i < extra; ++i) {  // Linear(OUT, OUT): "unused", "branch"
     spec.parameter_tensors += mlp.bias ? 2 : 1;
     spec.parameter_elements +=
         static_cast<double>(w.back()) * static_cast<double>(w.back() + (mlp.bias ? 1 : 0));
@@ -55,7 +56,8 @@ ModelSpec DescribeGpt(GptSpec gpt) {
 }  // namespace
 
 std::string ModelSpecHelp() {
-  return "mlp:IN,H1,...,OUT[,bias=0][,unused=1][,tied=1] (Linear/ReLU alternating); "
+  return "mlp:IN,H1,...,OUT[,bias=0][,unused=1][,tied=1][,branch=RULE] (Linear/ReLU "
+         "alternating); "
          "gpt:layers=L,heads=H,dim=D,ctx=T,vocab=V[,bias=0] (nanoGPT's GPT)";
 }
 

@@ -112,8 +112,8 @@ TEST(NnTest, ParseModelSpecOptions) {
   EXPECT_EQ(nn::SpecString(spec), "mlp:8,16,16,16,4,bias=0,unused=1,tied=1");
   EXPECT_EQ(nn::SpecString(*nn::ParseModelSpec("mlp:4,2,bias=1")), "mlp:4,2");
   EXPECT_EQ(nn::ParseModelSpec("mlp:4,2,relu=0").status().message(),
-            "model spec 'mlp:4,2,relu=0': unknown option 'relu'; the options are bias=, unused= "
-            "and tied=");
+            "model spec 'mlp:4,2,relu=0': unknown option 'relu'; the options are bias=, unused=, "
+            "tied= and branch=");
   EXPECT_EQ(nn::ParseModelSpec("mlp:4,2,bias=false").status().message(),
             "model spec 'mlp:4,2,bias=false': option bias takes 0 or 1, not 'false'");
   EXPECT_EQ(nn::ParseModelSpec("mlp:4,2,bias=0,bias=1").status().message(),
@@ -125,6 +125,45 @@ TEST(NnTest, ParseModelSpecOptions) {
   // The tools that build only a plain MLP (the benchmarks) refuse options rather than drop them.
   EXPECT_FALSE(nn::ParseMlpSpec("mlp:4,2,bias=0").ok());
   EXPECT_TRUE(nn::ParseMlpSpec("mlp:4,2,bias=1").ok());
+}
+
+// branch=: a Linear "branch" applied to ReLU(output) where its rule says so, in the context the
+// training loop sets (PyTorch's control-flow tests).
+TEST(NnTest, BranchRunsWhereItsRuleSays) {
+  const nn::MlpSpec spec = *nn::ParseModelSpec("mlp:8,16,4,branch=rank1+iters,unused=1");
+  EXPECT_EQ(spec.branch, nn::BranchRule::kRank1OddIterations);
+  EXPECT_EQ(nn::SpecString(spec), "mlp:8,16,4,unused=1,branch=rank1+iters");
+  auto model = nn::MakeMlp(spec, 0);
+  EXPECT_EQ(Names(model->NamedParameters()),
+            (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias", "branch.weight",
+                                      "branch.bias", "unused.weight", "unused.bias"}));
+  auto plain = nn::MakeMlp(*nn::ParseModelSpec("mlp:8,16,4"), 0);
+  const Tensor x = Tensor::Full({2, 8}, 1.0);
+  const std::vector<double> without = plain->Forward(x).ToDoubles();
+  for (int rank : {0, 1}) {
+    for (int64_t iteration : {0, 1, 2, 3}) {
+      model->SetForwardContext({.rank = rank, .iteration = iteration});
+      for (const Tensor& p : model->Parameters()) p.set_grad(Tensor());
+      Tensor out = model->Forward(x);
+      Sum(out).Backward();
+      const bool taken = rank == 1 && iteration % 2 == 1;
+      EXPECT_EQ(out.ToDoubles() == without, !taken) << rank << " " << iteration;
+      EXPECT_EQ(model->NamedParameters()[4].second.grad().defined(), taken);
+    }
+  }
+  EXPECT_TRUE(nn::BranchTaken(nn::BranchRule::kOddIterations, {.rank = 0, .iteration = 3}));
+  EXPECT_FALSE(nn::BranchTaken(nn::BranchRule::kOddIterations, {.rank = 1, .iteration = 2}));
+  EXPECT_TRUE(nn::BranchTaken(nn::BranchRule::kRank1, {.rank = 1, .iteration = 2}));
+  EXPECT_FALSE(nn::BranchTaken(nn::BranchRule::kRank1, {.rank = 2, .iteration = 1}));
+  EXPECT_EQ(nn::SpecString(*nn::ParseModelSpec("mlp:4,2,branch=iters")), "mlp:4,2,branch=iters");
+  EXPECT_EQ(nn::SpecString(*nn::ParseModelSpec("mlp:4,2,branch=rank1")), "mlp:4,2,branch=rank1");
+  EXPECT_EQ(nn::ParseModelSpec("mlp:4,2,branch=1").status().message(),
+            "model spec 'mlp:4,2,branch=1': option branch takes iters, rank1 or rank1+iters, "
+            "not '1'");
+  EXPECT_EQ(nn::ParseModelSpec("mlp:4,2,branch=iters,branch=rank1").status().message(),
+            "model spec 'mlp:4,2,branch=iters,branch=rank1': option branch is given twice");
+  EXPECT_FALSE(nn::ParseModelSpec("mlp:262143,262144,branch=iters").ok());  // counts too
+  EXPECT_FALSE(nn::ParseMlpSpec("mlp:4,2,branch=iters").ok());
 }
 
 TEST(NnTest, EmbeddingModule) {

@@ -6,12 +6,19 @@
 #include "tools/trace/session.h"
 
 ABSL_FLAG(std::string, model, "mlp:32,64,64,10",
-          "model spec mlp:IN,H1,...,OUT[,bias=0][,unused=1][,tied=1] (Linear/ReLU alternating; "
+          "model spec mlp:IN,H1,...,OUT[,bias=0][,unused=1][,tied=1][,branch=WORD] (Linear/ReLU "
+          "alternating; "
           "parameters named 0.weight, 0.bias, 2.weight, ... as PyTorch's nn.Sequential). "
           "bias=0: Linears without bias; unused=1: one more Linear(OUT,OUT), 'unused', that "
           "forward never calls (DDP needs --find-unused-parameters or --static-graph); tied=1: "
           "the last two hidden-to-hidden Linears share one weight (needs three equal widths "
-          "before OUT, e.g. mlp:8,16,16,16,4,tied=1)");
+          "before OUT, e.g. mlp:8,16,16,16,4,tied=1); branch=iters|rank1|rank1+iters: one more "
+          "Linear(OUT,OUT), 'branch', applied to ReLU(output) only in odd iterations (iters), "
+          "only on rank 1 (rank1) or only on rank 1 in odd iterations (rank1+iters): control "
+          "flow, which DDP needs --find-unused-parameters for); or "
+          "gpt:layers=L,heads=H,dim=D,ctx=T,vocab=V[,bias=0]: nanoGPT's GPT (parameter names as "
+          "its model.py, lm_head tied to transformer.wte), token rows in, a prediction at every "
+          "position (train --text FILE trains it on a text's characters)");
 ABSL_FLAG(std::string, weights, "", "initial weights: a safetensors state dict");
 ABSL_FLAG(std::string, device, "cpu",
           "where the work runs: cpu, cuda or cuda:N (threads: every rank on that GPU, each on its "

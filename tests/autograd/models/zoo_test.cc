@@ -10,10 +10,11 @@ namespace {
 // Every spec's stated sizes equal the built model's; the memory check relies on them before
 // anything is allocated.
 TEST(ModelZooTest, StatedSizesAreTheBuiltModels) {
-  for (const char* text : {"mlp:4,8,3", "mlp:4,8,8,8,3,bias=0,tied=1", "mlp:5,7,2,unused=1",
-                           "mlp:6,6,6,6,6,unused=1,tied=1", "mlp:3,5,bias=0,unused=1",
-                           "gpt:layers=2,heads=2,dim=8,ctx=6,vocab=11",
-                           "gpt:layers=3,heads=1,dim=4,ctx=5,vocab=7,bias=0"}) {
+  for (const char* text :
+       {"mlp:4,8,3", "mlp:4,8,8,8,3,bias=0,tied=1", "mlp:5,7,2,unused=1",
+        "mlp:6,6,6,6,6,unused=1,tied=1", "mlp:3,5,bias=0,unused=1",
+        "mlp:4,6,3,unused=1,branch=rank1+iters", "gpt:layers=2,heads=2,dim=8,ctx=6,vocab=11",
+        "gpt:layers=3,heads=1,dim=4,ctx=5,vocab=7,bias=0"}) {
     SCOPED_TRACE(text);
     absl::StatusOr<ModelSpec> spec = ParseModel(text);
     ASSERT_TRUE(spec.ok()) << spec.status();

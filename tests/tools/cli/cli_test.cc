@@ -205,6 +205,23 @@ TEST(CliTest, JoinWithGradAccumSyncsEveryKthIterationAndStillAgrees) {
   EXPECT_EQ(RunDdpkit("join --inputs 2,3 --grad-accum 0").status, 2);
 }
 
+// branch=rank1+iters: control flow different across ranks and iterations (PyTorch's
+// test_ddp_control_flow_different_across_ranks) under Join with uneven inputs: with
+// --find-unused-parameters the ranks agree; without, iteration 1 fails with PyTorch's phrase.
+TEST(CliTest, JoinWithControlFlowAcrossRanksAgreesUnderFindUnused) {
+  const std::string run =
+      "join --json --inputs 3,5,4 --batch-size 4 --model mlp:6,8,3,branch=rank1+iters --timeout 20";
+  Result r = RunDdpkit(run + " --find-unused-parameters");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["models_identical"], true);
+  r = RunDdpkit(run);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(absl::StrContains(
+      r.err,
+      "Expected to have finished reduction in the prior iteration before starting a new one"))
+      << r.err;
+}
+
 TEST(CliTest, JoinWithZeroShardsTheOptimizerAndStillAgrees) {
   Result r = RunDdpkit(
       "join --json --inputs 3,1,2,0 --batch-size 4 --model mlp:6,8,3 --optimizer zero-sgd "

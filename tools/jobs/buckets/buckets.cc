@@ -67,6 +67,7 @@ absl::StatusOr<ModelBuckets> ModelBucketPlans(const std::string& model,
     Tensor y = BatchLabels(spec.io, 2);
     // The rebuild follows the first synced iteration (static graph: the second).
     for (int i = 0; i < 2 + (options.static_graph ? 1 : 0); ++i) {
+      ddp->SetForwardContext({.rank = 0, .iteration = i});  // a branch= model's control flow
       TrainingLoss("ce", ddp->Forward(x), y).Backward();
     }
     log = ddp->LoggingData();

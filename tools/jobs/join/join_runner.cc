@@ -179,7 +179,11 @@ void TrainLoop(const JoinRunConfig& config, Rank& rank) {
       .trace = rank.trace,
       .synced = [&](int t) { return t % config.grad_accum == 0; },
       .load = [&](int t, int) { GatherRows(rank.rows.data, t * b, b, x, y); },
-      .forward = [&](int, int) { return TrainingLoss(config.loss, rank.ddp->Forward(x), y); },
+      .forward =
+          [&](int t, int) {
+            rank.model->SetForwardContext({rank.group.rank(), t});
+            return TrainingLoss(config.loss, rank.ddp->Forward(x), y);
+          },
       .after_backward = [&](int t, int, const Tensor& loss) { rank.log.SetLoss(t, loss.item()); },
       .before_optimizer =
           [&](int t) {

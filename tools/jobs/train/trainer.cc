@@ -138,7 +138,13 @@ TrainingStep StepOf(const TrainConfig& config, Rank& rank, Tensor& x, Tensor& y,
                 const int64_t g = static_cast<int64_t>(step) * config.grad_accum + k;
                 GatherRows(rank.data, g * global_batch + rank.group.rank() * b, b, x, y);
               },
-          .forward = [&](int, int) { return TrainingLoss(config.loss, rank.ddp->Forward(x), y); },
+          .forward =
+              [&](int step, int k) {
+                // Iteration g of a model with control flow: its micro-batch's global index.
+                rank.model->SetForwardContext(
+                    {rank.group.rank(), static_cast<int64_t>(step) * config.grad_accum + k});
+                return TrainingLoss(config.loss, rank.ddp->Forward(x), y);
+              },
           .after_backward = [&](int, int, const Tensor& loss) { loss_sum += loss.item(); },
           .before_optimizer = [&](int step) -> absl::Status {
             const bool last = step + 1 == config.steps;
