@@ -84,6 +84,11 @@ void Module::To(Device device) {
   for (const auto& [name, child] : children_) child->To(device);
 }
 
+void Module::Train(bool on) {
+  training_ = on;
+  for (const auto& [name, child] : children_) child->Train(on);
+}
+
 void Module::AppendDebugString(const std::string& indent, std::string& out) const {
   absl::StrAppend(&out, Describe());
   if (children_.empty()) return;

@@ -32,7 +32,7 @@ class Module {
   // registered twice (a shared parameter) appears once, under its first name.
   NamedTensors NamedParameters() const;
   TensorList Parameters() const;
-  // Non-trainable state (none of the built-in modules has any; DDP broadcasts them).
+  // Non-trainable state (BatchNorm2d's running statistics; DDP broadcasts them).
   NamedTensors NamedBuffers() const;
   // Moves every parameter and buffer (this module's and its children's) to `device` in place,
   // as PyTorch's module.to(device): each keeps its Tensor identity, so handles held elsewhere
@@ -40,6 +40,11 @@ class Module {
   // requires grad; an existing .grad moves too. Call it before an optimizer or DDP wraps the
   // model: their state is not moved.
   void To(Device device);
+  // Training (the default) or evaluation mode for this module and its children, as PyTorch's
+  // module.train(mode) and module.eval(); BatchNorm2d reads it.
+  void Train(bool on = true);
+  void Eval() { Train(false); }
+  bool is_training() const { return training_; }
   // "Sequential(\n  (0): Linear(in_features=4, out_features=8, bias=true)\n ...)".
   std::string DebugString() const;
 
@@ -62,6 +67,7 @@ class Module {
                     std::vector<const TensorImpl*>& seen) const;
   void AppendDebugString(const std::string& indent, std::string& out) const;
 
+  bool training_ = true;
   NamedTensors parameters_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
