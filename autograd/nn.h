@@ -54,6 +54,11 @@ class Module {
   // Points the parameter registered as `name` at `value` (which keeps its own identity).
   void ReplaceParameter(const std::string& name, const Tensor& value);
   Tensor RegisterBuffer(std::string name, Tensor value);
+  // Registers "weight" of `weight_shape` and, when `bias`, "bias" [weight_shape[0]], both drawn
+  // (in that order) from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in the product of
+  // weight_shape[1:]: PyTorch's default for Linear and Conv2d. Returns {weight, bias}.
+  std::pair<Tensor, Tensor> RegisterDefaultWeightAndBias(const Shape& weight_shape, bool bias,
+                                                         Generator& generator, DType dtype);
   template <typename M>
   std::shared_ptr<M> RegisterModule(std::string name, std::shared_ptr<M> module) {
     children_.emplace_back(std::move(name), module);

@@ -1,6 +1,6 @@
 #include "autograd/nn_vision.h"
 
-#include <cmath>
+#include <tuple>
 
 namespace ddpkit::nn {
 
@@ -11,16 +11,8 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
   DDPKIT_CHECK(in_channels > 0 && out_channels > 0 && kernel_size > 0,
                "[Conv2d] channels and kernel size must be positive, got in=", in_channels,
                " out=", out_channels, " kernel=", kernel_size);
-  const double bound =
-      1.0 / std::sqrt(static_cast<double>(in_channels * kernel_size * kernel_size));
-  Tensor weight = Tensor::Empty({out_channels, in_channels, kernel_size, kernel_size}, dtype);
-  generator.FillUniform(weight, -bound, bound);
-  weight_ = RegisterParameter("weight", weight);
-  if (bias) {
-    Tensor b = Tensor::Empty({out_channels}, dtype);
-    generator.FillUniform(b, -bound, bound);
-    bias_ = RegisterParameter("bias", b);
-  }
+  std::tie(weight_, bias_) = RegisterDefaultWeightAndBias(
+      {out_channels, in_channels, kernel_size, kernel_size}, bias, generator, dtype);
 }
 
 Tensor Conv2d::Forward(const Tensor& input) {

@@ -21,7 +21,7 @@ import torchvision
 from torchvision.models.resnet import BasicBlock, ResNet
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_torch_golden import OUT, write_safetensors  # noqa: E402
+from make_torch_golden import OUT, run_cases, write_safetensors  # noqa: E402
 
 F = torch.nn.functional
 
@@ -159,8 +159,4 @@ CASES = {"ops": ops_case, "resnet": resnet_case}
 if __name__ == "__main__":
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}", file=sys.stderr)
-    unknown = [name for name in sys.argv[1:] if name not in CASES]
-    if unknown:
-        sys.exit(f"unknown case(s) {unknown}; choose from {list(CASES)}")
-    for name in sys.argv[1:] or CASES:
-        CASES[name]()
+    run_cases(CASES)
