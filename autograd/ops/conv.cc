@@ -1,7 +1,9 @@
-// conv2d (NCHW) as im2col + GEMM, image by image: the GEMM is oneDNN's (float32) or OpenBLAS's
-// (float64) through autograd/gemm.h, so both dtypes share one path and the float64 one is what the
-// finite-difference test checks. A 1×1, stride-1, unpadded convolution needs no im2col: the image
-// itself is the column matrix.
+// conv2d (NCHW). float32 runs oneDNN's convolution primitives (autograd/blas/onednn_conv.cc),
+// faster than im2col + GEMM here (docs/performance.md); float64, which they lack, and any shape
+// they refuse run im2col + GEMM image by image (OpenBLAS's or oneDNN's GEMM through
+// autograd/gemm.h) — the path the finite-difference test checks. A 1×1, stride-1, unpadded
+// convolution needs no im2col: the image itself is the column matrix.
+#include "autograd/blas/backends.h"
 #include "autograd/function.h"
 #include "autograd/gemm.h"
 #include "autograd/ops.h"
@@ -120,6 +122,29 @@ Tensor ChannelSums(const Tensor& dy) {
   return db;
 }
 
+blas::ConvArgs Args(const ConvGeometry& g) {
+  return {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride, g.padding, g.ho, g.wo};
+}
+
+bool OneDnnForward(const ConvGeometry& g, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const Tensor& out) {
+  return x.dtype() == DType::kFloat32 && g.n > 0 &&
+         blas::OneDnnConvForward(Args(g), x.data<float>(), weight.data<float>(),
+                                 bias.defined() ? bias.data<float>() : nullptr, out.data<float>());
+}
+
+void Im2ColForward(const ConvGeometry& g, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const Tensor& out) {
+  Tensor scratch = g.pointwise()
+                       ? Tensor()
+                       : Tensor::Uninitialized({g.patch(), g.positions()}, x.dtype(), x.device());
+  for (int64_t n = 0; n < g.n; ++n) {
+    Gemm(false, false, g.o, g.positions(), g.patch(), 1.0, weight, Columns(g, x, n, scratch), 0.0,
+         out.Rows(n, n + 1));
+  }
+  if (bias.defined()) AddChannelBias(out, bias);
+}
+
 struct ConvSaved {
   ConvGeometry g;
   Tensor x, w;
@@ -127,7 +152,7 @@ struct ConvSaved {
 };
 
 // dW = sum_n dY[n] [o, positions] x col[n]^T;  dcol[n] = W^T dY[n], scattered back into dx[n].
-TensorList ConvBackward(const ConvSaved& s, const Tensor& dy) {
+TensorList Im2ColBackward(const ConvSaved& s, const Tensor& dy) {
   const ConvGeometry& g = s.g;
   const DType dtype = dy.dtype();
   Tensor dx = s.x_grad ? Tensor::Zeros(s.x.shape(), dtype) : Tensor();
@@ -152,6 +177,32 @@ TensorList ConvBackward(const ConvSaved& s, const Tensor& dy) {
   return {dx, dw, s.b_grad ? ChannelSums(dy) : Tensor()};
 }
 
+// The same gradients from oneDNN's backward-data and backward-weights primitives (the bias's
+// with the weight's); false where oneDNN has no kernel.
+bool OneDnnBackward(const ConvSaved& s, const Tensor& dy, TensorList& grads) {
+  if (dy.dtype() != DType::kFloat32 || s.g.n == 0) return false;
+  Tensor dx = s.x_grad ? Tensor::Uninitialized(s.x.shape(), dy.dtype(), Device::Cpu()) : Tensor();
+  Tensor dw = Tensor::Uninitialized(s.w.shape(), dy.dtype(), Device::Cpu());
+  Tensor db = s.b_grad ? Tensor::Uninitialized({s.g.o}, dy.dtype(), Device::Cpu()) : Tensor();
+  const blas::ConvArgs args = Args(s.g);
+  if (s.x_grad &&
+      !blas::OneDnnConvBackwardData(args, dy.data<float>(), s.w.data<float>(), dx.data<float>())) {
+    return false;
+  }
+  if ((s.w_grad || s.b_grad) &&
+      !blas::OneDnnConvBackwardWeights(args, s.x.data<float>(), dy.data<float>(), dw.data<float>(),
+                                       s.b_grad ? db.data<float>() : nullptr)) {
+    return false;
+  }
+  grads = {dx, s.w_grad ? dw : Tensor(), db};
+  return true;
+}
+
+TensorList ConvBackward(const ConvSaved& s, const Tensor& dy) {
+  TensorList grads;
+  return OneDnnBackward(s, dy, grads) ? grads : Im2ColBackward(s, dy);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------- conv2d
@@ -159,14 +210,7 @@ Tensor Conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options) {
   const ConvGeometry g = CheckConv(x, weight, bias, options);
   Tensor out = Tensor::Uninitialized({g.n, g.o, g.ho, g.wo}, x.dtype(), x.device());
-  Tensor scratch = g.pointwise()
-                       ? Tensor()
-                       : Tensor::Uninitialized({g.patch(), g.positions()}, x.dtype(), x.device());
-  for (int64_t n = 0; n < g.n; ++n) {
-    Gemm(false, false, g.o, g.positions(), g.patch(), 1.0, weight, Columns(g, x, n, scratch), 0.0,
-         out.Rows(n, n + 1));
-  }
-  if (bias.defined()) AddChannelBias(out, bias);
+  if (!OneDnnForward(g, x, weight, bias, out)) Im2ColForward(g, x, weight, bias, out);
   // PyTorch's ConvolutionBackward0 has edges (input, weight, bias); no bias is an empty edge.
   RecordOp(out, "ConvolutionBackward", {&x, &weight, &bias},
            [s = ConvSaved{.g = g,
