@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "autograd/blas/backends.h"
+#include "autograd/blas/onednn_cache.h"
 #include "autograd/compute_threads.h"
 
 namespace ddpkit::blas {
@@ -22,10 +23,7 @@ using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int
                        int64_t, bool, int>;
 constexpr size_t kMaxShapes = 128;  // per thread
 
-const dnnl::engine& Engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
+const dnnl::engine& Engine() { return OneDnnEngine(); }
 
 struct ConvPrimitives {
   memory::desc src, weights, bias, dst;  // the caller's plain layouts
@@ -68,10 +66,7 @@ std::unique_ptr<ConvPrimitives> Make(const ConvArgs& a, bool with_bias) {
   return p;
 }
 
-struct ThreadCache {
-  dnnl::stream stream{Engine()};
-  absl::flat_hash_map<Key, std::unique_ptr<ConvPrimitives>> primitives;
-};
+using ThreadCache = OneDnnThreadCache<Key, ConvPrimitives>;
 
 ThreadCache& Cache() {
   thread_local ThreadCache cache;
@@ -84,12 +79,7 @@ ConvPrimitives* Find(const ConvArgs& a, bool with_bias) {
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   ThreadCache& cache = Cache();
   const Key key{a.n, a.c, a.h, a.w, a.o, a.kh, a.kw, a.stride, a.padding, with_bias, threads};
-  if (cache.primitives.size() >= kMaxShapes && !cache.primitives.contains(key)) {
-    cache.primitives.clear();
-  }
-  auto [it, inserted] = cache.primitives.try_emplace(key);
-  if (inserted) it->second = Make(a, with_bias);
-  return it->second.get();
+  return cache.FindOrMake(key, kMaxShapes, [&] { return Make(a, with_bias); });
 }
 
 // The caller's data as the primitive wants it: the caller's memory when the layouts agree, else
