@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -62,6 +63,19 @@ NamedTensors Module::NamedBuffers() const {
   return out;
 }
 
+std::pair<Tensor, Tensor> Module::RegisterDefaultWeightAndBias(const Shape& weight_shape, bool bias,
+                                                               Generator& generator, DType dtype) {
+  const int64_t fan_in = NumElements(weight_shape) / weight_shape[0];
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  Tensor weight = Tensor::Empty(weight_shape, dtype);
+  generator.FillUniform(weight, -bound, bound);
+  RegisterParameter("weight", weight);
+  if (!bias) return {weight, Tensor()};
+  Tensor b = Tensor::Empty({weight_shape[0]}, dtype);
+  generator.FillUniform(b, -bound, bound);
+  return {weight, RegisterParameter("bias", b)};
+}
+
 namespace {
 
 // Points `t` at a copy of its elements on `device`, keeping its TensorImpl (and with it the
@@ -82,6 +96,11 @@ void Module::To(Device device) {
   for (const auto& [name, tensor] : parameters_) MoveInPlace(tensor, device);
   for (const auto& [name, tensor] : buffers_) MoveInPlace(tensor, device);
   for (const auto& [name, child] : children_) child->To(device);
+}
+
+void Module::Train(bool on) {
+  training_ = on;
+  for (const auto& [name, child] : children_) child->Train(on);
 }
 
 void Module::AppendDebugString(const std::string& indent, std::string& out) const {
@@ -107,15 +126,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Generator& 
                DType dtype) {
   DDPKIT_CHECK(in_features > 0 && out_features > 0,
                "[Linear] features must be positive, got in=", in_features, " out=", out_features);
-  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
-  Tensor weight = Tensor::Empty({out_features, in_features}, dtype);
-  generator.FillUniform(weight, -bound, bound);
-  weight_ = RegisterParameter("weight", weight);
-  if (bias) {
-    Tensor b = Tensor::Empty({out_features}, dtype);
-    generator.FillUniform(b, -bound, bound);
-    bias_ = RegisterParameter("bias", b);
-  }
+  std::tie(weight_, bias_) =
+      RegisterDefaultWeightAndBias({out_features, in_features}, bias, generator, dtype);
 }
 
 Tensor Linear::Forward(const Tensor& input) { return ddpkit::Linear(input, weight_, bias_); }

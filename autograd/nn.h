@@ -43,7 +43,7 @@ class Module {
   // registered twice (a shared parameter) appears once, under its first name.
   NamedTensors NamedParameters() const;
   TensorList Parameters() const;
-  // Non-trainable state (none of the built-in modules has any; DDP broadcasts them).
+  // Non-trainable state (BatchNorm2d's running statistics; DDP broadcasts them).
   NamedTensors NamedBuffers() const;
   // Moves every parameter and buffer (this module's and its children's) to `device` in place,
   // as PyTorch's module.to(device): each keeps its Tensor identity, so handles held elsewhere
@@ -51,6 +51,11 @@ class Module {
   // requires grad; an existing .grad moves too. Call it before an optimizer or DDP wraps the
   // model: their state is not moved.
   void To(Device device);
+  // Training (the default) or evaluation mode for this module and its children, as PyTorch's
+  // module.train(mode) and module.eval(); BatchNorm2d reads it.
+  void Train(bool on = true);
+  void Eval() { Train(false); }
+  bool is_training() const { return training_; }
   // "Sequential(\n  (0): Linear(in_features=4, out_features=8, bias=true)\n ...)".
   std::string DebugString() const;
 
@@ -60,6 +65,11 @@ class Module {
   // Points the parameter registered as `name` at `value` (which keeps its own identity).
   void ReplaceParameter(const std::string& name, const Tensor& value);
   Tensor RegisterBuffer(std::string name, Tensor value);
+  // Registers "weight" of `weight_shape` and, when `bias`, "bias" [weight_shape[0]], both drawn
+  // (in that order) from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in the product of
+  // weight_shape[1:]: PyTorch's default for Linear and Conv2d. Returns {weight, bias}.
+  std::pair<Tensor, Tensor> RegisterDefaultWeightAndBias(const Shape& weight_shape, bool bias,
+                                                         Generator& generator, DType dtype);
   template <typename M>
   std::shared_ptr<M> RegisterModule(std::string name, std::shared_ptr<M> module) {
     children_.emplace_back(std::move(name), module);
@@ -73,6 +83,7 @@ class Module {
                     std::vector<const TensorImpl*>& seen) const;
   void AppendDebugString(const std::string& indent, std::string& out) const;
 
+  bool training_ = true;
   NamedTensors parameters_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

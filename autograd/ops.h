@@ -79,6 +79,42 @@ Tensor Concat(const TensorList& parts);                     // along dim 0
 Tensor Slice(const Tensor& x, int64_t begin, int64_t end);  // rows [begin, end), a view
 Tensor Reshape(const Tensor& x, const Shape& shape);        // a view
 
+// --- Vision: NCHW images (ops/conv.cc, ops/batch_norm.cc, ops/pool.cc; host only) ----------
+// Each backward node has PyTorch 1.13's edges in its order (convolution: input, weight, bias;
+// native_batch_norm: input, weight, bias), so gradients become ready in PyTorch's order.
+struct Conv2dOptions {
+  int64_t stride = 1;   // both axes
+  int64_t padding = 0;  // zeros on every side
+};
+// x [N, C, H, W], weight [O, C, kH, kW], bias [O] or undefined -> [N, O, Ho, Wo] with
+// Ho = (H + 2 padding - kH) / stride + 1 (cross-correlation, as torch.nn.functional.conv2d).
+Tensor Conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const Conv2dOptions& options = {});
+
+struct BatchNormOptions {
+  bool training = true;   // batch statistics (and a running-stats update) or the running ones
+  double momentum = 0.1;  // running <- (1 - momentum) running + momentum * batch
+  double eps = 1e-5;
+};
+// x [N, C, *]; weight, bias [C] or undefined (no affine); running_mean, running_var [C] or
+// undefined (needed in evaluation). Training normalises with the batch's mean and biased
+// variance and updates the running stats in place (the variance unbiased), as
+// torch.nn.functional.batch_norm; num_batches_tracked is the module's (nn::BatchNorm2d).
+Tensor BatchNorm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                 const Tensor& running_mean, const Tensor& running_var,
+                 const BatchNormOptions& options = {});
+
+struct Pool2dOptions {
+  int64_t kernel = 1;   // square
+  int64_t stride = 0;   // 0: the kernel size, as PyTorch's default
+  int64_t padding = 0;  // at most kernel / 2; padded cells never win
+};
+Tensor MaxPool2d(const Tensor& x, const Pool2dOptions& options);  // floor mode, dilation 1
+// [N, C, H, W] -> [N, C, out_h, out_w], PyTorch's windows [floor(i H / out), ceil((i+1) H / out)).
+Tensor AdaptiveAvgPool2d(const Tensor& x, int64_t out_h = 1, int64_t out_w = 1);
+// Dimensions start_dim.. merged into one (a view), as torch.flatten(x, start_dim).
+Tensor Flatten(const Tensor& x, int64_t start_dim = 1);
+
 // --- Others ----------------------------------------------------------------------------------
 // Each row divided by max(its L2 norm, eps), as torch.nn.functional.normalize (ops/normalize.cc).
 Tensor L2NormalizeRows(const Tensor& x, double eps = 1e-12);

@@ -27,6 +27,20 @@ void OpenBlasGemm(DType dtype, const GemmArgs& args, double alpha, double beta);
 // call allocates nothing. False when oneDNN has no kernel for the call; the caller falls back.
 bool OneDnnGemm(const GemmArgs& args, bool accumulate);
 
+// A float32 NCHW conv2d (autograd/ops/conv.cc): x [n, c, h, w], weight [o, c, kh, kw], bias [o],
+// y [n, o, ho, wo], one stride and padding for both axes.
+struct ConvArgs {
+  int64_t n, c, h, w, o, kh, kw, stride, padding, ho, wo;
+};
+// Through oneDNN's convolution primitives (in blocked layouts, the NCHW operands reordered
+// in and out), kept per shape and thread. Each returns false when oneDNN has no kernel for the
+// shape; the caller falls back to im2col + GEMM. `bias` and `dbias` may be null.
+bool OneDnnConvForward(const ConvArgs& args, const float* x, const float* weight, const float* bias,
+                       float* y);
+bool OneDnnConvBackwardData(const ConvArgs& args, const float* dy, const float* weight, float* dx);
+bool OneDnnConvBackwardWeights(const ConvArgs& args, const float* x, const float* dy,
+                               float* dweight, float* dbias);
+
 // c[i, j] = act(c[i, j] + bias[j]) over an m x n row-major float32/float64 matrix: the epilogue
 // of the paths without a fused one.
 void BiasActInPlace(DType dtype, int64_t m, int64_t n, void* c, const void* bias, bool relu);

@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "autograd/blas/backends.h"
+#include "autograd/blas/onednn_cache.h"
 #include "autograd/compute_threads.h"
 
 namespace ddpkit::blas {
@@ -25,10 +26,7 @@ struct Primitive {
   dnnl::memory scratchpad;  // ours, made with the primitive, so executions allocate nothing
 };
 
-const dnnl::engine& Engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
+const dnnl::engine& Engine() { return OneDnnEngine(); }
 
 // op(X) of a row-major matrix stored with `ld` elements per row, as a rows x cols view.
 dnnl::memory::desc View(int64_t rows, int64_t cols, bool transposed, int64_t ld) {
@@ -64,12 +62,7 @@ std::unique_ptr<Primitive> Make(const GemmArgs& g, bool accumulate) {
   return p;
 }
 
-// This thread's primitives and stream. The threads of one process (a threads world's ranks)
-// each keep their own: a primitive is not shared while it runs.
-struct ThreadCache {
-  dnnl::stream stream{Engine()};
-  absl::flat_hash_map<Key, std::unique_ptr<Primitive>> primitives;
-};
+using ThreadCache = OneDnnThreadCache<Key, Primitive>;
 
 ThreadCache& Cache() {
   thread_local ThreadCache cache;
@@ -86,13 +79,7 @@ bool OneDnnGemm(const GemmArgs& g, bool accumulate) {
   ThreadCache& cache = Cache();
   const Key key{g.transpose_a,     g.transpose_b, g.m,        g.n,    g.k,
                 g.bias != nullptr, g.relu,        accumulate, threads};
-  // A job with many shapes (variable-length batches) would otherwise grow this without bound.
-  if (cache.primitives.size() >= kMaxPrimitives && !cache.primitives.contains(key)) {
-    cache.primitives.clear();
-  }
-  auto [it, inserted] = cache.primitives.try_emplace(key);
-  if (inserted) it->second = Make(g, accumulate);
-  Primitive& p = *it->second;
+  Primitive& p = *cache.FindOrMake(key, kMaxPrimitives, [&] { return Make(g, accumulate); });
   if (!p.matmul) return false;
   p.src.set_data_handle(const_cast<void*>(g.a));
   p.weights.set_data_handle(const_cast<void*>(g.b));

@@ -62,6 +62,32 @@ void BM_LinearForwardBackward(benchmark::State& state) {
 }
 BENCHMARK(BM_LinearForwardBackward)->Arg(kSize)->Unit(benchmark::kMillisecond);
 
+// A 3x3, stride-1, padding-1 conv2d forward + backward (input, weight) on [N, C, S, S] -> C
+// channels: Args {N, C, S}, the layer shapes of small ResNets (tools/scripts/bench_conv_torch.py
+// times PyTorch's oneDNN convolution on the same shapes).
+void BM_Conv2dForwardBackward(benchmark::State& state) {
+  const int64_t n = state.range(0), c = state.range(1), s = state.range(2);
+  Generator gen(0);
+  Tensor x = Tensor::Empty({n, c, s, s}), w = Tensor::Empty({c, c, 3, 3});
+  gen.FillUniform(x, -1, 1);
+  gen.FillUniform(w, -1, 1);
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  Tensor grad = Tensor::Full({n, c, s, s}, 1.0);
+  for (auto _ : state) {
+    x.set_grad(Tensor());
+    w.set_grad(Tensor());
+    Conv2d(x, w, Tensor(), {1, 1}).Backward(grad);
+    benchmark::DoNotOptimize(w.grad().raw_data());
+  }
+  SetFlops(state, 3 * 2.0 * n * c * c * 9 * s * s);
+}
+BENCHMARK(BM_Conv2dForwardBackward)
+    ->Args({32, 16, 32})
+    ->Args({32, 64, 8})
+    ->Args({128, 16, 8})
+    ->Unit(benchmark::kMillisecond);
+
 // The shapes of the MLPs' GEMMs at their batch sizes: forward x Wᵀ, backward dY W and dYᵀ X.
 struct GemmShape {
   const char* name;

@@ -324,10 +324,15 @@ def powersgd_case():
 CASES = {"mlp": mlp_case, "ops": ops_case, "optim": optim_case, "dtypes": dtypes_case,
          "ddp": ddp_case, "powersgd": powersgd_case}
 
+def run_cases(cases):
+    """Runs the cases named on the command line, or all of them."""
+    unknown = [name for name in sys.argv[1:] if name not in cases]
+    if unknown:
+        sys.exit(f"unknown case(s) {unknown}; choose from {list(cases)}")
+    for name in sys.argv[1:] or cases:
+        cases[name]()
+
+
 if __name__ == "__main__":
     print(f"torch {torch.__version__}", file=sys.stderr)
-    unknown = [name for name in sys.argv[1:] if name not in CASES]
-    if unknown:
-        sys.exit(f"unknown case(s) {unknown}; choose from {list(CASES)}")
-    for name in sys.argv[1:] or CASES:
-        CASES[name]()
+    run_cases(CASES)

@@ -1,0 +1,205 @@
+// batch_norm over [N, C, *]: in training, each channel normalised by its batch mean and biased
+// variance, and the running statistics (when given) moved toward them — the variance as its
+// unbiased estimate, as PyTorch; in evaluation, normalised by the running statistics. Statistics
+// are accumulated in double, as PyTorch's CPU kernel does for float32.
+#include <cmath>
+#include <vector>
+
+#include "autograd/function.h"
+#include "autograd/ops.h"
+#include "autograd/ops/op_util.h"
+
+namespace ddpkit {
+namespace {
+
+// x viewed as [n, channels, inner]: channel c of image i is x[(i * channels + c) * inner ...].
+struct BnLayout {
+  int64_t n, channels, inner;
+  int64_t count() const { return n * inner; }  // elements per channel
+};
+
+// The per-channel statistics the output was normalised with.
+struct BnStats {
+  std::vector<double> mean, invstd;
+};
+
+void CheckChannelVector(const char* what, const Tensor& t, const Tensor& x) {
+  if (!t.defined()) return;
+  DDPKIT_CHECK(t.shape() == Shape{x.size(1)}, "[batch_norm] ", what, " must be [", x.size(1),
+               "], got ", ShapeString(t.shape()));
+  DDPKIT_CHECK(t.dtype() == x.dtype(), "[batch_norm] ", what, " is ", DTypeName(t.dtype()),
+               " but the input is ", DTypeName(x.dtype()));
+  op_util::CheckSameDevice("batch_norm", x, t);
+}
+
+BnLayout CheckBatchNorm(const Tensor& x, const TensorList& channel_vectors,
+                        const BatchNormOptions& options) {
+  op_util::CheckFloating("batch_norm", x);
+  DDPKIT_CHECK(x.dim() >= 2, "[batch_norm] input must be [N, C, ...], got ",
+               ShapeString(x.shape()));
+  DDPKIT_CHECK(!x.is_cuda(), "[batch_norm] runs on the host only (no CUDA kernel yet)");
+  const char* names[] = {"weight", "bias", "running_mean", "running_var"};
+  for (size_t i = 0; i < channel_vectors.size(); ++i) {
+    CheckChannelVector(names[i], channel_vectors[i], x);
+  }
+  const BnLayout layout{x.size(0), x.size(1),
+                        x.numel() / std::max<int64_t>(1, x.size(0) * x.size(1))};
+  DDPKIT_CHECK(!options.training || layout.count() > 1,
+               "[batch_norm] expected more than 1 value per channel when training, got input ",
+               ShapeString(x.shape()));
+  DDPKIT_CHECK(options.training || (channel_vectors[2].defined() && channel_vectors[3].defined()),
+               "[batch_norm] evaluation needs running_mean and running_var");
+  return layout;
+}
+
+// Batch mean and biased variance per channel (two passes, in double).
+template <typename T>
+std::pair<std::vector<double>, std::vector<double>> BatchMoments(const T* x, const BnLayout& l) {
+  std::vector<double> mean(l.channels, 0.0), var(l.channels, 0.0);
+  for (int64_t i = 0; i < l.n * l.channels; ++i) {
+    const T* p = x + i * l.inner;
+    double sum = 0;
+    for (int64_t k = 0; k < l.inner; ++k) sum += p[k];
+    mean[i % l.channels] += sum;
+  }
+  for (double& m : mean) m /= static_cast<double>(l.count());
+  for (int64_t i = 0; i < l.n * l.channels; ++i) {
+    const T* p = x + i * l.inner;
+    const double m = mean[i % l.channels];
+    double sum = 0;
+    for (int64_t k = 0; k < l.inner; ++k) sum += (p[k] - m) * (p[k] - m);
+    var[i % l.channels] += sum;
+  }
+  for (double& v : var) v /= static_cast<double>(l.count());
+  return {std::move(mean), std::move(var)};
+}
+
+// running <- (1 - momentum) running + momentum * batch (the variance unbiased), in place.
+template <typename T>
+void UpdateRunning(const Tensor& running_mean, const Tensor& running_var,
+                   const std::vector<double>& mean, const std::vector<double>& var,
+                   const BnLayout& l, double momentum) {
+  const double unbias = static_cast<double>(l.count()) / static_cast<double>(l.count() - 1);
+  for (int64_t c = 0; c < l.channels; ++c) {
+    if (running_mean.defined()) {
+      T& rm = running_mean.data<T>()[c];
+      rm = static_cast<T>((1 - momentum) * rm + momentum * mean[c]);
+    }
+    if (running_var.defined()) {
+      T& rv = running_var.data<T>()[c];
+      rv = static_cast<T>((1 - momentum) * rv + momentum * var[c] * unbias);
+    }
+  }
+}
+
+template <typename T>
+BnStats Statistics(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                   const BnLayout& l, const BatchNormOptions& options) {
+  BnStats stats;
+  std::vector<double> var;
+  if (options.training) {
+    std::tie(stats.mean, var) = BatchMoments(x.data<T>(), l);
+    UpdateRunning<T>(running_mean, running_var, stats.mean, var, l, options.momentum);
+  } else {
+    for (int64_t c = 0; c < l.channels; ++c) {
+      stats.mean.push_back(running_mean.data<T>()[c]);
+      var.push_back(running_var.data<T>()[c]);
+    }
+  }
+  for (double v : var) stats.invstd.push_back(1.0 / std::sqrt(v + options.eps));
+  return stats;
+}
+
+// y = x * alpha + beta per channel, alpha = invstd * weight, beta = bias - mean * alpha.
+template <typename T>
+void Normalize(const Tensor& x, const Tensor& weight, const Tensor& bias, const BnStats& s,
+               const BnLayout& l, const Tensor& out) {
+  const T* in = x.data<T>();
+  T* y = out.data<T>();
+  for (int64_t i = 0; i < l.n * l.channels; ++i) {
+    const int64_t c = i % l.channels;
+    const double w = weight.defined() ? weight.data<T>()[c] : 1.0;
+    const double b = bias.defined() ? bias.data<T>()[c] : 0.0;
+    const T alpha = static_cast<T>(s.invstd[c] * w);
+    const T beta = static_cast<T>(b - s.mean[c] * s.invstd[c] * w);
+    for (int64_t k = i * l.inner; k < (i + 1) * l.inner; ++k) y[k] = in[k] * alpha + beta;
+  }
+}
+
+struct BnSaved {
+  Tensor x, weight;
+  BnStats stats;
+  BnLayout layout;
+  bool training, x_grad, w_grad, b_grad;
+};
+
+// With xhat = (x - mean) invstd: dweight = sum(dy xhat), dbias = sum(dy), and
+// dx = weight invstd (dy - [training] (sum(dy) + xhat sum(dy xhat)) / count).
+template <typename T>
+TensorList BnBackward(const BnSaved& s, const Tensor& dy) {
+  const BnLayout& l = s.layout;
+  const T* x = s.x.data<T>();
+  const T* g = dy.data<T>();
+  std::vector<double> sum_dy(l.channels, 0.0), sum_dy_xhat(l.channels, 0.0);
+  for (int64_t i = 0; i < l.n * l.channels; ++i) {
+    const int64_t c = i % l.channels;
+    for (int64_t k = i * l.inner; k < (i + 1) * l.inner; ++k) {
+      sum_dy[c] += g[k];
+      sum_dy_xhat[c] += g[k] * (x[k] - s.stats.mean[c]) * s.stats.invstd[c];
+    }
+  }
+  Tensor dx, dw, db;
+  if (s.x_grad) {
+    dx = Tensor::Uninitialized(s.x.shape(), dy.dtype(), Device::Cpu());
+    T* o = dx.data<T>();
+    const double count = static_cast<double>(l.count());
+    for (int64_t i = 0; i < l.n * l.channels; ++i) {
+      const int64_t c = i % l.channels;
+      const double invstd = s.stats.invstd[c];
+      const double scale = invstd * (s.weight.defined() ? s.weight.data<T>()[c] : 1.0);
+      const double mean_dy = s.training ? sum_dy[c] / count : 0.0;
+      const double proj = s.training ? sum_dy_xhat[c] / count : 0.0;
+      for (int64_t k = i * l.inner; k < (i + 1) * l.inner; ++k) {
+        const double xhat = (x[k] - s.stats.mean[c]) * invstd;
+        o[k] = static_cast<T>(scale * (g[k] - mean_dy - xhat * proj));
+      }
+    }
+  }
+  auto channel_tensor = [&](const std::vector<double>& v) {
+    return Tensor::FromVector<T>(std::vector<T>(v.begin(), v.end()), {l.channels});
+  };
+  if (s.w_grad) dw = channel_tensor(sum_dy_xhat);
+  if (s.b_grad) db = channel_tensor(sum_dy);
+  return {dx, dw, db};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------- batch_norm
+Tensor BatchNorm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                 const Tensor& running_mean, const Tensor& running_var,
+                 const BatchNormOptions& options) {
+  const BnLayout layout = CheckBatchNorm(x, {weight, bias, running_mean, running_var}, options);
+  Tensor out = Tensor::Uninitialized(x.shape(), x.dtype(), x.device());
+  BnStats stats = DispatchFloating(x.dtype(), "batch_norm", [&]<typename T>() {
+    BnStats s = Statistics<T>(x, running_mean, running_var, layout, options);
+    Normalize<T>(x, weight, bias, s, layout, out);
+    return s;
+  });
+  // PyTorch's NativeBatchNormBackward0 has edges (input, weight, bias).
+  RecordOp(out, "NativeBatchNormBackward", {&x, &weight, &bias},
+           [s = BnSaved{.x = x.Detach(),
+                        .weight = weight.defined() ? weight.Detach() : Tensor(),
+                        .stats = std::move(stats),
+                        .layout = layout,
+                        .training = options.training,
+                        .x_grad = x.requires_grad(),
+                        .w_grad = weight.defined() && weight.requires_grad(),
+                        .b_grad = bias.defined() && bias.requires_grad()}](const Tensor& dy) {
+             return DispatchFloating(dy.dtype(), "batch_norm_backward",
+                                     [&]<typename T>() { return BnBackward<T>(s, dy); });
+           });
+  return out;
+}
+
+}  // namespace ddpkit
