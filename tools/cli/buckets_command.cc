@@ -133,7 +133,7 @@ void PrintFirstBucketEffect(const jobs::ModelBuckets& plans) {
             << first.param_indices_size() << " tensors, " << first.bytes() << " bytes"
             << (first.bytes() > plans.first_bucket_bytes() ? " (more than the cap)" : "")
             << ".\nWith the cap for every bucket it would hold " << uncapped.param_indices_size()
-            << " tensors, " << uncapped.bytes() << " bytes, and the plan "
+            << " tensors, " << uncapped.bytes() << " bytes, and the plan would have "
             << (plans.rebuilt_buckets_without_first_bucket_cap_size() ==
                         plans.rebuilt_buckets_size()
                     ? "as many buckets"
