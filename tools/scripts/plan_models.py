@@ -216,3 +216,27 @@ class MixedToy(nn.Module):
 
 def mixed_toy():
     return MixedToy()
+
+
+
+class ThreeDtypeToy(nn.Module):
+    """Three dtypes in one model (float16, float64, float32), so that leftover buckets of
+    several dtypes meet in one plan. The float16 tensors are gains applied in float32 (PyTorch
+    1.13 has no float16 matmul on the CPU, and gloo no bfloat16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(16, 48)
+        self.gain = nn.Parameter(torch.ones(48, dtype=torch.float16))
+        self.wide = nn.Linear(48, 32).double()
+        self.head = nn.Linear(32, 8)
+        self.head_gain = nn.Parameter(torch.ones(8, 8, dtype=torch.float16))
+
+    def forward(self, x):
+        x = torch.relu(self.first(x)) * self.gain.float()
+        x = torch.relu(self.wide(x.double())).float()
+        return self.head(x) @ self.head_gain.float()
+
+
+def three_dtype_toy():
+    return ThreeDtypeToy()

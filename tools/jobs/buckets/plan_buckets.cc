@@ -1,5 +1,6 @@
 // `ddpkit buckets --params FILE`: DDP's plans for a plan file's parameters, from DDP's rules
 // alone (no model runs), and whether they are the ones PyTorch's DDP logged in the file.
+#include <algorithm>
 #include <numeric>
 
 #include "absl/strings/str_join.h"
@@ -72,6 +73,18 @@ std::string FirstDifference(std::string_view plan, const Infos& ours,
   return "";
 }
 
+// Whether the two plans hold the same buckets, in another order.
+bool SameBucketsInAnotherOrder(const Infos& ours, std::vector<std::vector<int64_t>> pytorchs) {
+  std::vector<std::vector<int64_t>> mine;
+  for (const reducer::BucketInfo& info : ours) {
+    mine.emplace_back(info.param_indices().begin(), info.param_indices().end());
+  }
+  if (mine == pytorchs) return false;  // the same order: the difference lies elsewhere
+  std::sort(mine.begin(), mine.end());
+  std::sort(pytorchs.begin(), pytorchs.end());
+  return mine == pytorchs;
+}
+
 PyTorchAgreement CompareWithPyTorch(const PlanFile& file, const ModelBuckets& report,
                                     const reducer::DdpOptions& options) {
   PyTorchAgreement agreement;
@@ -101,6 +114,14 @@ PyTorchAgreement CompareWithPyTorch(const PlanFile& file, const ModelBuckets& re
   if (difference.empty() && log.has_rebuilt_buckets) {
     difference = FirstDifference("rebuilt plan", report.rebuilt_buckets(), log.rebuilt_bucket_sizes,
                                  log.rebuilt_per_bucket_param_indices);
+    if (!difference.empty() &&
+        SameBucketsInAnotherOrder(report.rebuilt_buckets(), log.rebuilt_per_bucket_param_indices)) {
+      // PyTorch emits the buckets left open at the end of the walk (one per dtype) in its hash
+      // map's iteration order; ddpkit in order of first appearance.
+      StrAppend(&difference,
+                " (the same buckets in another order: the leftover buckets of several dtypes, "
+                "which PyTorch orders by a hash map's iteration)");
+    }
   }
   agreement.set_agrees(difference.empty());
   agreement.set_first_difference(difference);
