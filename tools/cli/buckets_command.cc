@@ -1,6 +1,7 @@
 // `ddpkit buckets`: the bucket assignment for given tensor sizes (PyTorch's
 // compute_bucket_assignment_by_size), or the plans DDP uses for a model — before and after
-// the rebuild, the latter measured by running two real iterations.
+// the rebuild, the latter measured by running two real iterations — or for a PyTorch model's
+// plan file (--params), checked against the plans PyTorch logged in it.
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -22,6 +23,9 @@ ABSL_FLAG(std::string, order, "",
           "gradient arrival order (a permutation of parameter indices): the rebuild's walk, "
           "result not sorted");
 ABSL_FLAG(std::string, sparse, "", "indices of parameters with sparse gradients");
+ABSL_FLAG(std::string, params, "",
+          "a plan file (tools/scripts/export_ddp_plan.py): DDP's plans for a PyTorch model; the "
+          "caps default to the ones PyTorch ran with");
 
 namespace ddpkit::cli {
 namespace {
@@ -45,6 +49,21 @@ absl::StatusOr<std::vector<T>> ParseList(std::string_view flag, const std::strin
   return values;
 }
 
+// The parameters joined by ", ", wrapped at about 100 columns under the table's last column.
+std::string Wrapped(const std::vector<std::string>& params) {
+  constexpr size_t kIndent = 45, kWidth = 100;
+  std::string out, line;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string item = params[i] + (i + 1 < params.size() ? "," : "");
+    if (!line.empty() && kIndent + line.size() + 1 + item.size() > kWidth) {
+      out += line + "\n" + std::string(kIndent, ' ');
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + item;
+  }
+  return out + line;
+}
+
 // One row per bucket: dtype, bytes, limit, and its parameters (index and, when known, name).
 std::string TableOf(const Infos& buckets) {
   std::string out = absl::StrFormat("%6s  %-9s  %10s  %10s  %s\n", "bucket", "dtype", "bytes",
@@ -62,7 +81,7 @@ std::string TableOf(const Infos& buckets) {
                                    : limit == 0                         ? "0 (sparse)"
                                                                         : StrCat(limit);
     out += absl::StrFormat("%6d  %-9s  %10d  %10s  %s\n", b, info.dtype(), info.bytes(), limit_text,
-                           absl::StrJoin(params, ", "));
+                           Wrapped(params));
   }
   return out;
 }
@@ -88,10 +107,90 @@ void PrintModelPlans(const jobs::ModelBuckets& plans) {
                  "plan.\n";
     return;
   }
-  std::cout << "Rebuilt after the first synced iteration, in gradient-arrival order ("
-            << absl::StrJoin(plans.grad_ready_order(), ", ") << "), limits ["
-            << plans.first_bucket_bytes() << ", " << plans.bucket_cap_bytes() << "]:\n"
+  const std::string order =
+      plans.grad_ready_order_size() <= 24
+          ? absl::StrJoin(plans.grad_ready_order(), ", ")
+          : StrCat("the file's, ", plans.grad_ready_order_size(), " parameters; --json lists it");
+  std::cout << (plans.grad_ready_order_estimated()
+                    ? "Rebuilt after the first synced iteration — an ESTIMATE: the file records no "
+                      "gradient-ready order, so reverse registration order stands in for it"
+                    : StrCat(
+                          "Rebuilt after the first synced iteration, in gradient-arrival order (",
+                          order, ")"))
+            << ", limits [" << plans.first_bucket_bytes() << ", " << plans.bucket_cap_bytes()
+            << "]:\n"
             << TableOf(plans.rebuilt_buckets());
+}
+
+// What the small first bucket does: where it closes, and the plan without it.
+void PrintFirstBucketEffect(const jobs::ModelBuckets& plans) {
+  if (plans.rebuilt_buckets().empty()) return;
+  const BucketInfo& first = plans.rebuilt_buckets(0);
+  const BucketInfo& uncapped = plans.rebuilt_buckets_without_first_bucket_cap(0);
+  std::cout << "\nFirst bucket: capped at " << plans.first_bucket_bytes()
+            << " bytes so that its allreduce starts early in backward; a bucket closes at the "
+               "first tensor that takes it to its cap, so it holds "
+            << first.param_indices_size() << " tensors, " << first.bytes() << " bytes"
+            << (first.bytes() > plans.first_bucket_bytes() ? " (more than the cap)" : "")
+            << ".\nWith the cap for every bucket it would hold " << uncapped.param_indices_size()
+            << " tensors, " << uncapped.bytes() << " bytes, and the plan would have "
+            << (plans.rebuilt_buckets_without_first_bucket_cap_size() ==
+                        plans.rebuilt_buckets_size()
+                    ? "as many buckets"
+                    : StrCat(plans.rebuilt_buckets_without_first_bucket_cap_size(),
+                             " buckets instead of ", plans.rebuilt_buckets_size()))
+            << ".\n";
+}
+
+// --params' story after the plans: skipped parameters, and the verdict against PyTorch.
+void PrintPlanFileNotes(const jobs::ModelBuckets& plans) {
+  PrintFirstBucketEffect(plans);
+  if (!plans.skipped_parameters().empty()) {
+    std::cout << "\nNot reduced (requires_grad false, so not in DDP's buckets; indices above "
+                 "skip them): "
+              << absl::StrJoin(plans.skipped_parameters(), ", ") << "\n";
+  }
+  const jobs::PyTorchAgreement& pytorch = plans.pytorch();
+  std::cout << "\nAgrees with PyTorch: "
+            << (!pytorch.compared() ? StrCat("not compared — ", pytorch.not_compared())
+                : pytorch.agrees()  ? "yes (initial and rebuilt plans, bucket by bucket)"
+                                   : StrCat("NO — first difference: ", pytorch.first_difference()))
+            << "\n";
+}
+
+// The caps and mode PyTorch ran with, unless the flags say otherwise, so the plans compare.
+absl::StatusOr<reducer::DdpOptions> OptionsForPlanFile(const jobs::PlanFile& file) {
+  DDPKIT_ASSIGN_OR_RETURN(reducer::DdpOptions options, DdpOptionsFromFlags());
+  if (!file.ddp) return options;
+  constexpr double kMiB = 1024.0 * 1024.0;  // bytes / 2^20 converts back exactly
+  if (!FlagDiffersFromDefault("bucket_cap_mb")) {
+    options.bucket_cap_mb = static_cast<double>(file.ddp->bucket_cap_bytes) / kMiB;
+  }
+  if (!FlagDiffersFromDefault("first_bucket_mb")) {
+    options.first_bucket_mb = static_cast<double>(file.ddp->first_bucket_bytes) / kMiB;
+  }
+  if (!FlagDiffersFromDefault("find_unused_parameters")) {
+    options.find_unused_parameters = file.ddp->find_unused_parameters;
+  }
+  if (!FlagDiffersFromDefault("static_graph")) options.static_graph = file.ddp->static_graph;
+  return options;
+}
+
+// --params FILE: the plans from the file's parameters and recorded order.
+int RunParams(bool json) {
+  absl::StatusOr<jobs::PlanFile> file = jobs::ReadPlanFile(absl::GetFlag(FLAGS_params));
+  if (!file.ok()) return Fail("buckets", file.status());
+  absl::StatusOr<reducer::DdpOptions> options = OptionsForPlanFile(*file);
+  if (!options.ok()) return Fail("buckets", options.status());
+  absl::StatusOr<jobs::ModelBuckets> plans = jobs::PlanFileBucketPlans(*file, *options);
+  if (!plans.ok()) return Fail("buckets", plans.status());
+  if (json) {
+    PrintJson(*plans);
+    return kExitOk;
+  }
+  PrintModelPlans(*plans);
+  PrintPlanFileNotes(*plans);
+  return kExitOk;
 }
 
 // The model's plans (train's default model when --model is not given).
@@ -162,6 +261,13 @@ absl::StatusOr<reducer::BucketAssignment> AssignmentFromFlags(
 
 int RunBuckets(const std::vector<std::string>&) {
   const bool json = absl::GetFlag(FLAGS_json);
+  if (!absl::GetFlag(FLAGS_params).empty()) {
+    if (!absl::GetFlag(FLAGS_sizes).empty() || FlagDiffersFromDefault("model")) {
+      return Fail("buckets", absl::InvalidArgumentError(
+                                 "--params, --sizes and --model are alternatives; give one"));
+    }
+    return RunParams(json);
+  }
   if (absl::GetFlag(FLAGS_sizes).empty()) return RunModel(json);
   absl::StatusOr<std::vector<BucketTensorSpec>> specs = SpecsFromFlags();
   if (!specs.ok()) return Fail("buckets", specs.status());
@@ -179,13 +285,15 @@ int RunBuckets(const std::vector<std::string>&) {
 
 Subcommand BucketsSubcommand() {
   std::vector<std::string> flags = {"sizes",  "dtypes", "limits", "order",
-                                    "sparse", "model",  "json"};
+                                    "sparse", "model",  "params", "json"};
   flags.insert(flags.end(), kDdpFlagNames.begin(), kDdpFlagNames.end());
   return {.name = "buckets",
           .summary = "show how DDP assigns parameters to gradient buckets",
           .usage =
               "ddpkit buckets --sizes N1,N2,... [--dtypes ...] [--limits ...] [--order ...] "
-              "[--sparse ...] [--json]\n       ddpkit buckets --model mlp:IN,...,OUT [DDP flags]",
+              "[--sparse ...] [--json]\n       ddpkit buckets --model mlp:IN,...,OUT [DDP flags]"
+              "\n       ddpkit buckets --params FILE [--bucket-cap-mb X] [--first-bucket-mb Y] "
+              "[--json]",
           .flag_names = flags,
           .run = RunBuckets};
 }

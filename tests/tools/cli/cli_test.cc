@@ -149,6 +149,49 @@ TEST(CliTest, BucketsPrintsTheAssignment) {
   EXPECT_EQ(plans["rebuilt"]["buckets"].size(), 1u);
 }
 
+// A PyTorch model's plan file: the story (both plans by name, the first bucket's effect, the
+// verdict against PyTorch's logged plan) and --json in `--model --json`'s shape.
+TEST(CliTest, BucketsReadsAPlanFile) {
+  const std::string plan = std::string(DDPKIT_TESTDATA_DIR) + "/plans/resnet50.json";
+  Result r = RunDdpkit("buckets --params " + plan);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "DDP's buckets for torchvision:resnet50 (161 parameters"))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "160 fc.bias, 159 fc.weight")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "First bucket: capped at 1048576 bytes")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "2 tensors, 8196000 bytes (more than the cap)")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "Agrees with PyTorch: yes")) << r.out;
+  r = RunDdpkit("buckets --params " + plan + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  for (const char* key : {"model", "initial", "rebuilt", "grad_ready_order", "initial_buckets",
+                          "rebuilt_buckets", "first_bucket_bytes", "bucket_cap_bytes"}) {
+    EXPECT_TRUE(report.contains(key)) << key;
+  }
+  EXPECT_EQ(report["rebuilt"]["buckets"].size(), 5u);
+  EXPECT_EQ(report["pytorch"]["agrees"], true);
+  r = RunDdpkit("buckets --params " + plan + " --bucket-cap-mb 50");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "Agrees with PyTorch: not compared")) << r.out;
+}
+
+TEST(CliTest, BucketsNamesTheBadFieldOfAPlanFile) {
+  const std::string path = ::testing::TempDir() + "/bad_plan.json";
+  std::ofstream(path) << R"({"format": "ddpkit-plan/1", "model": "m", "parameters": [)"
+                      << R"({"name": "w", "shape": [2, "x"], "dtype": "float32"}]})";
+  Result r = RunDdpkit("buckets --params " + path);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_TRUE(
+      absl::StrContains(r.err, "parameters[0].shape[1]: expected an integer >= 0, got \"x\""))
+      << r.err;
+  r = RunDdpkit("buckets --params /nonexistent/plan.json");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(absl::StrContains(r.err, "/nonexistent/plan.json")) << r.err;
+  r = RunDdpkit("buckets --params " + path + " --sizes 4");
+  EXPECT_EQ(r.status, 2);
+}
+
 TEST(CliTest, MissingFilesFailWithExit1AndNameTheFile) {
   Result r = RunDdpkit("train --weights /nonexistent/w.safetensors");
   EXPECT_EQ(r.status, 1);

@@ -10,6 +10,7 @@
 #include "reducer/bucket_assignment.h"
 #include "reducer/distributed_data_parallel.h"
 #include "tools/jobs/buckets/buckets_report.pb.h"
+#include "tools/jobs/buckets/plan_file.h"
 
 namespace ddpkit::jobs {
 
@@ -26,5 +27,14 @@ google::protobuf::RepeatedPtrField<reducer::BucketInfo> DescribeBuckets(
 // on a world of one (the gradient arrival order is a property of the backward pass).
 absl::StatusOr<ModelBuckets> ModelBucketPlans(const std::string& model,
                                               const reducer::DdpOptions& options);
+
+// DDP's plans for a plan file's parameters, from DDP's rules alone (nothing runs): the initial
+// one, and the rebuilt one walking the file's gradient-ready order — reverse registration order,
+// flagged as an estimate, when the file has none — under `options`' limits; compared with the
+// plans PyTorch's DDP logged in the file when it ran with the same options. Indices are DDP's:
+// among the parameters that require a gradient. InvalidArgument for a file whose recorded order
+// is not a permutation of those, or a parameter needing a gradient in a dtype ddpkit lacks.
+absl::StatusOr<ModelBuckets> PlanFileBucketPlans(const PlanFile& file,
+                                                 const reducer::DdpOptions& options);
 
 }  // namespace ddpkit::jobs

@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+"""Writes a plan file: a PyTorch model's parameters, buffers and, given an input shape, the
+bucket plans PyTorch's own DDP made for it. `ddpkit buckets --params FILE` reads it (the schema
+is in docs/plan_files.md).
+
+    /usr/bin/python3 tools/scripts/export_ddp_plan.py MODEL [--input-shape N,C,H,W|N,T]
+        [--bucket-cap-mb X] [--first-bucket-mb Y] --out FILE
+
+MODEL is `torchvision:NAME` (torchvision.models.get_model(NAME), untrained) or
+`module.path:factory` (a function of no arguments returning an nn.Module; this folder is on the
+import path, so `plan_models:gpt2_124m` and `plan_models:bert_base` name the transformers defined
+in plan_models.py). With --input-shape the model is wrapped in DistributedDataParallel (gloo, a
+world of one, PyTorch's defaults unless the caps are given) and runs three iterations on random
+input of that shape — a 2-d shape is token ids below the first Embedding's size (when the
+model has one), any other random normal values — with the loss out.square().mean(); PyTorch rebuilds its buckets at the second
+forward, in the order the first backward produced the gradients. Without it, the file holds the
+parameters and buffers alone. Needs Debian's python3-torch and python3-torchvision (1.13/0.14);
+the build and the tests never run it.
+"""
+import argparse
+import importlib
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+FORMAT = "ddpkit-plan/1"
+
+
+def build_model(spec):
+    source, _, name = spec.partition(":")
+    if not name:
+        sys.exit(f"export_ddp_plan: MODEL '{spec}' is neither torchvision:NAME nor module:factory")
+    if source == "torchvision":
+        import torchvision
+        return torchvision.models.get_model(name, weights=None)
+    return getattr(importlib.import_module(source), name)()
+
+
+def dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def tensor_entry(name, tensor, requires_grad=None):
+    entry = {"name": name, "shape": list(tensor.shape), "dtype": dtype_name(tensor.dtype)}
+    if requires_grad is not None:
+        entry["requires_grad"] = requires_grad
+    return entry
+
+
+def aliases(model):
+    """Parameters registered under a second name (tied weights): named_parameters() and DDP
+    list each tensor once, under the name met first."""
+    first, out = {}, []
+    for module_name, module in model.named_modules():
+        for param_name, p in module._parameters.items():
+            if p is None:
+                continue
+            name = f"{module_name}.{param_name}" if module_name else param_name
+            if id(p) in first:
+                out.append({"name": name, "same_as": first[id(p)]})
+            else:
+                first[id(p)] = name
+    return out
+
+
+def random_input(model, shape):
+    embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    if len(shape) == 2 and embeddings:  # token ids
+        return torch.randint(0, embeddings[0].num_embeddings, shape)
+    return torch.randn(shape)
+
+
+def first_tensor(out):
+    if isinstance(out, (tuple, list)):
+        return first_tensor(out[0])
+    if isinstance(out, dict):
+        return first_tensor(next(iter(out.values())))
+    return out
+
+
+def ints(text):
+    return [int(v) for v in text.replace(",", " ").split()] if text else []
+
+
+def ddp_plan(model, shape, bucket_cap_mb, first_bucket_mb):
+    """Three iterations under DDP; what its logging data says then, and its initial plan."""
+    first_bucket_bytes = int(first_bucket_mb * 1024 * 1024)
+    dist._DEFAULT_FIRST_BUCKET_BYTES = first_bucket_bytes  # DDP reads it when constructed
+    ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    # DDP's constructor computes its initial plan so, then reverses it (no size limit unless
+    # find_unused_parameters); 1.13 logs only the sizes, so the indices are asked for here.
+    params = [p for p in model.parameters() if p.requires_grad]
+    initial, _ = dist._compute_bucket_assignment_by_size(params, [sys.maxsize], [False] * len(params))
+    # The rebuild happens at the second forward, after the logging data is sampled there: the
+    # third forward's sample is the first to show it.
+    for _ in range(3):
+        first_tensor(ddp(random_input(model, shape))).float().square().mean().backward()
+    log = ddp._get_ddp_logging_data()
+    rebuilt = log.get("rebuilt_per_bucket_param_indices", "")
+    return {"world_size": 1, "backend": "gloo", "iterations": 3,
+            "find_unused_parameters": False, "static_graph": False,
+            "bucket_cap_mb": bucket_cap_mb, "bucket_cap_bytes": log["bucket_cap_bytes"],
+            "first_bucket_bytes": first_bucket_bytes,
+            "bucket_sizes": ints(log["bucket_sizes"]),
+            "initial_per_bucket_param_indices": [list(b) for b in reversed(initial)],
+            "has_rebuilt_buckets": bool(log["has_rebuilt_buckets"]),
+            "prev_iteration_grad_ready_order_indices":
+                ints(log.get("prev_iteration_grad_ready_order_indices", "")),
+            "rebuilt_bucket_sizes": ints(log.get("rebuilt_bucket_sizes", "")),
+            "rebuilt_per_bucket_param_indices": [ints(b) for b in rebuilt.split(",") if b]}
+
+
+def write(plan, path):
+    """JSON with one tensor per line, so that a diff of two plans reads line by line."""
+    lines = ["{"]
+    keys = list(plan)
+    for i, key in enumerate(keys):
+        value, comma = plan[key], "," if i + 1 < len(keys) else ""
+        if key in ("parameters", "buffers", "aliases") and value:
+            rows = ",\n".join("  " + json.dumps(v) for v in value)
+            lines.append(f" {json.dumps(key)}: [\n{rows}\n ]{comma}")
+        elif key == "ddp":
+            rows = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in value.items())
+            lines.append(f' "ddp": {{\n{rows}\n }}{comma}')
+        else:
+            lines.append(f" {json.dumps(key)}: {json.dumps(value)}{comma}")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n}\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model")
+    parser.add_argument("--input-shape", default="")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    parser.add_argument("--first-bucket-mb", type=float, default=1.0)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = build_model(args.model)
+    plan = {"format": FORMAT, "model": args.model,
+            "generated_by": "tools/scripts/export_ddp_plan.py " + " ".join(sys.argv[1:-2] if sys.argv[-2] == "--out" else sys.argv[1:]),
+            "torch_version": torch.__version__,
+            "input_shape": ints(args.input_shape) or None,
+            "parameters": [tensor_entry(n, p, p.requires_grad) for n, p in model.named_parameters()],
+            "buffers": [tensor_entry(n, b) for n, b in model.named_buffers()],
+            "aliases": aliases(model)}
+    if args.input_shape:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29562")
+        dist.init_process_group("gloo", rank=0, world_size=1)
+        plan["ddp"] = ddp_plan(model, ints(args.input_shape), args.bucket_cap_mb,
+                               args.first_bucket_mb)
+        dist.destroy_process_group()
+    write(plan, args.out)
+    print(f"wrote {args.out}: {args.model}, {len(plan['parameters'])} parameters"
+          + (f", {len(plan['ddp']['rebuilt_bucket_sizes'])} buckets after the rebuild"
+             if "ddp" in plan else ""))
+
+
+if __name__ == "__main__":
+    main()
