@@ -19,7 +19,8 @@ ABSL_FLAG(std::string, param_table, "",
 ABSL_FLAG(std::string, network, "eth100",
           "preset (dgx-a100-ib200, v100-nvlink-ib100, eth100, eth10) and/or key=value,... "
           "(algo=ring|tree|hierarchical, latency_us, GBps, gbps, node, intra_latency_us, "
-          "intra_GBps), or measured=FILE[+FILE...] (bench allreduce --json)");
+          "intra_GBps), measured=FILE[+FILE...] (bench allreduce --json), or trace=FILE (a "
+          "ddpkit --trace's bucket allreduces)");
 ABSL_FLAG(std::string, compute, "a100",
           "gflops=X, a device preset (v100, a100, h100), or trace=FILE (a ddpkit --trace)");
 ABSL_FLAG(bool, sweep_caps, false, "also sweep bucket_cap_mb 1..200 per world size");

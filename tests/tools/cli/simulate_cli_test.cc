@@ -46,6 +46,19 @@ TEST(SimulateCliTest, TextAndTimeline) {
   EXPECT_NE(text.find("rebuild"), std::string::npos);
 }
 
+TEST(SimulateCliTest, RealArchitecturesUpToThousandRanksInUnderASecond) {
+  for (const char* table : {"resnet50", "bert_base", "gpt2"}) {
+    auto r = Simulate(std::string("--param-table ") + DDPKIT_TESTDATA_DIR + "/simulate/" + table +
+                      ".txt --world-size 2,8,64,256,1024 --sweep-caps --network dgx-a100-ib200 "
+                      "--json");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["grad_ready_order"], "estimated: reverse registration order");
+    EXPECT_EQ(j["sweeps"].size(), 5u);
+    EXPECT_LT(j["simulate_ms"].get<double>(), 1000) << table;
+  }
+}
+
 TEST(SimulateCliTest, BadFlagsAreOneLineUsageErrors) {
   for (const char* args : {"--world-size 0", "--world-size 2,x", "--network mesh", "--compute fast",
                            "--hook int8", "--model nonsense"}) {

@@ -10,6 +10,7 @@
 #include "autograd/error.h"
 #include "google/protobuf/util/json_util.h"
 #include "tools/jobs/bench/bench_report.pb.h"
+#include "tools/trace/trace_file.h"
 
 namespace ddpkit::jobs::sim {
 namespace {
@@ -76,6 +77,37 @@ absl::Status SetKey(NetworkModel& m, const std::string& key, const std::string& 
   return absl::OkStatus();
 }
 
+// time_us = a + b·bytes over (bytes, time_us) points, both clamped at zero.
+LinearFit LeastSquares(const std::vector<std::pair<double, double>>& points) {
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : points) n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+  LinearFit fit;
+  const double d = n * sxx - sx * sx;
+  fit.b_us_per_byte = d > 0 ? std::max(0.0, (n * sxy - sx * sy) / d) : 0;
+  fit.a_us = std::max(0.0, (sy - fit.b_us_per_byte * sx) / std::max(1.0, n));
+  return fit;
+}
+
+// The bucket allreduces of a ddpkit trace (rank 0, after iteration 0) as they ran inside DDP:
+// contention with backward included.
+absl::StatusOr<NetworkModel> FromTrace(const std::string& path) {
+  DDPKIT_ASSIGN_OR_RETURN(const trace::TraceView view, trace::ReadTraceFile(path));
+  std::vector<std::pair<double, double>> points;
+  for (const trace::TraceItem& c :
+       view.ranks.empty() ? std::vector<trace::TraceItem>{} : view.ranks[0].collectives) {
+    if (c.purpose == "bucket" && c.iteration >= 1 && !c.shadow) {
+      points.emplace_back(static_cast<double>(c.bytes), c.end_us - c.start_us);
+    }
+  }
+  if (points.empty()) return absl::InvalidArgumentError(StrCat(path, ": no bucket allreduce"));
+  NetworkModel m;
+  m.name = "trace";
+  m.measured[view.world_size] = LeastSquares(points);
+  m.source = StrCat("fitted to ", points.size(), " bucket allreduces in ", path,
+                    " (as they ran inside DDP)");
+  return m;
+}
+
 absl::StatusOr<NetworkModel> Measured(const std::string& files) {
   NetworkModel m;
   m.name = "measured";
@@ -127,20 +159,16 @@ absl::StatusOr<std::pair<int, LinearFit>> FitAllreduceReport(const std::string& 
     return absl::InvalidArgumentError(
         "--network measured=: not a `ddpkit bench allreduce --json` report with two sizes or more");
   }
-  // Least squares of time_us on bytes.
-  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  std::vector<std::pair<double, double>> points;
   for (const AllreducePoint& p : report.points()) {
-    const double x = static_cast<double>(p.bytes()), y = p.time_us();
-    n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+    points.emplace_back(static_cast<double>(p.bytes()), p.time_us());
   }
-  LinearFit fit;
-  fit.b_us_per_byte = std::max(0.0, (n * sxy - sx * sy) / (n * sxx - sx * sx));
-  fit.a_us = std::max(0.0, (sy - fit.b_us_per_byte * sx) / n);
-  return std::make_pair(report.world_size(), fit);
+  return std::make_pair(report.world_size(), LeastSquares(points));
 }
 
 absl::StatusOr<NetworkModel> ParseNetwork(const std::string& spec) {
   if (absl::StartsWith(spec, "measured=")) return Measured(spec.substr(9));
+  if (absl::StartsWith(spec, "trace=")) return FromTrace(spec.substr(6));
   std::vector<std::string> parts = absl::StrSplit(spec, ',');
   NetworkModel m = Preset(parts[0]);
   size_t first_key = m.name.empty() ? 0 : 1;

@@ -37,7 +37,8 @@ struct NetworkModel {
 
 // --network: a preset ("dgx-a100-ib200", "v100-nvlink-ib100", "eth100", "eth10"), or
 // "key=value,..." over one (algo, latency_us, GBps, gbps, node, intra_latency_us, intra_GBps;
-// gbps in gigabits), or "measured=FILE[+FILE...]" (bench allreduce --json reports).
+// gbps in gigabits), "measured=FILE[+FILE...]" (bench allreduce --json reports), or
+// "trace=FILE": the bucket allreduces of a ddpkit --trace, timed as they ran inside DDP.
 absl::StatusOr<NetworkModel> ParseNetwork(const std::string& spec);
 
 // The fit of one `ddpkit bench allreduce --json` report: {world size, fit}.
