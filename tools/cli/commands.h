@@ -16,5 +16,6 @@ Subcommand FrSubcommand();
 Subcommand ChaosSubcommand();
 Subcommand RecomputeSubcommand();
 Subcommand VarlenSubcommand();
+Subcommand SimulateSubcommand();
 
 }  // namespace ddpkit::cli

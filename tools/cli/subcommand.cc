@@ -20,6 +20,13 @@ bool Accepts(const Subcommand& subcommand, const std::string& name) {
          subcommand.flag_names.end();
 }
 
+// The Abseil flag `name` sets for this subcommand (nullptr when it accepts no such flag).
+absl::CommandLineFlag* FlagFor(const Subcommand& subcommand, const std::string& name) {
+  if (!Accepts(subcommand, name)) return nullptr;
+  auto alias = subcommand.flag_aliases.find(name);
+  return absl::FindCommandLineFlag(alias == subcommand.flag_aliases.end() ? name : alias->second);
+}
+
 absl::Status UnknownFlag(const Subcommand& subcommand, absl::string_view written) {
   return absl::InvalidArgumentError(StrCat("unknown flag '", written, "' for 'ddpkit ",
                                            subcommand.name, "' (see 'ddpkit ", subcommand.name,
@@ -59,11 +66,9 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
     std::string name = Underscored(body.substr(0, body.find('=')));
     const bool has_value = body.find('=') != absl::string_view::npos;
     std::string value = has_value ? std::string(body.substr(body.find('=') + 1)) : "";
-    absl::CommandLineFlag* flag =
-        Accepts(subcommand, name) ? absl::FindCommandLineFlag(name) : nullptr;
+    absl::CommandLineFlag* flag = FlagFor(subcommand, name);
     if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
-      absl::CommandLineFlag* negated =
-          Accepts(subcommand, name.substr(2)) ? absl::FindCommandLineFlag(name.substr(2)) : nullptr;
+      absl::CommandLineFlag* negated = FlagFor(subcommand, name.substr(2));
       if (negated != nullptr && negated->IsOfType<bool>()) {
         flag = negated;
         value = "false";
@@ -79,14 +84,13 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
       } else if (i + 1 < args.size()) {
         value = args[++i];
       } else {
-        return absl::InvalidArgumentError(
-            StrCat("flag '--", Dashed(flag->Name()), "' needs a value"));
+        return absl::InvalidArgumentError(StrCat("flag '--", Dashed(name), "' needs a value"));
       }
     }
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
       return absl::InvalidArgumentError(
-          StrCat("invalid value '", value, "' for flag '--", Dashed(flag->Name()), "': ", error));
+          StrCat("invalid value '", value, "' for flag '--", Dashed(name), "': ", error));
     }
   }
   return absl::OkStatus();
@@ -106,7 +110,7 @@ int Fail(std::string_view subcommand, const absl::Status& status) {
 std::string SubcommandHelp(const Subcommand& subcommand) {
   std::string out = StrCat("usage: ", subcommand.usage, "\n\n", subcommand.summary, "\n\nflags:\n");
   for (const std::string& name : subcommand.flag_names) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    const absl::CommandLineFlag* flag = FlagFor(subcommand, name);
     if (flag == nullptr) continue;
     auto own = subcommand.own_defaults.find(name);
     const std::string value =

@@ -29,6 +29,9 @@ struct Subcommand {
   // Shared flags whose default this subcommand replaces (it reads them with
   // FlagDiffersFromDefault): name -> the default --help shows.
   std::map<std::string, std::string> own_defaults = {};
+  // Names in flag_names this subcommand reads into another Abseil flag: name -> that flag (a
+  // shared name with its own type here, e.g. simulate's list-valued --world-size).
+  std::map<std::string, std::string> flag_aliases = {};
   bool takes_positionals = false;  // non-flag arguments, and everything after "--"
   // Runs with flags already parsed; returns the exit status.
   std::function<int(const std::vector<std::string>& positionals)> run;

@@ -1,0 +1,173 @@
+// The event model on small cases computed by hand.
+#include "tools/jobs/simulate/step_model.h"
+
+#include "gtest/gtest.h"
+#include "tools/jobs/simulate/simulate.h"
+
+namespace ddpkit::jobs::sim {
+namespace {
+
+// Parameters of `numel` float32 elements each, each gradient taking `backward_us`, ready in
+// reverse registration order; forward 10 us, optimizer 5 us.
+SimModel Model(const std::vector<int64_t>& numels, double backward_us) {
+  SimModel m;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    m.params.push_back({.name = StrCat("p", i), .shape = {numels[i]}, .backward_us = backward_us});
+    m.grad_ready_order.insert(m.grad_ready_order.begin(), i);
+  }
+  m.forward_us = 10, m.optimizer_us = 5;
+  return m;
+}
+
+// An allreduce of S bytes costs exactly S / 1000 us on two ranks: no latency, a ring factor of
+// 2(N-1)/N = 1 and 1 GB/s (1000 bytes per us).
+NetworkModel OneGbps() {
+  NetworkModel n;
+  n.latency_us = 0, n.gbytes_per_s = 1;
+  return n;
+}
+
+reducer::BucketAssignment Plan(std::vector<std::vector<size_t>> buckets) {
+  reducer::BucketAssignment plan;
+  plan.limits.assign(buckets.size(), 1);
+  plan.buckets = std::move(buckets);
+  return plan;
+}
+
+TEST(StepModelTest, OneBucketIsAllExposedTail) {
+  // Two 1000-element gradients (8000 bytes, 8 us on the wire), 20 us each: backward ends at
+  // 10 + 40 = 50, the one bucket runs 50..58, the optimizer 58..63.
+  const StepTimeline t = SimulateStep(Model({1000, 1000}, 20), Plan({{1, 0}}), OneGbps(), 2, {});
+  EXPECT_DOUBLE_EQ(t.backward_end_us, 50);
+  ASSERT_EQ(t.collectives.size(), 1u);
+  EXPECT_DOUBLE_EQ(t.collectives[0].start_us, 50);
+  EXPECT_DOUBLE_EQ(t.comm_end_us, 58);
+  EXPECT_DOUBLE_EQ(t.exposed_us, 8);
+  EXPECT_DOUBLE_EQ(t.overlapped_us, 0);
+  EXPECT_DOUBLE_EQ(t.step_us, 63);
+  EXPECT_DOUBLE_EQ(t.compute_us, 55);
+}
+
+TEST(StepModelTest, AnEarlyBucketOverlapsTheRestOfBackward) {
+  // p1 ready at 30: its bucket runs 30..34 under backward; p0 ready at 50: 50..54 exposed.
+  const StepTimeline t = SimulateStep(Model({1000, 1000}, 20), Plan({{1}, {0}}), OneGbps(), 2, {});
+  ASSERT_EQ(t.collectives.size(), 2u);
+  EXPECT_DOUBLE_EQ(t.collectives[0].start_us, 30);
+  EXPECT_DOUBLE_EQ(t.collectives[0].end_us, 34);
+  EXPECT_DOUBLE_EQ(t.collectives[1].start_us, 50);
+  EXPECT_DOUBLE_EQ(t.exposed_us, 4);
+  EXPECT_DOUBLE_EQ(t.overlapped_us, 4);
+  EXPECT_DOUBLE_EQ(t.step_us, 59);
+}
+
+TEST(StepModelTest, BucketsLaunchInOrderOnOneStream) {
+  // Bucket 0 waits for p0 (ready last, at 50); bucket 1 (p1, ready at 30) may not start before
+  // bucket 0 has, and then only when bucket 0 is done: 50..54, 54..58.
+  const StepTimeline t = SimulateStep(Model({1000, 1000}, 20), Plan({{0}, {1}}), OneGbps(), 2, {});
+  EXPECT_DOUBLE_EQ(t.collectives[1].start_us, 54);
+  EXPECT_DOUBLE_EQ(t.exposed_us, 8);
+  // A long first bucket delays the next one even when it is ready: 10 000 elements = 40 us.
+  const StepTimeline u =
+      SimulateStep(Model({1000, 10000, 1000}, 20), Plan({{2}, {1}, {0}}), OneGbps(), 2, {});
+  // p2 ready at 30 (4 us), p1 at 50 (40 us: 50..90), p0 at 70 waits until 90: 90..94.
+  EXPECT_DOUBLE_EQ(u.collectives[2].start_us, 90);
+  EXPECT_DOUBLE_EQ(u.exposed_us, 94 - 70);
+}
+
+TEST(StepModelTest, NoSyncMicroBatchesHaveNoCommunication) {
+  SimulateConfig c;
+  c.model = Model({1000, 1000}, 20);
+  c.network = OneGbps();
+  c.world_sizes = {2};
+  c.no_sync_every = 4;
+  absl::StatusOr<SimulateReport> r = Simulate(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Rebuilt plan: 8000 bytes in one bucket (under the 1 MiB first bucket): step 63 us as above;
+  // three micro-batches of forward + backward (50 us) and the synced one: (150 + 63) / 4.
+  EXPECT_DOUBLE_EQ(r->worlds(0).step_ms(), 0.063);
+  EXPECT_DOUBLE_EQ(r->worlds(0).iteration_ms(), 0.21300 / 4);
+  EXPECT_NEAR(r->worlds(0).scaling_efficiency(), (150 + 55) / 213.0, 1e-12);
+}
+
+TEST(StepModelTest, TheRebuildSplitsTheOneInitialBucket) {
+  // Two 1 MiB gradients: the initial plan is one bucket (all of it after backward), the rebuilt
+  // one closes a bucket at the 1 MiB first-bucket limit, so p1's allreduce overlaps p0's backward.
+  SimModel m = Model({1 << 18, 1 << 18}, 2000);
+  const reducer::BucketAssignment initial = InitialPlan(m);
+  const reducer::BucketAssignment rebuilt = RebuiltPlan(m, 1, 25);
+  ASSERT_EQ(initial.buckets.size(), 1u);
+  ASSERT_EQ(rebuilt.buckets.size(), 2u);
+  EXPECT_EQ(rebuilt.buckets[0], std::vector<size_t>{1});
+  const double wire = (1 << 20) / 1000.0;  // 1048.576 us per gradient
+  const StepTimeline first = SimulateStep(m, initial, OneGbps(), 2, {});
+  const StepTimeline later = SimulateStep(m, rebuilt, OneGbps(), 2, {});
+  EXPECT_DOUBLE_EQ(first.exposed_us, 2 * wire);
+  EXPECT_DOUBLE_EQ(later.exposed_us, wire);  // p1's ran 2010..3058, under p0's 2010..4010
+  EXPECT_DOUBLE_EQ(later.overlapped_us, wire);
+}
+
+TEST(StepModelTest, HooksChangeTheBytes) {
+  SimModel m;
+  m.params = {{.name = "w", .shape = {100, 50}}, {.name = "b", .shape = {100}}};
+  m.grad_ready_order = {1, 0};
+  EXPECT_EQ(BucketPayloads(m, {1, 0}, {}), std::vector<double>{20400});
+  EXPECT_EQ(BucketPayloads(m, {1, 0}, {.kind = Hook::kFp16}), std::vector<double>{10200});
+  // PowerSGD rank 2: the bias as it is (400), then P = 100·2·4 and Q = 50·2·4 bytes.
+  EXPECT_EQ(BucketPayloads(m, {1, 0}, {.kind = Hook::kPowerSgd, .rank = 2}),
+            (std::vector<double>{400, 800, 400}));
+  // Rank 40: (100 + 50)·40·2 > 5000 — not worth compressing, sent whole.
+  EXPECT_EQ(BucketPayloads(m, {1, 0}, {.kind = Hook::kPowerSgd, .rank = 40}),
+            std::vector<double>{20400});
+}
+
+TEST(NetworkModelTest, AlgorithmFactors) {
+  NetworkModel ring;
+  ring.latency_us = 10, ring.gbytes_per_s = 1;
+  // 2(N-1)α + 2(N-1)/N·S/β on 4 ranks, β = 1000 bytes per us: 60 + 1.5·4.
+  EXPECT_DOUBLE_EQ(ring.AllreduceUs(4000, 4), 60 + 6);
+  EXPECT_DOUBLE_EQ(ring.AllreduceUs(4000, 1), 0);
+  NetworkModel tree = ring;
+  tree.algorithm = "tree";
+  EXPECT_DOUBLE_EQ(tree.AllreduceUs(4000, 4), 2 * 2 * 10 + 2 * 4);
+  NetworkModel hier = ring;
+  hier.algorithm = "hierarchical", hier.ranks_per_node = 2;
+  hier.intra_latency_us = 1, hier.intra_gbytes_per_s = 10;
+  // Inside a node of 2: 2·1 + 1·4000/10 000; across 2 nodes on half the bytes: 20 + 2000/1000.
+  EXPECT_NEAR(hier.AllreduceUs(4000, 4), 2 + 0.4 + 20 + 2, 1e-12);
+}
+
+TEST(NetworkModelTest, MeasuredFitsScaleAsARing) {
+  NetworkModel m;
+  m.measured[2] = {.a_us = 20, .b_us_per_byte = 0.001};
+  EXPECT_DOUBLE_EQ(m.AllreduceUs(1000, 2), 21);
+  // α = 20 / 2 = 10 us; β: b = 1·S/β so 1 GB/s. On 4 ranks: 60 + 1.5·1000·0.001·1000.
+  EXPECT_NEAR(m.AllreduceUs(1000, 4), 60 + 1.5, 1e-9);
+}
+
+TEST(NetworkModelTest, PresetsAndKeys) {
+  absl::StatusOr<NetworkModel> n = ParseNetwork("dgx-a100-ib200,algo=ring");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->algorithm, "ring");
+  EXPECT_EQ(n->ranks_per_node, 8);
+  n = ParseNetwork("gbps=200,latency_us=3");
+  ASSERT_TRUE(n.ok());
+  EXPECT_DOUBLE_EQ(n->gbytes_per_s, 25);
+  EXPECT_FALSE(ParseNetwork("nonsense").ok());
+  EXPECT_FALSE(ParseNetwork("algo=mesh").ok());
+}
+
+TEST(SimModelTest, FromParamsDropsFrozenParametersAndRenumbersTheOrder) {
+  absl::StatusOr<SimModel> m = FromParams({"a", "b", "c"}, {{2, 3}, {3}, {4}},
+                                          {DType::kFloat32, DType::kFloat32, DType::kFloat16},
+                                          {true, false, true}, {2, 1, 0});
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->params.size(), 2u);
+  EXPECT_EQ(m->params[1].name, "c");
+  EXPECT_EQ(m->grad_ready_order, (std::vector<size_t>{1, 0}));
+  EXPECT_FALSE(m->order_estimated);
+  EXPECT_EQ(m->TotalBytes(), 24 + 8);
+  EXPECT_FALSE(FromParams({"a"}, {{1}}, {DType::kFloat32}, {}, {1}).ok());
+}
+
+}  // namespace
+}  // namespace ddpkit::jobs::sim

@@ -1,0 +1,135 @@
+// `ddpkit simulate`: DDP's step on 2 ... 1,024 ranks, predicted from a model and two profiles
+// (compute and network); docs/simulate.md says how a step is modelled and what is left out.
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/job_flags.h"
+#include "tools/cli/print_json.h"
+#include "tools/jobs/simulate/compute.h"
+#include "tools/jobs/simulate/simulate.h"
+
+ABSL_FLAG(std::string, simulate_world_sizes, "2,8,64,1024", "world sizes to simulate: N[,N...]");
+ABSL_FLAG(std::string, param_table, "",
+          "a parameter table instead of --model: NAME DTYPE AxB FLOPS per line "
+          "(tests/testdata/simulate/)");
+ABSL_FLAG(std::string, network, "eth100",
+          "preset (dgx-a100-ib200, v100-nvlink-ib100, eth100, eth10) and/or key=value,... "
+          "(algo=ring|tree|hierarchical, latency_us, GBps, gbps, node, intra_latency_us, "
+          "intra_GBps), measured=FILE[+FILE...] (bench allreduce --json), or trace=FILE (a "
+          "ddpkit --trace's bucket allreduces)");
+ABSL_FLAG(std::string, compute, "a100",
+          "gflops=X, a device preset (v100, a100, h100), or trace=FILE (a ddpkit --trace)");
+ABSL_FLAG(bool, sweep_caps, false, "also sweep bucket_cap_mb 1..200 per world size");
+ABSL_FLAG(int32_t, no_sync_every, 1, "K: synchronise every K-th micro-batch (no_sync between)");
+ABSL_FLAG(std::string, hook, "none", "communication hook: none, fp16, powersgd:R");
+ABSL_FLAG(std::string, svg, "", "write the largest world's simulated step as a timeline SVG");
+ABSL_DECLARE_FLAG(double, bucket_cap_mb);
+ABSL_DECLARE_FLAG(double, first_bucket_mb);
+
+namespace ddpkit::cli {
+namespace {
+
+absl::StatusOr<std::vector<int>> WorldSizes() {
+  std::vector<int> sizes;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_simulate_world_sizes), ',')) {
+    int n;
+    if (!absl::SimpleAtoi(part, &n) || n < 1) {
+      return absl::InvalidArgumentError(
+          StrCat("--world-size: '", std::string(part), "' is not a positive integer"));
+    }
+    sizes.push_back(n);
+  }
+  return sizes;
+}
+
+absl::StatusOr<jobs::sim::Hook> HookFromFlag() {
+  const std::string text = absl::GetFlag(FLAGS_hook);
+  jobs::sim::Hook hook;
+  if (text == "none") return hook;
+  if (text == "fp16") return jobs::sim::Hook{.kind = jobs::sim::Hook::kFp16};
+  if (absl::StartsWith(text, "powersgd:") && absl::SimpleAtoi(text.substr(9), &hook.rank) &&
+      hook.rank > 0) {
+    hook.kind = jobs::sim::Hook::kPowerSgd;
+    return hook;
+  }
+  return absl::InvalidArgumentError(
+      StrCat("--hook: '", text, "' is none of none, fp16, powersgd:R"));
+}
+
+absl::StatusOr<jobs::SimulateConfig> ConfigFromFlags() {
+  jobs::SimulateConfig c;
+  const std::string table = absl::GetFlag(FLAGS_param_table);
+  const int batch = absl::GetFlag(FLAGS_batch_size);
+  DDPKIT_ASSIGN_OR_RETURN(c.model, table.empty()
+                                       ? jobs::sim::FromMlpSpec(absl::GetFlag(FLAGS_model), batch)
+                                       : jobs::sim::FromParamTable(table, batch));
+  DDPKIT_RETURN_IF_ERROR(jobs::sim::ApplyCompute(c.model, absl::GetFlag(FLAGS_compute)));
+  DDPKIT_ASSIGN_OR_RETURN(c.network, jobs::sim::ParseNetwork(absl::GetFlag(FLAGS_network)));
+  DDPKIT_ASSIGN_OR_RETURN(c.world_sizes, WorldSizes());
+  DDPKIT_ASSIGN_OR_RETURN(c.hook, HookFromFlag());
+  c.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+  c.first_bucket_mb = absl::GetFlag(FLAGS_first_bucket_mb);
+  c.sweep_caps = absl::GetFlag(FLAGS_sweep_caps);
+  c.no_sync_every = absl::GetFlag(FLAGS_no_sync_every);
+  c.svg_path = absl::GetFlag(FLAGS_svg);
+  return c;
+}
+
+void PrintText(const jobs::SimulateReport& r) {
+  std::cout << absl::StrFormat(
+      "Simulated DDP step: %s (%d parameters, %.1f MB), hook %s, no_sync every %d\n"
+      "  compute: %s — forward %.3f ms, backward %.3f ms, optimizer %.3f ms\n"
+      "  grad-ready order: %s\n  network: %s\n  (%s)\n\n",
+      r.model(), r.parameter_tensors(), r.parameter_bytes() / 1e6, r.hook(), r.no_sync_every(),
+      r.compute(), r.forward_ms(), r.backward_ms(), r.optimizer_ms(), r.grad_ready_order(),
+      r.network(), r.network_source());
+  std::cout << absl::StrFormat("%6s %7s %7s %10s %10s %10s %10s %10s %10s %10s %6s\n", "world",
+                               "cap MB", "buckets", "step ms", "compute", "comm", "exposed",
+                               "overlapped", "iter 0 ms", "per micro", "eff");
+  for (const jobs::SimPoint& p : r.worlds()) {
+    std::cout << absl::StrFormat(
+        "%6d %7g %7d %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %5.1f%%\n", p.world_size(),
+        p.bucket_cap_mb(), p.buckets(), p.step_ms(), p.compute_ms(), p.comm_ms(), p.exposed_ms(),
+        p.overlapped_ms(), p.first_step_ms(), p.iteration_ms(), 100 * p.scaling_efficiency());
+  }
+  for (const jobs::CapSweep& s : r.sweeps()) {
+    std::cout << absl::StrFormat("\nworld %d: best bucket_cap_mb %g (%.3f ms per micro-batch);",
+                                 s.world_size(), s.best_bucket_cap_mb(), s.best_step_ms());
+    for (const jobs::SimPoint& p : s.points()) {
+      std::cout << absl::StrFormat(" %g:%.3f", p.bucket_cap_mb(), p.iteration_ms());
+    }
+  }
+  if (!r.sweeps().empty()) std::cout << "\n";
+  if (!r.svg_path().empty()) std::cout << "\ntimeline written to " << r.svg_path() << "\n";
+  std::cout << absl::StrFormat("\n(simulated in %.1f ms)\n", r.simulate_ms());
+}
+
+int RunSimulate(const std::vector<std::string>&) {
+  absl::StatusOr<jobs::SimulateConfig> config = ConfigFromFlags();
+  if (!config.ok()) return Fail("simulate", config.status());
+  absl::StatusOr<jobs::SimulateReport> report = jobs::Simulate(*config);
+  if (!report.ok()) return Fail("simulate", report.status());
+  return EmitReport<jobs::SimulateReport>(*report, absl::GetFlag(FLAGS_json), PrintText);
+}
+
+}  // namespace
+
+Subcommand SimulateSubcommand() {
+  return {.name = "simulate",
+          .summary = "predict DDP's step on 2 ... 1,024 ranks from compute and network profiles",
+          .usage =
+              "ddpkit simulate --model mlp:... | --param-table FILE --world-size N[,N...] "
+              "[--network ...] [--compute ...] [--bucket-cap-mb X | --sweep-caps] "
+              "[--no-sync-every K] [--hook fp16|powersgd:R] [--svg FILE] [--json]",
+          .flag_names = {"model", "param_table", "batch_size", "world_size", "network", "compute",
+                         "bucket_cap_mb", "first_bucket_mb", "sweep_caps", "no_sync_every", "hook",
+                         "svg", "json"},
+          .flag_aliases = {{"world_size", "simulate_world_sizes"}},
+          .run = RunSimulate};
+}
+
+}  // namespace ddpkit::cli

@@ -1,0 +1,63 @@
+// What `ddpkit simulate` knows of a model: its parameters in registration order (name, shape,
+// dtype), the order their gradients become ready in backward, and how long each gradient takes
+// to compute. Plain data, so any source can fill it: an `mlp:` spec, a parameter table, a
+// ddpkit trace, or (at merge time) a plan file through FromParams.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "autograd/dtype.h"
+#include "reducer/bucket_assignment.h"
+
+namespace ddpkit::jobs::sim {
+
+struct SimParam {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kFloat32;
+  double forward_flops = 0;  // the whole micro-batch's forward FLOPs attributed to it
+  double backward_us = 0;    // backward compute between the previous gradient and this one
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * ElementSize(dtype); }
+  // PowerSGD's view of it: shape[0] rows by the rest (1 row for a scalar).
+  int64_t rows() const { return shape.empty() ? 1 : shape[0]; }
+  int64_t cols() const { return rows() == 0 ? 0 : numel() / rows(); }
+};
+
+struct SimModel {
+  std::string name;
+  std::vector<SimParam> params;          // registration order (requires_grad ones only)
+  std::vector<size_t> grad_ready_order;  // indices into params, first ready first
+  bool order_estimated = true;           // reverse registration order, not observed
+  double forward_us = 0;
+  double backward_tail_us = 0;  // backward compute after the last gradient
+  double optimizer_us = 0;
+  std::string compute_source;  // how the times were obtained, for the report
+
+  std::vector<reducer::BucketTensorSpec> Specs() const;
+  double BackwardUs() const;  // the backward pass: every gradient plus the tail
+  int64_t TotalBytes() const;
+};
+
+// The seam for a plan file (tools/jobs/buckets/plan_file.h): its parameters in registration
+// order and, when it has one, the observed grad-ready order (else reverse registration order).
+// Parameters with requires_grad false are dropped and the order renumbered. Times are zero
+// until a compute profile fills them. InvalidArgument for mismatched lengths or a bad order.
+absl::StatusOr<SimModel> FromParams(const std::vector<std::string>& names,
+                                    const std::vector<std::vector<int64_t>>& shapes,
+                                    const std::vector<DType>& dtypes,
+                                    const std::vector<bool>& requires_grad,
+                                    const std::vector<size_t>& grad_ready_order = {});
+
+// An `mlp:` spec at `batch` rows: FLOPs per Linear layer (forward 2·B·in·out for the weight,
+// B·out for the bias) and the grad-ready order DDP observes (measured on a world of one).
+absl::StatusOr<SimModel> FromMlpSpec(const std::string& spec, int batch);
+
+// A parameter table: one line per parameter, "NAME DTYPE AxBx... FORWARD_FLOPS_PER_SAMPLE"
+// ('#' starts a comment), scaled to `batch` samples. tools/scripts/sim_param_tables.py writes
+// them (tests/testdata/simulate/).
+absl::StatusOr<SimModel> FromParamTable(const std::string& path, int batch);
+
+}  // namespace ddpkit::jobs::sim

@@ -1,0 +1,149 @@
+#include "tools/jobs/simulate/simulate.h"
+
+#include <fstream>
+
+#include "absl/time/clock.h"
+#include "autograd/error.h"
+#include "reducer/distributed_data_parallel.h"
+
+namespace ddpkit::jobs {
+namespace {
+
+using sim::StepTimeline;
+
+size_t Mib(double mb) { return static_cast<size_t>(mb * 1024 * 1024); }
+
+std::string HookName(const sim::Hook& hook) {
+  switch (hook.kind) {
+    case sim::Hook::kFp16: return "fp16";
+    case sim::Hook::kPowerSgd: return StrCat("powersgd:", hook.rank);
+    default: return "none";
+  }
+}
+
+SimPoint PointAt(const SimulateConfig& c, int world, double cap_mb) {
+  const reducer::BucketAssignment plan = RebuiltPlan(c.model, c.first_bucket_mb, cap_mb);
+  const StepTimeline step = sim::SimulateStep(c.model, plan, c.network, world, c.hook);
+  const StepTimeline first =
+      sim::SimulateStep(c.model, InitialPlan(c.model), c.network, world, c.hook);
+  SimPoint p;
+  p.set_world_size(world);
+  p.set_bucket_cap_mb(cap_mb);
+  p.set_buckets(static_cast<int>(plan.buckets.size()));
+  p.set_step_ms(step.step_us / 1e3);
+  p.set_compute_ms(step.compute_us / 1e3);
+  p.set_comm_ms(step.comm_us / 1e3);
+  p.set_exposed_ms(step.exposed_us / 1e3);
+  p.set_overlapped_ms(step.overlapped_us / 1e3);
+  p.set_first_step_ms(first.step_us / 1e3);
+  // K - 1 micro-batches without communication, then the synced one (its optimizer step).
+  const int k = c.no_sync_every;
+  const double no_sync_us = sim::NoSyncMicroBatchUs(c.model);
+  p.set_iteration_ms(((k - 1) * no_sync_us + step.step_us) / k / 1e3);
+  p.set_scaling_efficiency(((k - 1) * no_sync_us + step.compute_us) / k / 1e3 / p.iteration_ms());
+  p.set_bytes_per_rank(step.bytes_sent);
+  return p;
+}
+
+CapSweep SweepAt(const SimulateConfig& c, int world) {
+  CapSweep sweep;
+  sweep.set_world_size(world);
+  for (double cap : c.caps) {
+    const SimPoint p = PointAt(c, world, cap);
+    *sweep.add_points() = p;
+    // Caps are swept in increasing order: a larger cap must win by more than 0.1%.
+    if (sweep.points_size() == 1 || p.iteration_ms() < sweep.best_step_ms() * 0.999) {
+      sweep.set_best_bucket_cap_mb(cap);
+      sweep.set_best_step_ms(p.iteration_ms());
+    }
+  }
+  return sweep;
+}
+
+absl::Status CheckConfig(const SimulateConfig& c) {
+  if (c.world_sizes.empty()) return absl::InvalidArgumentError("no world size");
+  for (int n : c.world_sizes) {
+    if (n < 1 || n > (1 << 20)) return absl::InvalidArgumentError(StrCat("bad world size ", n));
+  }
+  if (c.bucket_cap_mb <= 0 || c.first_bucket_mb <= 0) {
+    return absl::InvalidArgumentError("bucket caps must be positive");
+  }
+  if (c.no_sync_every < 1) return absl::InvalidArgumentError("--no-sync-every must be >= 1");
+  if (c.model.grad_ready_order.size() != c.model.params.size()) {
+    return absl::InvalidArgumentError("the model's grad-ready order does not cover its parameters");
+  }
+  return absl::OkStatus();
+}
+
+void Describe(const SimulateConfig& c, SimulateReport& r) {
+  r.set_model(c.model.name);
+  r.set_parameter_tensors(static_cast<int>(c.model.params.size()));
+  r.set_parameter_bytes(c.model.TotalBytes());
+  r.set_grad_ready_order(c.model.order_estimated ? "estimated: reverse registration order"
+                                                 : "observed");
+  r.set_compute(c.model.compute_source);
+  const sim::NetworkModel& n = c.network;
+  r.set_network(n.measured.empty()
+                    ? StrCat(n.name, ": ", n.algorithm, ", ", n.latency_us, " us, ", n.gbytes_per_s,
+                             " GB/s per rank",
+                             n.ranks_per_node > 1 ? StrCat("; ", n.ranks_per_node, " per node at ",
+                                                           n.intra_latency_us, " us, ",
+                                                           n.intra_gbytes_per_s, " GB/s")
+                                                  : "")
+                    : StrCat(n.name, ": fitted at ", n.measured.size(), " world size(s)"));
+  r.set_network_source(n.source);
+  r.set_hook(HookName(c.hook));
+  r.set_no_sync_every(c.no_sync_every);
+  r.set_forward_ms(c.model.forward_us / 1e3);
+  r.set_backward_ms(c.model.BackwardUs() / 1e3);
+  r.set_optimizer_ms(c.model.optimizer_us / 1e3);
+  r.set_first_bucket_mb(c.first_bucket_mb);
+}
+
+absl::Status WriteSvg(const SimulateConfig& c, SimulateReport& r) {
+  int world = 1;
+  for (int n : c.world_sizes) world = std::max(world, n);
+  const StepTimeline first =
+      sim::SimulateStep(c.model, InitialPlan(c.model), c.network, world, c.hook);
+  const StepTimeline rebuilt = sim::SimulateStep(
+      c.model, RebuiltPlan(c.model, c.first_bucket_mb, c.bucket_cap_mb), c.network, world, c.hook);
+  DDPKIT_ASSIGN_OR_RETURN(
+      const std::string svg,
+      SimulatedTimelineSvg(c.model, first, rebuilt, world,
+                           StrCat("simulated on ", c.network.name, ", bucket_cap_mb ",
+                                  c.bucket_cap_mb, ", hook ", HookName(c.hook))));
+  std::ofstream out(c.svg_path);
+  out << svg;
+  if (!out) return absl::InternalError(StrCat("cannot write ", c.svg_path));
+  r.set_svg_path(c.svg_path);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+reducer::BucketAssignment RebuiltPlan(const sim::SimModel& model, double first_bucket_mb,
+                                      double cap_mb) {
+  return reducer::RebuiltBucketAssignment(
+      model.Specs(), model.grad_ready_order,
+      {.first_bucket_bytes = Mib(first_bucket_mb), .bucket_cap_bytes = Mib(cap_mb)});
+}
+
+reducer::BucketAssignment InitialPlan(const sim::SimModel& model) {
+  return reducer::InitialBucketAssignment(model.Specs(), reducer::DdpOptions{});
+}
+
+absl::StatusOr<SimulateReport> Simulate(const SimulateConfig& config) {
+  DDPKIT_RETURN_IF_ERROR(CheckConfig(config));
+  const absl::Time start = absl::Now();
+  SimulateReport report;
+  Describe(config, report);
+  for (int world : config.world_sizes) {
+    *report.add_worlds() = PointAt(config, world, config.bucket_cap_mb);
+    if (config.sweep_caps) *report.add_sweeps() = SweepAt(config, world);
+  }
+  report.set_simulate_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
+  if (!config.svg_path.empty()) DDPKIT_RETURN_IF_ERROR(WriteSvg(config, report));
+  return report;
+}
+
+}  // namespace ddpkit::jobs

@@ -1,0 +1,45 @@
+// The job behind `ddpkit simulate`: DDP's step on N ranks predicted from a model (its
+// parameters, gradient order and compute profile) and a network profile, for a list of world
+// sizes, one bucket cap or a sweep of them, with a timeline picture of one simulated step.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/jobs/simulate/network.h"
+#include "tools/jobs/simulate/sim_model.h"
+#include "tools/jobs/simulate/simulate_report.pb.h"
+#include "tools/jobs/simulate/step_model.h"
+
+namespace ddpkit::jobs {
+
+struct SimulateConfig {
+  sim::SimModel model;  // with its compute profile applied
+  sim::NetworkModel network;
+  std::vector<int> world_sizes = {2, 8, 64, 1024};
+  double bucket_cap_mb = 25;
+  double first_bucket_mb = 1;
+  bool sweep_caps = false;
+  std::vector<double> caps = {1, 2, 5, 10, 15, 25, 50, 100, 200};
+  int no_sync_every = 1;  // K: K - 1 micro-batches under no_sync, then a synced one
+  sim::Hook hook;
+  std::string svg_path;  // "": no picture; else the largest world's step at bucket_cap_mb
+};
+
+absl::StatusOr<SimulateReport> Simulate(const SimulateConfig& config);
+
+// DDP's plan after its rebuild: the grad-ready order walked under [first bucket, cap].
+reducer::BucketAssignment RebuiltPlan(const sim::SimModel& model, double first_bucket_mb,
+                                      double cap_mb);
+// DDP's plan before it (default options): one bucket per dtype, reverse registration order.
+reducer::BucketAssignment InitialPlan(const sim::SimModel& model);
+
+// Iterations 0 (initial plan) and 1 (rebuilt) of one rank of `world`, drawn as `ddpkit trace svg`
+// draws a trace.
+absl::StatusOr<std::string> SimulatedTimelineSvg(const sim::SimModel& model,
+                                                 const sim::StepTimeline& first,
+                                                 const sim::StepTimeline& rebuilt, int world,
+                                                 const std::string& title);
+
+}  // namespace ddpkit::jobs

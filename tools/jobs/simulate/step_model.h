@@ -1,0 +1,63 @@
+// The event model of one DDP step on N identical ranks (every rank's timeline is the same, so
+// one is simulated):
+//  * forward, then backward: gradients become ready in the grad-ready order, each after its
+//    own backward time;
+//  * a bucket is ready when its last gradient is; buckets launch strictly in plan order (the
+//    reducer's next_bucket_), on one communication stream, so bucket b starts at
+//    max(ready_b, end of bucket b-1);
+//  * a comm hook changes what a bucket sends: fp16 halves float32 bytes; PowerSGD rank R sends
+//    the uncompressed tensors, then P (rows·R), then Q (cols·R) per matrix worth compressing;
+//  * backward ends, then finalize waits for the last bucket (the exposed tail), then the
+//    optimizer runs. Every bucket is ready by backward's end, so the stream is busy from then
+//    on: exposed = max(0, comm end - backward end), overlapped = comm - exposed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "reducer/bucket_assignment.h"
+#include "tools/jobs/simulate/network.h"
+#include "tools/jobs/simulate/sim_model.h"
+
+namespace ddpkit::jobs::sim {
+
+struct Hook {
+  enum Kind { kNone, kFp16, kPowerSgd } kind = kNone;
+  int rank = 1;                     // PowerSGD's matrix approximation rank
+  double min_compression_rate = 2;  // PowerSGD compresses a matrix only when it saves this much
+};
+
+struct Collective {
+  int bucket = 0;
+  double start_us = 0, end_us = 0;
+  double bytes = 0;
+};
+
+struct StepTimeline {
+  double forward_end_us = 0;
+  std::vector<double> grad_ready_us;  // per parameter (registration index)
+  std::vector<double> bucket_ready_us;
+  std::vector<int> param_bucket;        // per parameter: its bucket in the plan
+  std::vector<Collective> collectives;  // in launch order
+  double backward_end_us = 0;
+  double comm_end_us = 0;  // last collective's end (backward's end when nothing is sent)
+  double step_us = 0;      // optimizer's end
+  double compute_us = 0;   // forward + backward + optimizer
+  double comm_us = 0;      // the stream's busy time
+  double exposed_us = 0;
+  double overlapped_us = 0;
+  double bytes_sent = 0;  // per rank, as the collectives count them
+};
+
+// The collectives' byte counts for one bucket under `hook`, in the order they run.
+std::vector<double> BucketPayloads(const SimModel& model, const std::vector<size_t>& bucket,
+                                   const Hook& hook);
+
+// One synced step with `plan` (buckets in launch order) on `world` ranks.
+StepTimeline SimulateStep(const SimModel& model, const reducer::BucketAssignment& plan,
+                          const NetworkModel& network, int world, const Hook& hook);
+
+// A micro-batch under no_sync: forward and backward only, no communication, no optimizer.
+double NoSyncMicroBatchUs(const SimModel& model);
+
+}  // namespace ddpkit::jobs::sim
