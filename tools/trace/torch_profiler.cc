@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <span>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -102,6 +103,15 @@ std::vector<IterationWindow> IterationsOf(const std::vector<TorchEvent>& events)
 
 bool In(double t, double from, double to) { return t >= from && t < to; }
 
+// The events (sorted by start) that start in [from, to), without reading the others.
+std::span<const TorchEvent> Starting(const std::vector<TorchEvent>& events, double from,
+                                     double to) {
+  auto by_start = [](const TorchEvent& e, double t) { return e.start_us < t; };
+  auto first = std::lower_bound(events.begin(), events.end(), from, by_start);
+  auto last = std::lower_bound(first, events.end(), to, by_start);
+  return {first, last};
+}
+
 TraceItem Phase(const char* name, int iteration, double start, double end) {
   TraceItem p;
   p.name = name;
@@ -123,8 +133,7 @@ struct Backward {
 Backward BackwardOf(const std::vector<TorchEvent>& events, const IterationWindow& w) {
   Backward b;
   double open_end = -1;  // the AccumulateGrad evaluate_function being read, if any
-  for (const TorchEvent& e : events) {
-    if (!In(e.start_us, w.forward->end_us, w.end_us)) continue;
+  for (const TorchEvent& e : Starting(events, w.forward->end_us, w.end_us)) {
     if (StartsWith(e.name, "autograd::engine::evaluate_function: ")) {
       if (b.start < 0) b.start = e.start_us;
       b.end = std::max(b.end, e.end_us);
@@ -245,8 +254,8 @@ void AddIteration(RankBuild& r, const std::vector<TorchEvent>& events,
     r.view.instants.push_back(Instant(StrCat("bucket ", launches.size() - 1, " reduced"), it,
                                       static_cast<int>(launches.size()) - 1, reduced, "reduced"));
   }
-  for (const TorchEvent& e : events) {
-    if (StartsWith(e.name, "Optimizer.step#") && In(e.start_us, backward_start, w.end_us)) {
+  for (const TorchEvent& e : Starting(events, backward_start, w.end_us)) {
+    if (StartsWith(e.name, "Optimizer.step#")) {
       r.view.phases.push_back(Phase("optimizer", it, e.start_us, e.end_us));
     }
   }
