@@ -1,4 +1,5 @@
-// `ddpkit trace stats|svg|merge`: reading the traces `--trace FILE` writes.
+// `ddpkit trace stats|svg|merge`: reading the traces `--trace FILE` writes, and PyTorch's
+// profiler traces (tools/trace/torch_profiler.h).
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -11,19 +12,25 @@
 #include "tools/cli/job_flags.h"
 #include "tools/cli/print_json.h"
 #include "tools/trace/merge.h"
+#include "tools/trace/read_traces.h"
 #include "tools/trace/session.h"
 #include "tools/trace/stats.h"
 #include "tools/trace/timeline.h"
 
 ABSL_FLAG(std::string, iterations, "0:3",
           "trace svg: the iterations A:B to draw, A included, B not (as a Python slice)");
+ABSL_FLAG(std::string, torch_plan, "",
+          "trace stats|svg of PyTorch profiler traces: DDP's bucket plan as JSON (a json.dump of "
+          "ddp._get_ddp_logging_data(), or {per_bucket_param_indices, bucket_sizes, "
+          "parameter_names}), to name gradients and size buckets");
 
 namespace ddpkit::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "name what to do: 'ddpkit trace stats FILE [--json]', 'ddpkit trace svg FILE --out "
-    "timeline.svg [--iterations A:B]' or 'ddpkit trace merge FILE' (FILE.rank<r>.json -> FILE)";
+    "name what to do: 'ddpkit trace stats FILE... [--json]', 'ddpkit trace svg FILE... --out "
+    "timeline.svg [--iterations A:B]' or 'ddpkit trace merge FILE' (FILE.rank<r>.json -> FILE); "
+    "FILE... is one ddpkit trace, or PyTorch profiler traces (a file per rank, or their folder)";
 
 double Ms(double us) { return us / 1000; }
 
@@ -76,11 +83,20 @@ absl::StatusOr<std::pair<int, int>> ParseIterations(const std::string& text) {
   return std::pair{a, b};
 }
 
-int RunStats(const std::string& path) {
-  absl::StatusOr<trace::TraceView> view = trace::ReadTraceFile(path);
+// The traces named, with the --torch-plan when given.
+absl::StatusOr<trace::TraceView> ReadViews(const std::vector<std::string>& paths) {
+  const std::string plan_path = absl::GetFlag(FLAGS_torch_plan);
+  if (plan_path.empty()) return trace::ReadTraces(paths, nullptr);
+  absl::StatusOr<trace::TorchPlan> plan = trace::ReadTorchPlan(plan_path);
+  if (!plan.ok()) return plan.status();
+  return trace::ReadTraces(paths, &*plan);
+}
+
+int RunStats(const std::vector<std::string>& paths) {
+  absl::StatusOr<trace::TraceView> view = ReadViews(paths);
   if (!view.ok()) return Fail("trace", view.status());
   trace::TraceStatsReport report = trace::ComputeTraceStats(*view);
-  report.set_file(path);
+  report.set_file(absl::StrJoin(paths, " "));
   if (absl::GetFlag(FLAGS_json)) {
     PrintJson(report);
   } else {
@@ -89,12 +105,12 @@ int RunStats(const std::string& path) {
   return kExitOk;
 }
 
-int RunSvg(const std::string& path) {
+int RunSvg(const std::vector<std::string>& paths) {
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail("trace", absl::InvalidArgumentError("trace svg needs --out FILE"));
   absl::StatusOr<std::pair<int, int>> range = ParseIterations(absl::GetFlag(FLAGS_iterations));
   if (!range.ok()) return Fail("trace", range.status());
-  absl::StatusOr<trace::TraceView> view = trace::ReadTraceFile(path);
+  absl::StatusOr<trace::TraceView> view = ReadViews(paths);
   if (!view.ok()) return Fail("trace", view.status());
   absl::StatusOr<std::string> svg =
       trace::TimelineSvg(*view, {.first_iteration = range->first, .end_iteration = range->second});
@@ -130,8 +146,8 @@ int RunTrace(const std::vector<std::string>& positionals) {
   if (positionals.size() < 2) return Fail("trace", absl::InvalidArgumentError(kUsage));
   const std::string& what = positionals[0];
   const std::vector<std::string> files(positionals.begin() + 1, positionals.end());
-  if (what == "stats" && files.size() == 1) return RunStats(files[0]);
-  if (what == "svg" && files.size() == 1) return RunSvg(files[0]);
+  if (what == "stats") return RunStats(files);
+  if (what == "svg") return RunSvg(files);
   if (what == "merge") return RunMerge(files);
   return Fail("trace", absl::InvalidArgumentError(kUsage));
 }
@@ -140,12 +156,15 @@ int RunTrace(const std::vector<std::string>& positionals) {
 
 Subcommand TraceSubcommand() {
   return {.name = "trace",
-          .summary = "read a --trace file: overlap statistics, a timeline picture, merging ranks",
+          .summary =
+              "read a --trace file or PyTorch profiler traces: overlap statistics, a "
+              "timeline picture, merging ranks",
           .usage =
-              "ddpkit trace stats FILE [--json]\n       ddpkit trace svg FILE --out "
-              "timeline.svg [--iterations A:B]\n       ddpkit trace merge FILE | --out FILE "
-              "FILE.rank0.json FILE.rank1.json ...",
-          .flag_names = {"json", "out", "iterations"},
+              "ddpkit trace stats FILE... [--json] [--torch-plan PLAN]\n       ddpkit trace svg "
+              "FILE... --out timeline.svg [--iterations A:B]\n       ddpkit trace merge FILE | "
+              "--out FILE FILE.rank0.json FILE.rank1.json ...\n(FILE...: a ddpkit --trace file, "
+              "or PyTorch profiler traces: one per rank, or their folder)",
+          .flag_names = {"json", "out", "iterations", "torch_plan"},
           .takes_positionals = true,
           .run = RunTrace};
 }

@@ -481,6 +481,23 @@ TEST(CliTest, TraceThenStatsAndSvg) {
   std::remove((base + ".svg").c_str());
 }
 
+// PyTorch's profiler traces: a folder of them, or the files; a file that is not one refused in
+// one line.
+TEST(CliTest, TraceStatsReadsPyTorchProfilerTraces) {
+  const std::string dir = std::string(DDPKIT_TESTDATA_DIR) + "/torch_traces/world2";
+  Result r = RunDdpkit("trace stats " + dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "pytorch profiler, 2 rank(s), gloo")) << r.out;
+  r = RunDdpkit("trace stats " + dir + "/rank0.json " + dir + "/rank1.json --json --torch-plan " +
+                dir + "/ddp_logging.rank0.json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["iterations"].size(), 6u);  // 3 iterations x 2 ranks
+  r = RunDdpkit("trace stats " + dir + "/rank0.json " + dir + "/ddp_logging.rank0.json");
+  EXPECT_EQ(r.status, 2);  // bad input
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "ddp_logging.rank0.json: not a Chrome trace")) << r.err;
+}
+
 // A join without Join fails; its dumps say which rank never issued what.
 TEST(CliTest, FrAnalyzeNamesTheRankThatLeft) {
   Result r = RunDdpkit("join --inputs 3,1 --batch-size 4 --model mlp:6,8,3 --no-join");
