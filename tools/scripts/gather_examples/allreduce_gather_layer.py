@@ -1,17 +1,12 @@
-"""A correct GatherLayer (ED4CT, vissl, solo-learn, lightly after its fix): the backward sums the
-incoming gradient over ranks, then returns this rank's rows (a reduce_scatter(SUM) in two steps)."""
-import torch
+"""A correct GatherLayer (ED4CT, vissl, solo-learn, lightly after its fix): the forward of
+slice_gather_layer.py, but the backward sums the incoming gradient over ranks before taking
+this rank's rows (a reduce_scatter(SUM) in two steps)."""
 import torch.distributed as dist
 
+import slice_gather_layer
 
-class GatherLayer(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.rows = x.shape[0]
-        parts = [torch.zeros_like(x) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, x.contiguous())
-        return torch.cat(parts)
 
+class GatherLayer(slice_gather_layer.GatherLayer):
     @staticmethod
     def backward(ctx, grad):
         grad = grad.contiguous().clone()
