@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -18,11 +19,20 @@ struct Malformed {
   std::string what;
 };
 
+// An integer field; nlohmann's own conversion of a float or a too-large number is undefined.
+int64_t Int(const json& v) {
+  if (!v.is_number_integer() ||
+      (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX})) {
+    throw Malformed{StrCat("not an integer: ", v.dump())};
+  }
+  return v.get<int64_t>();
+}
+
 // Elements of one tensor's sizes, [] being a scalar; refuses negative or overflowing sizes.
 int64_t Numel(const json& sizes) {
   int64_t n = 1;
   for (const json& d : sizes) {
-    const int64_t dim = d.get<int64_t>();
+    const int64_t dim = Int(d);
     if (dim < 0 || __builtin_mul_overflow(n, dim, &n)) throw Malformed{"a tensor size is invalid"};
   }
   return n;
@@ -46,13 +56,13 @@ std::string GroupOf(const json& e) {
   if (e.contains("process_group") && e["process_group"].is_array() && !e["process_group"].empty()) {
     return e["process_group"].at(0).get<std::string>();
   }
-  return std::to_string(e.at("pg_id").get<int64_t>());
+  return std::to_string(Int(e.at("pg_id")));
 }
 
 FrEntry EntryOf(const json& e) {
   FrEntry entry;
-  entry.set_seq(e.at("collective_seq_id").get<int64_t>());
-  entry.set_record_id(e.value("record_id", entry.seq()));
+  entry.set_seq(Int(e.at("collective_seq_id")));
+  entry.set_record_id(e.contains("record_id") ? Int(e["record_id"]) : entry.seq());
   entry.set_op(e.at("profiling_name").get<std::string>());
   entry.set_purpose("untagged");
   entry.set_bucket(-1);
@@ -60,7 +70,7 @@ FrEntry EntryOf(const json& e) {
   SetFirstTensor(e, entry);
   const std::string state = e.at("state").get<std::string>();
   const json& done = e.value("time_discovered_completed_ns", json());
-  const bool completed = state == "completed" || (done.is_number() && done.get<int64_t>() > 0);
+  const bool completed = state == "completed" || (done.is_number() && done.get<double>() > 0);
   entry.set_state(completed ? "completed" : state);
   if (e.contains("duration_ms") && e["duration_ms"].is_number()) {
     entry.set_duration_ms(e["duration_ms"].get<double>());
