@@ -14,16 +14,18 @@ namespace {
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 void PrintEntries(const jobs::FrRank& rank) {
-  std::cout << absl::StrFormat("  %6s  %-14s  %-8s  %10s  %-18s  %-9s  %s\n", "seq", "op", "dtype",
+  std::cout << absl::StrFormat("  %6s  %-16s  %-8s  %10s  %-18s  %-9s  %s\n", "seq", "op", "dtype",
                                "count", "for", "state", "time");
   for (const jobs::FrEntry& e : rank.last_entries()) {
     std::string what =
         e.purpose() == "bucket" ? absl::StrFormat("bucket %d", e.bucket()) : e.purpose();
+    if (!e.process_group().empty()) what = "process group " + e.process_group();
     if (e.shadow()) what += " (shadow)";
-    const std::string time = e.state() == "completed"
-                                 ? absl::StrFormat("%.3f ms", e.duration_ms())
-                                 : absl::StrFormat("waited %.3f s", e.waited_ms() / 1000);
-    std::cout << absl::StrFormat("  %6d  %-14s  %-8s  %10d  %-18s  %-9s  %s\n", e.seq(), e.op(),
+    std::string time = e.state() == "completed"
+                           ? absl::StrFormat("%.3f ms", e.duration_ms())
+                           : absl::StrFormat("waited %.3f s", e.waited_ms() / 1000);
+    if (e.state() == "scheduled" && e.waited_ms() == 0) time = "-";  // gloo records no times
+    std::cout << absl::StrFormat("  %6d  %-16s  %-8s  %10d  %-18s  %-9s  %s\n", e.seq(), e.op(),
                                  e.dtype(), e.count(), what, e.state(), time);
   }
 }
@@ -31,8 +33,8 @@ void PrintEntries(const jobs::FrRank& rank) {
 void PrintAnalysis(const jobs::FlightRecorderAnalysis& a) {
   int dumped = 0;
   for (const jobs::FrRank& r : a.ranks()) dumped += r.dumped();
-  std::cout << absl::StrFormat("ddpkit fr analyze %s: %d of %d rank(s) left a dump\n\n", a.dir(),
-                               dumped, a.world_size())
+  std::cout << absl::StrFormat("ddpkit fr analyze %s: %d of %d rank(s) left a dump (%s)\n\n",
+                               a.dir(), dumped, a.world_size(), a.source())
             << "diagnosis: " << a.diagnosis() << "\n";
   for (int i = 1; i < a.findings_size(); ++i) std::cout << "also: " << a.findings(i).text() << "\n";
   std::cout << "\nlast collectives per rank (oldest first):\n";
@@ -41,9 +43,12 @@ void PrintAnalysis(const jobs::FlightRecorderAnalysis& a) {
       std::cout << absl::StrFormat("rank %d: no dump\n", r.rank());
       continue;
     }
-    std::cout << absl::StrFormat("rank %d: last issued seq %d, last completed seq %d; %s\n",
-                                 r.rank(), r.last_seq(), r.last_completed_seq(),
-                                 FirstLine(r.reason()));
+    const std::string completed =
+        r.last_completed_seq() < 0
+            ? std::string("no completion recorded")
+            : absl::StrFormat("last completed seq %d", r.last_completed_seq());
+    std::cout << absl::StrFormat("rank %d: last issued seq %d, %s%s%s\n", r.rank(), r.last_seq(),
+                                 completed, r.reason().empty() ? "" : "; ", FirstLine(r.reason()));
     PrintEntries(r);
   }
 }
@@ -52,7 +57,7 @@ int RunFr(const std::vector<std::string>& positionals) {
   if (positionals.size() != 2 || positionals[0] != "analyze") {
     return Fail("fr", absl::InvalidArgumentError(
                           "name what to do: 'ddpkit fr analyze DIR [--json]' (DIR holds the "
-                          "ranks' ddpkit_fr.rank<r>.json)"));
+                          "ranks' ddpkit_fr.rank<r>.json, or PyTorch's JSON dumps, one per rank)"));
   }
   absl::StatusOr<jobs::FlightRecorderAnalysis> analysis =
       jobs::AnalyzeFlightRecorders(positionals[1]);

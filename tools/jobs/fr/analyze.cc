@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -12,20 +13,13 @@
 #include "comm/flight_recorder_dump.h"
 #include "comm/types.h"
 #include "nlohmann/json.hpp"
+#include "tools/jobs/fr/dump.h"
+#include "tools/jobs/fr/torch_dump.h"
 
 namespace ddpkit::jobs {
 namespace {
 
 using nlohmann::json;
-
-// One rank's dump, entries by sequence number.
-struct Dump {
-  int rank = 0;
-  int world_size = 1;
-  std::string reason;
-  std::map<int64_t, FrEntry> entries;
-  std::map<int64_t, comm::CollectiveFingerprint> calls;  // the same entries, for comparing
-};
 
 double NsToMs(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
@@ -92,22 +86,63 @@ absl::StatusOr<Dump> ReadDump(const std::string& path) {
   return dump;
 }
 
-absl::StatusOr<std::map<int, Dump>> ReadDumps(const std::string& dir) {
-  std::map<int, Dump> dumps;
+// Every dump in a folder: ddpkit's, or PyTorch's JSON form (one file per rank, the rank ending
+// its name), never both.
+struct AllDumps {
+  std::string source;  // "ddpkit", "PyTorch 2.10"
+  int world_size = 0;
+  std::set<int> ranks;                                // the ranks that left a dump
+  std::map<std::string, std::map<int, Dump>> groups;  // process group -> rank -> its dump
+};
+
+absl::Status AddTorchDump(const std::string& path, int rank, AllDumps& all) {
+  DDPKIT_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  if (LooksLikePickle(text)) {
+    // Converted beside itself (FILE.json, as TorchPickleRefusal says): that copy is read instead.
+    if (std::filesystem::exists(path + ".json")) return absl::OkStatus();
+    return absl::InvalidArgumentError(TorchPickleRefusal(path));
+  }
+  DDPKIT_ASSIGN_OR_RETURN(TorchDump dump, ParseTorchDump(text, rank, path));
+  if (!all.ranks.insert(rank).second) {
+    return absl::InvalidArgumentError(StrCat(path, ": a second dump of rank ", rank));
+  }
+  all.source = StrCat("PyTorch ", dump.version);
+  all.world_size = std::max(all.world_size, dump.world_size);
+  for (auto& [group, d] : dump.groups) all.groups[group][rank] = std::move(d);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AllDumps> ReadDumps(const std::string& dir) {
+  AllDumps all;
+  bool ddpkit = false, torch = false;
   std::error_code ec;
   for (const auto& file : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = file.path().filename().string();
-    if (name.rfind("ddpkit_fr.rank", 0) != 0 || file.path().extension() != ".json") continue;
-    DDPKIT_ASSIGN_OR_RETURN(Dump dump, ReadDump(file.path().string()));
-    dumps[dump.rank] = std::move(dump);
+    if (name.rfind("ddpkit_fr.rank", 0) == 0 && file.path().extension() == ".json") {
+      DDPKIT_ASSIGN_OR_RETURN(Dump dump, ReadDump(file.path().string()));
+      ddpkit = true;
+      all.ranks.insert(dump.rank);
+      all.world_size = std::max(all.world_size, dump.world_size);
+      all.groups[""][dump.rank] = std::move(dump);
+    } else if (std::optional<int> rank = RankFromFileName(name); rank && file.is_regular_file()) {
+      DDPKIT_RETURN_IF_ERROR(AddTorchDump(file.path().string(), *rank, all));
+      torch = true;
+    }
   }
   if (ec) return absl::NotFoundError(StrCat("cannot read '", dir, "': ", ec.message()));
-  if (dumps.empty()) {
-    return absl::NotFoundError(StrCat("no flight-recorder dump (ddpkit_fr.rank<r>.json) in '", dir,
-                                      "'; ranks write them when a collective fails, into "
-                                      "DDPKIT_FR_DUMP_DIR (default ./ddpkit_fr)"));
+  if (ddpkit && torch) {
+    return absl::InvalidArgumentError(
+        StrCat("'", dir, "' holds both ddpkit's and PyTorch's dumps: give one job's folder"));
   }
-  return dumps;
+  if (all.ranks.empty()) {
+    return absl::NotFoundError(StrCat(
+        "no flight-recorder dump in '", dir,
+        "': ddpkit's ranks write ddpkit_fr.rank<r>.json when a collective fails, into "
+        "DDPKIT_FR_DUMP_DIR (default ./ddpkit_fr); PyTorch's JSON dumps are read as files whose "
+        "names end with the rank (fr_rank_<r>.json)"));
+  }
+  if (ddpkit) all.source = "ddpkit";
+  return all;
 }
 
 std::string Describe(const FrEntry& e) {
@@ -117,6 +152,8 @@ std::string Describe(const FrEntry& e) {
   } else if (e.purpose() != "untagged") {
     absl::StrAppendFormat(&out, " (%s)", e.purpose());
   }
+  if (!e.process_group().empty())
+    absl::StrAppendFormat(&out, " in process group %s", e.process_group());
   return out;
 }
 
@@ -124,21 +161,87 @@ std::string RankList(const std::vector<int>& ranks) {
   return StrCat(ranks.size() > 1 ? "ranks " : "rank ", absl::StrJoin(ranks, ", "));
 }
 
-// Ranks whose entry for `seq` had not completed, and the longest wait.
-std::pair<std::vector<int>, double> Waiting(const std::map<int, Dump>& dumps, int64_t seq) {
-  std::vector<int> waiting;
-  double waited_ms = 0;
-  for (const auto& [rank, dump] : dumps) {
-    auto it = dump.entries.find(seq);
-    if (it == dump.entries.end() || it->second.state() == "completed") continue;
-    waiting.push_back(rank);
-    waited_ms = std::max(waited_ms, it->second.waited_ms());
+// How two ranks' calls as `seq` differ, or nullopt when they agree.
+std::optional<std::string> Difference(const Dump& a, const Dump& b, int64_t seq) {
+  if (a.calls.count(seq) && b.calls.count(seq)) {
+    const std::optional<std::string_view> what =
+        comm::CallDifference(a.calls.at(seq), b.calls.at(seq));
+    if (!what) return std::nullopt;
+    return std::string(*what);
   }
-  return {waiting, waited_ms};
+  const TorchCall& x = a.torch_calls.at(seq);
+  const TorchCall& y = b.torch_calls.at(seq);
+  const std::pair<const char*, std::pair<const std::string*, const std::string*>> fields[] = {
+      {"op", {&x.op, &y.op}},
+      {"input sizes", {&x.input_sizes, &y.input_sizes}},
+      {"input dtypes", {&x.input_dtypes, &y.input_dtypes}},
+      {"output sizes", {&x.output_sizes, &y.output_sizes}},
+      {"output dtypes", {&x.output_dtypes, &y.output_dtypes}}};
+  for (const auto& [name, values] : fields) {
+    if (*values.first != *values.second) {
+      return StrCat(name, " ", *values.first, " vs ", *values.second);
+    }
+  }
+  return std::nullopt;
+}
+
+// Whether a rank was still in `seq` when it dumped. Gloo's PyTorch dumps record no start or
+// completion (every entry stays "scheduled"), so there only a rank's last call can be unfinished.
+bool Unfinished(const Dump& dump, int64_t seq) {
+  auto it = dump.entries.find(seq);
+  if (it == dump.entries.end() || it->second.state() == "completed") return false;
+  if (dump.torch_calls.empty() || it->second.state() != "scheduled") return true;
+  return seq == dump.entries.rbegin()->first;
+}
+
+struct Wait {
+  std::vector<int> ranks;  // the ranks left in the collective
+  double waited_ms = 0;    // the longest wait the dumps record
+  double timeout_ms = 0;   // their longest timeout
+};
+
+Wait Waiting(const std::map<int, Dump>& dumps, int64_t seq) {
+  Wait w;
+  for (const auto& [rank, dump] : dumps) {
+    if (!Unfinished(dump, seq)) continue;
+    w.ranks.push_back(rank);
+    w.waited_ms = std::max(w.waited_ms, dump.entries.at(seq).waited_ms());
+    w.timeout_ms = std::max(w.timeout_ms, dump.entries.at(seq).timeout_ms());
+  }
+  return w;
+}
+
+// "ranks 0, 1 waited 2.0 s", or, when the dumps hold no wait times, their timeout.
+std::string WaitText(const Wait& w) {
+  if (w.waited_ms == 0 && w.timeout_ms > 0) {
+    return absl::StrFormat("%s %s left waiting (timeout %.1f s)", RankList(w.ranks),
+                           w.ranks.size() > 1 ? "were" : "was", w.timeout_ms / 1000);
+  }
+  return absl::StrFormat("%s waited %.1f s", RankList(w.ranks), w.waited_ms / 1000);
+}
+
+void SetWait(const Wait& w, FrFinding& f) {
+  for (int r : w.ranks) f.add_waiting_ranks(r);
+  f.set_waited_s(w.waited_ms / 1000);
+  f.set_timeout_s(w.timeout_ms / 1000);
+}
+
+std::string MissingText(const std::map<int, Dump>& dumps, const std::vector<int>& missing,
+                        const FrEntry& first, const Wait& wait) {
+  std::string text = absl::StrFormat("%s never issued %s", RankList(missing), Describe(first));
+  if (!wait.ranks.empty()) text += "; " + WaitText(wait);
+  const Dump& gone = dumps.at(missing[0]);
+  if (!gone.entries.empty()) {
+    absl::StrAppendFormat(&text, " (rank %d's last was %s", missing[0],
+                          Describe(gone.entries.rbegin()->second));
+    if (!gone.reason.empty()) absl::StrAppendFormat(&text, "; it reported: %s", gone.reason);
+    text += ")";
+  }
+  return text;
 }
 
 // The first sequence number some dumped rank recorded and another never reached, or where
-// the ranks that recorded it issued different calls.
+// the ranks that recorded it issued different calls (within one process group).
 std::optional<FrFinding> FirstDisagreement(const std::map<int, Dump>& dumps) {
   std::map<int64_t, std::vector<int>> holders;
   for (const auto& [rank, dump] : dumps) {
@@ -152,10 +255,9 @@ std::optional<FrFinding> FirstDisagreement(const std::map<int, Dump>& dumps) {
     }
     const FrEntry& first = dumps.at(ranks[0]).entries.at(seq);
     std::vector<int> differ;
-    std::string_view how;
+    std::string how;
     for (int r : ranks) {
-      const auto what =
-          comm::CallDifference(dumps.at(ranks[0]).calls.at(seq), dumps.at(r).calls.at(seq));
+      const std::optional<std::string> what = Difference(dumps.at(ranks[0]), dumps.at(r), seq);
       if (!what) continue;
       if (differ.empty()) how = *what;
       differ.push_back(r);
@@ -163,9 +265,8 @@ std::optional<FrFinding> FirstDisagreement(const std::map<int, Dump>& dumps) {
     if (missing.empty() && differ.empty()) continue;
     FrFinding f;
     f.set_seq(seq);
-    const auto [waiting, waited_ms] = Waiting(dumps, seq);
-    for (int r : waiting) f.add_waiting_ranks(r);
-    f.set_waited_s(waited_ms / 1000);
+    const Wait wait = Waiting(dumps, seq);
+    SetWait(wait, f);
     if (!differ.empty()) {
       f.set_kind("mismatch");
       f.add_ranks(ranks[0]);
@@ -177,38 +278,42 @@ std::optional<FrFinding> FirstDisagreement(const std::map<int, Dump>& dumps) {
     }
     f.set_kind("missing");
     for (int r : missing) f.add_ranks(r);
-    std::string text = absl::StrFormat("%s never issued %s", RankList(missing), Describe(first));
-    if (!waiting.empty()) {
-      absl::StrAppendFormat(&text, "; %s waited %.1f s", RankList(waiting), waited_ms / 1000);
-    }
-    const Dump& gone = dumps.at(missing[0]);
-    if (!gone.entries.empty()) {
-      absl::StrAppendFormat(&text, " (rank %d's last was %s", missing[0],
-                            Describe(gone.entries.rbegin()->second));
-      if (!gone.reason.empty()) absl::StrAppendFormat(&text, "; it reported: %s", gone.reason);
-      text += ")";
-    }
-    f.set_text(text);
+    f.set_text(MissingText(dumps, missing, first, wait));
     return f;
   }
   return std::nullopt;
 }
 
-FrRank SummaryOf(const Dump& dump, int last_entries) {
+// A rank's entries in every process group, in the order it issued them.
+std::vector<FrEntry> Timeline(const AllDumps& all, int rank) {
+  std::vector<FrEntry> out;
+  for (const auto& [group, dumps] : all.groups) {
+    auto it = dumps.find(rank);
+    if (it == dumps.end()) continue;
+    for (const auto& [seq, e] : it->second.entries) out.push_back(e);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const FrEntry& a, const FrEntry& b) {
+    return std::pair(a.record_id(), a.seq()) < std::pair(b.record_id(), b.seq());
+  });
+  return out;
+}
+
+FrRank SummaryOf(const AllDumps& all, int rank, int last_entries) {
   FrRank r;
-  r.set_rank(dump.rank);
+  r.set_rank(rank);
   r.set_dumped(true);
-  r.set_reason(dump.reason);
-  r.set_last_seq(dump.entries.empty() ? -1 : dump.entries.rbegin()->first);
+  const std::vector<FrEntry> timeline = Timeline(all, rank);
+  for (const auto& [group, dumps] : all.groups) {
+    if (dumps.count(rank) && !dumps.at(rank).reason.empty()) r.set_reason(dumps.at(rank).reason);
+  }
+  r.set_last_seq(timeline.empty() ? -1 : timeline.back().seq());
   r.set_last_completed_seq(-1);
-  for (const auto& [seq, e] : dump.entries) {
-    if (e.state() == "completed") r.set_last_completed_seq(seq);
+  for (const FrEntry& e : timeline) {
+    if (e.state() == "completed") r.set_last_completed_seq(e.seq());
   }
-  int skip = std::max(0, static_cast<int>(dump.entries.size()) - last_entries);
-  for (const auto& [seq, e] : dump.entries) {
-    if (skip-- > 0) continue;
-    *r.add_last_entries() = e;
-  }
+  const size_t skip =
+      timeline.size() - std::min(timeline.size(), static_cast<size_t>(last_entries));
+  for (size_t i = skip; i < timeline.size(); ++i) *r.add_last_entries() = timeline[i];
   return r;
 }
 
@@ -220,19 +325,18 @@ FrFinding NoDump(int rank, const std::map<int, Dump>& dumps) {
   int64_t stuck = -1;
   for (const auto& [r, dump] : dumps) {
     for (const auto& [seq, e] : dump.entries) {
-      if (e.state() != "completed" && (stuck < 0 || seq < stuck)) stuck = seq;
+      if (Unfinished(dump, seq) && (stuck < 0 || seq < stuck)) stuck = seq;
     }
   }
   std::string text =
       absl::StrFormat("rank %d left no dump: it was killed or stopped, or was still running", rank);
   if (stuck >= 0) {
-    const auto [waiting, waited_ms] = Waiting(dumps, stuck);
-    for (int r : waiting) f.add_waiting_ranks(r);
+    const Wait wait = Waiting(dumps, stuck);
+    SetWait(wait, f);
     f.set_seq(stuck);
-    f.set_waited_s(waited_ms / 1000);
-    const FrEntry& e = dumps.at(waiting[0]).entries.at(stuck);
-    absl::StrAppendFormat(&text, "; %s waited %.1f s in %s, which rank %d never completed",
-                          RankList(waiting), waited_ms / 1000, Describe(e), rank);
+    const FrEntry& e = dumps.at(wait.ranks[0]).entries.at(stuck);
+    absl::StrAppendFormat(&text, "; %s in %s, which rank %d never completed", WaitText(wait),
+                          Describe(e), rank);
   }
   f.set_text(text);
   return f;
@@ -242,23 +346,29 @@ FrFinding NoDump(int rank, const std::map<int, Dump>& dumps) {
 
 absl::StatusOr<FlightRecorderAnalysis> AnalyzeFlightRecorders(const std::string& dir,
                                                               int last_entries) {
-  using Dumps = std::map<int, Dump>;
-  DDPKIT_ASSIGN_OR_RETURN(const Dumps dumps, ReadDumps(dir));
+  DDPKIT_ASSIGN_OR_RETURN(const AllDumps all, ReadDumps(dir));
   FlightRecorderAnalysis analysis;
   analysis.set_dir(dir);
-  int world = 0;
-  for (const auto& [rank, dump] : dumps) world = std::max({world, dump.world_size, rank + 1});
+  analysis.set_source(all.source);
+  const int world = std::max(all.world_size, *all.ranks.rbegin() + 1);
   analysis.set_world_size(world);
-  if (std::optional<FrFinding> first = FirstDisagreement(dumps)) *analysis.add_findings() = *first;
+  for (const auto& [group, dumps] : all.groups) {
+    if (std::optional<FrFinding> first = FirstDisagreement(dumps))
+      *analysis.add_findings() = *first;
+  }
+  const std::map<int, Dump>& widest =
+      std::max_element(all.groups.begin(), all.groups.end(), [](const auto& a, const auto& b) {
+        return a.second.size() < b.second.size();
+      })->second;
   for (int r = 0; r < world; ++r) {
-    if (dumps.count(r)) {
-      *analysis.add_ranks() = SummaryOf(dumps.at(r), last_entries);
+    if (all.ranks.count(r)) {
+      *analysis.add_ranks() = SummaryOf(all, r, last_entries);
     } else {
       FrRank* missing = analysis.add_ranks();
       missing->set_rank(r);
       missing->set_last_seq(-1);
       missing->set_last_completed_seq(-1);
-      *analysis.add_findings() = NoDump(r, dumps);
+      *analysis.add_findings() = NoDump(r, widest);
     }
   }
   analysis.set_diagnosis(analysis.findings().empty()
