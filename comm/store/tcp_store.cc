@@ -39,6 +39,32 @@ constexpr uint32_t kMaxHelloFrameBytes = 4096;
 // The least a connecting client waits for the answer to its Hello.
 constexpr absl::Duration kHelloWait = absl::Seconds(5);
 
+// connect(2) that gives up at `deadline`: a blocking connect to a host behind a cut or
+// partitioned link waits out the kernel's SYN retries (about two minutes), whatever the
+// caller's timeout. True when connected; errno says why not (ETIMEDOUT at the deadline).
+bool ConnectBefore(int fd, const sockaddr* address, socklen_t length, absl::Time deadline) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  bool connected = ::connect(fd, address, length) == 0;
+  if (!connected && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    const int64_t wait_ms = std::max<int64_t>(0, Millis(deadline - absl::Now()));
+    if (::poll(&p, 1, static_cast<int>(std::min<int64_t>(wait_ms, 1 << 30))) == 1) {
+      int error = 0;
+      socklen_t size = sizeof(error);
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size);
+      connected = error == 0;
+      errno = error;
+    } else {
+      errno = ETIMEDOUT;
+    }
+  }
+  const int saved = errno;
+  ::fcntl(fd, F_SETFL, flags);
+  errno = saved;
+  return connected;
+}
+
 absl::Status WriteAll(int fd, std::string_view bytes) {
   size_t done = 0;
   while (done < bytes.size()) {
@@ -428,7 +454,7 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& h
       for (addrinfo* a = result; a != nullptr; a = a->ai_next) {
         const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0) continue;
-        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        if (ConnectBefore(fd, a->ai_addr, a->ai_addrlen, deadline)) {
           ::freeaddrinfo(result);
           const int one = 1;
           ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -14,6 +14,9 @@
 #include "tools/cli/print_json.h"
 #include "tools/jobs/chaos/chaos.h"
 
+// With --faults: each node's launcher's --max-restarts (train then checkpoints every step).
+ABSL_DECLARE_FLAG(int32_t, max_restarts);  // tools/cli/launch_command.cc
+
 ABSL_FLAG(int32_t, trials, 50, "jobs to start, one signal each");
 ABSL_FLAG(std::string, ranks, "2-4", "MIN-MAX ranks per job");
 ABSL_FLAG(std::string, jobs, "train,join", "jobs to draw from: train, join");
@@ -22,6 +25,15 @@ ABSL_FLAG(double, max_delay, 4, "the signal comes uniformly within this many sec
 ABSL_FLAG(double, slack, 5,
           "the target: every job ends within its --timeout + this many seconds of the signal");
 ABSL_FLAG(std::string, log_dir, "ddpkit_chaos", "each trial's output: LOG_DIR/trial-N.log");
+ABSL_FLAG(std::string, faults, "",
+          "faults on the wire instead of signals, drawn from: link-down, loss, partition, flap "
+          "(each rank on a test host of its own: network namespaces, needs root)");
+ABSL_FLAG(int32_t, loss_pct, 30, "with --faults loss: the percentage of packets dropped both ways");
+ABSL_FLAG(double, fault_for, 0,
+          "with --faults: seconds until the fault is lifted (0: it lasts until the job ends)");
+ABSL_FLAG(int32_t, wire_steps, 1000, "with --faults: train's steps, and join's most inputs");
+ABSL_FLAG(std::string, netns_script, DDPKIT_NETNS_SCRIPT,
+          "with --faults: the script that makes the test hosts");
 
 namespace ddpkit::cli {
 namespace {
@@ -30,7 +42,8 @@ constexpr char kRowFormat[] = "%5s  %-5s  %5s  %-6s  %6s  %6s  %8s  %4s  %5s  %4
 
 void PrintRow(const jobs::ChaosTrial& t) {
   std::cout << absl::StrFormat(
-      kRowFormat, StrCat(t.trial()), t.job(), StrCat(t.ranks()), t.signal(), StrCat(t.victim()),
+      kRowFormat, StrCat(t.trial()), t.job(), StrCat(t.ranks()),
+      t.fault().empty() ? t.signal() : t.fault(), StrCat(t.victim()),
       absl::StrFormat("%.2f", t.signal_at_s()), absl::StrFormat("%.2f", t.ended_after_s()),
       StrCat(t.exit_code()), t.clear_error() ? "yes" : "NO", StrCat(t.left_over()), t.diagnosis());
   std::cout.flush();
@@ -61,15 +74,30 @@ absl::StatusOr<jobs::ChaosConfig> ConfigFromFlags() {
   }
   config.jobs = absl::StrSplit(absl::GetFlag(FLAGS_jobs), ',', absl::SkipEmpty());
   config.signals = absl::StrSplit(absl::GetFlag(FLAGS_signals), ',', absl::SkipEmpty());
+  config.faults = absl::StrSplit(absl::GetFlag(FLAGS_faults), ',', absl::SkipEmpty());
+  config.loss_pct = absl::GetFlag(FLAGS_loss_pct);
+  config.fault_for_s = absl::GetFlag(FLAGS_fault_for);
+  config.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  config.wire_steps = absl::GetFlag(FLAGS_wire_steps);
+  config.netns_script = absl::GetFlag(FLAGS_netns_script);
   return config;
 }
 
 void PrintSummary(const jobs::ChaosReport& r) {
+  if (r.rows().empty() || r.rows(0).fault().empty()) {
+    std::cout << absl::StrFormat(
+        "\n%d trials: %d ended with a clear error; longest from the signal to the job's end "
+        "%.2f s (target: timeout %d s + %g s, %d over); %d process(es) left over\n",
+        r.trials(), r.clear_errors(), r.longest_end_s(), r.timeout_s(), r.slack_s(),
+        r.over_deadline(), r.left_over());
+    return;
+  }
   std::cout << absl::StrFormat(
-      "\n%d trials: %d ended with a clear error; longest from the signal to the job's end "
-      "%.2f s (target: timeout %d s + %g s, %d over); %d process(es) left over\n",
-      r.trials(), r.clear_errors(), r.longest_end_s(), r.timeout_s(), r.slack_s(),
-      r.over_deadline(), r.left_over());
+      "\n%d trials: %d ended clearly; %d completed (%d bitwise equal to the clean run), %d "
+      "restarted; longest from the fault to a failed job's end %.2f s (target: timeout %d s + "
+      "%g s, %d over); %d process(es) left over\n",
+      r.trials(), r.clear_errors(), r.completed(), r.bitwise_equal(), r.restarted(),
+      r.longest_end_s(), r.timeout_s(), r.slack_s(), r.over_deadline(), r.left_over());
 }
 
 int RunChaos(const std::vector<std::string>&) {
@@ -99,14 +127,17 @@ int RunChaos(const std::vector<std::string>&) {
 }  // namespace
 
 Subcommand ChaosSubcommand() {
-  return {.name = "chaos",
-          .summary = "signal a random rank of gloo jobs at random moments; measure how they end",
-          .usage =
-              "ddpkit chaos [--trials N] [--timeout S] [--ranks 2-4] [--jobs train,join] "
-              "[--signals KILL,STOP,TERM] [--max-delay S] [--log-dir DIR]",
-          .flag_names = {"trials", "seed", "timeout", "ranks", "jobs", "signals", "max_delay",
-                         "slack", "log_dir", "json"},
-          .run = RunChaos};
+  return {
+      .name = "chaos",
+      .summary = "signal a random rank of gloo jobs at random moments; measure how they end",
+      .usage =
+          "ddpkit chaos [--trials N] [--timeout S] [--ranks 2-4] [--jobs train,join] "
+          "[--signals KILL,STOP,TERM | --faults link-down,loss,partition,flap [--loss-pct P] "
+          "[--fault-for S] [--max-restarts R] [--wire-steps N]] [--max-delay S] [--log-dir DIR]",
+      .flag_names = {"trials", "seed", "timeout", "ranks", "jobs", "signals", "max_delay", "slack",
+                     "log_dir", "json", "faults", "loss_pct", "fault_for", "max_restarts",
+                     "wire_steps", "netns_script"},
+      .run = RunChaos};
 }
 
 }  // namespace ddpkit::cli

@@ -24,6 +24,7 @@ DDPKIT_TEST_PACKAGES=(
   clang-format                         # the format check (tools/scripts/check_format.sh)
   clang libclang-rt-14-dev             # the fuzz build: clang and libFuzzer (tools/scripts/fuzz.sh)
   libomp-dev                           # ... and clang's OpenMP (autograd's elementwise loops)
+  iproute2 nftables                    # the netns tests' hosts (tools/scripts/netns_hosts.sh)
 )
 
 case "${1:-test}" in

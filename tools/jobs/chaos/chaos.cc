@@ -1,7 +1,5 @@
 #include "tools/jobs/chaos/chaos.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -9,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <random>
 #include <regex>
@@ -17,14 +16,14 @@
 #include "absl/strings/str_split.h"
 #include "autograd/error.h"
 #include "autograd/file_util.h"
+#include "tools/jobs/chaos/trial_processes.h"
+#include "tools/jobs/chaos/wire_chaos.h"
 #include "tools/jobs/job.h"
 #include "tools/jobs/training.h"
 #include "tools/launch/proc_stat.h"
 
 namespace ddpkit::jobs {
 namespace {
-
-constexpr char kTrialEnv[] = "DDPKIT_CHAOS_TRIAL";
 
 struct TrialPlan {
   std::string job;
@@ -81,59 +80,6 @@ std::vector<std::string> JobCommand(const ChaosConfig& config, const TrialPlan& 
   return argv;
 }
 
-// Starts the launcher in a process group of its own, its output into `log`, the trial's mark
-// in its environment (which every rank inherits).
-absl::StatusOr<pid_t> StartLauncher(const std::vector<std::string>& argv, const std::string& mark,
-                                    const std::string& log) {
-  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::UnavailableError(StrCat("cannot write ", log, ": ", strerror(errno)));
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::dup2(fd, STDOUT_FILENO);
-    ::dup2(fd, STDERR_FILENO);
-    ::setenv(kTrialEnv, mark.c_str(), 1);
-    ::setenv("DDPKIT_FR_DUMP_DIR", StrCat(log, ".fr").c_str(), 1);  // not the caller's folder
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-  ::close(fd);
-  if (pid < 0) return absl::UnavailableError(StrCat("fork: ", strerror(errno)));
-  ::setpgid(pid, pid);
-  return pid;
-}
-
-std::vector<pid_t> AllPids() {
-  std::vector<pid_t> pids;
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return pids;
-  while (dirent* entry = ::readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (end != entry->d_name && *end == '\0') pids.push_back(static_cast<pid_t>(pid));
-  }
-  ::closedir(proc);
-  return pids;
-}
-
-// /proc/PID/environ as NAME=VALUE strings (empty for a zombie or a process that is gone).
-std::vector<std::string> Environment(pid_t pid) {
-  absl::StatusOr<std::string> text = ReadFileToString(StrCat("/proc/", pid, "/environ"));
-  if (!text.ok()) return {};
-  return absl::StrSplit(*text, '\0', absl::SkipEmpty());
-}
-
-std::optional<std::string> EnvValue(pid_t pid, std::string_view name) {
-  const std::string prefix = StrCat(name, "=");
-  for (const std::string& entry : Environment(pid)) {
-    if (entry.starts_with(prefix)) return entry.substr(prefix.size());
-  }
-  return std::nullopt;
-}
-
 // The launcher's children that have become ranks (RANK set), by rank.
 std::vector<std::pair<int, pid_t>> RanksOf(pid_t launcher) {
   std::vector<std::pair<int, pid_t>> ranks;
@@ -145,24 +91,6 @@ std::vector<std::pair<int, pid_t>> RanksOf(pid_t launcher) {
     }
   }
   return ranks;
-}
-
-std::vector<pid_t> TrialProcesses(const std::string& mark) {
-  std::vector<pid_t> found;
-  for (pid_t pid : AllPids()) {
-    if (EnvValue(pid, kTrialEnv) == mark) found.push_back(pid);
-  }
-  return found;
-}
-
-// The launcher's exit status once it exits, or nullopt at `deadline`.
-std::optional<int> WaitUntil(pid_t pid, absl::Time deadline) {
-  while (absl::Now() < deadline) {
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return std::nullopt;
 }
 
 // Whether a line of the log is from the victim ("[rank V] ...").
@@ -204,19 +132,6 @@ void Judge(const std::string& log_text, ChaosTrial& row) {
   }
 }
 
-// Counts what is left of the trial a second after the launcher exited (dying with the launcher
-// takes the kernel a moment), then kills it so the next trial starts clean.
-int SweepLeftovers(const std::string& mark) {
-  const absl::Time until = absl::Now() + absl::Seconds(1);
-  std::vector<pid_t> left = TrialProcesses(mark);
-  while (!left.empty() && absl::Now() < until) {
-    absl::SleepFor(absl::Milliseconds(20));
-    left = TrialProcesses(mark);
-  }
-  for (pid_t pid : left) ::kill(pid, SIGKILL);
-  return static_cast<int>(left.size());
-}
-
 ChaosTrial RunTrial(const ChaosConfig& config, const TrialPlan& plan, int index,
                     std::mt19937_64& rng) {
   ChaosTrial row;
@@ -228,7 +143,7 @@ ChaosTrial RunTrial(const ChaosConfig& config, const TrialPlan& plan, int index,
   row.set_log(StrCat(config.log_dir, "/trial-", index, ".log"));
   const std::string mark = StrCat(::getpid(), "-", index, "-", rng());
   const absl::Time start = absl::Now();
-  absl::StatusOr<pid_t> launcher = StartLauncher(JobCommand(config, plan), mark, row.log());
+  absl::StatusOr<pid_t> launcher = StartMarked(JobCommand(config, plan), mark, row.log());
   if (!launcher.ok()) {
     row.set_diagnosis(std::string(launcher.status().message()));
     return row;
@@ -266,6 +181,47 @@ ChaosTrial RunTrial(const ChaosConfig& config, const TrialPlan& plan, int index,
   return row;
 }
 
+absl::Status ValidateWire(const ChaosConfig& config) {
+  for (const std::string& fault : config.faults) {
+    if (fault == "delay") {
+      return absl::InvalidArgumentError(
+          "--faults delay is not offered: this kernel has no netem, and no delaying relay "
+          "between the test hosts is built (docs/reliability.md)");
+    }
+    DDPKIT_RETURN_IF_ERROR(
+        RequireOneOf("--faults", fault, {"link-down", "loss", "partition", "flap"}));
+  }
+  if (config.faults.empty()) return absl::OkStatus();
+  DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--fault-for", config.fault_for_s, 0));
+  DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--max-restarts", config.max_restarts, 0));
+  DDPKIT_RETURN_IF_ERROR(RequirePositive("--wire-steps", config.wire_steps));
+  if (config.loss_pct < 0 || config.loss_pct > 100) {
+    return absl::InvalidArgumentError(StrCat("--loss-pct must be 0..100, got ", config.loss_pct));
+  }
+  return absl::OkStatus();
+}
+
+WirePlan DrawWire(const ChaosConfig& config, std::mt19937_64& rng) {
+  const TrialPlan drawn = Draw(config, rng);
+  WirePlan plan{.job = drawn.job, .hosts = drawn.ranks, .delay_s = drawn.delay_s};
+  plan.fault =
+      config.faults[std::uniform_int_distribution<size_t>(0, config.faults.size() - 1)(rng)];
+  plan.victim_host = std::uniform_int_distribution<int>(0, plan.hosts - 1)(rng);
+  return plan;
+}
+
+// A trial of --faults: the clean run of its job and world size first, once.
+absl::StatusOr<ChaosTrial> WireTrial(const ChaosConfig& config, int index, std::mt19937_64& rng,
+                                     std::map<std::string, std::string>& clean) {
+  const WirePlan plan = DrawWire(config, rng);
+  const std::string key = StrCat(plan.job, "-", plan.hosts);
+  if (!clean.contains(key)) {
+    DDPKIT_ASSIGN_OR_RETURN(clean[key], CleanWeights(config, plan));
+  }
+  const std::string mark = StrCat(::getpid(), "-", index, "-", rng());
+  return RunWireTrial(config, plan, index, mark, clean[key]);
+}
+
 absl::Status Validate(const ChaosConfig& config) {
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--trials", config.trials));
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--timeout", config.timeout_s));
@@ -285,7 +241,7 @@ absl::Status Validate(const ChaosConfig& config) {
   for (const std::string& signal : config.signals) {
     DDPKIT_RETURN_IF_ERROR(RequireOneOf("--signals", signal, {"KILL", "STOP", "TERM"}));
   }
-  return absl::OkStatus();
+  return ValidateWire(config);
 }
 
 }  // namespace
@@ -310,13 +266,24 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosConfig& given, const ChaosObserv
   report.set_seed(config.seed);
   report.set_slack_s(Seconds(config.slack));
   const double deadline = config.timeout_s + Seconds(config.slack);
+  if (!config.faults.empty()) DDPKIT_RETURN_IF_ERROR(CheckHostsAvailable(config));
+  std::map<std::string, std::string> clean;  // "job-hosts": the clean run's final weights
   for (int t = 1; t <= config.trials; ++t) {
-    const TrialPlan plan = Draw(config, rng);
-    ChaosTrial row = RunTrial(config, plan, t, rng);
+    ChaosTrial row;
+    if (config.faults.empty()) {
+      row = RunTrial(config, Draw(config, rng), t, rng);
+    } else {
+      DDPKIT_ASSIGN_OR_RETURN(row, WireTrial(config, t, rng, clean));
+    }
     report.set_trials(t);
+    report.set_completed(report.completed() + (row.completed() ? 1 : 0));
+    report.set_bitwise_equal(report.bitwise_equal() + (row.bitwise_equal() ? 1 : 0));
+    report.set_restarted(report.restarted() + (row.restarts() > 0 ? 1 : 0));
     report.set_clear_errors(report.clear_errors() + (row.clear_error() ? 1 : 0));
-    report.set_longest_end_s(std::max(report.longest_end_s(), row.ended_after_s()));
-    report.set_over_deadline(report.over_deadline() + (row.ended_after_s() > deadline ? 1 : 0));
+    if (!row.completed()) {  // the deadline is for ending with an error
+      report.set_longest_end_s(std::max(report.longest_end_s(), row.ended_after_s()));
+      report.set_over_deadline(report.over_deadline() + (row.ended_after_s() > deadline ? 1 : 0));
+    }
     report.set_left_over(report.left_over() + row.left_over());
     if (observer) observer(row);
     *report.add_rows() = std::move(row);

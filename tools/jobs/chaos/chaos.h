@@ -32,6 +32,13 @@ struct ChaosConfig {
   std::string program;     // the ddpkit binary; "" = this one (/proc/self/exe)
   std::string log_dir;     // each trial's output goes to LOG_DIR/trial-N.log
   absl::Duration slack = absl::Seconds(5);  // the target: ended within timeout + slack
+  // Faults on the wire instead of signals (wire_chaos.h) when not empty.
+  std::vector<std::string> faults;
+  std::string netns_script;  // tools/scripts/netns_hosts.sh
+  int loss_pct = 30;         // --faults loss: the share of packets dropped both ways
+  double fault_for_s = 0;    // how long a fault lasts; 0: until the job ends
+  int max_restarts = 0;      // each node's launcher's --max-restarts (train checkpoints each step)
+  int wire_steps = 1000;     // the length of a --faults job: train's steps, join's most inputs
 };
 
 // Called after each trial, in order (the CLI prints a row).

@@ -1,0 +1,51 @@
+#include "comm/failure_diagnosis.h"
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "comm/store/tcp_store.h"
+#include "gtest/gtest.h"
+
+namespace ddpkit::comm {
+namespace {
+
+class FailureDiagnosisTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = TcpStoreServer::Start("127.0.0.1", 0);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    options_.timeout = absl::Milliseconds(300);  // DiagnosisTime: 300 ms
+  }
+  std::unique_ptr<TcpStore> Client() {
+    auto client = TcpStore::Connect("127.0.0.1", server_->port(), absl::Seconds(5));
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+  std::unique_ptr<TcpStoreServer> server_;
+  ProcessGroupOptions options_;
+};
+
+TEST_F(FailureDiagnosisTest, ARankThatNeverFailsIsNamed) {
+  std::unique_ptr<TcpStore> store = Client();
+  const std::string who = RanksThatDidNotArrive(*store, 0, 3, 7, options_);
+  EXPECT_TRUE(absl::StrContains(who, "ranks 1, 2 did not reach this collective")) << who;
+}
+
+// A lossy or flapping link between live ranks: each waited past its timeout for data the other
+// had sent, so every one records the failure and nobody is to blame but the network.
+TEST_F(FailureDiagnosisTest, WhenEveryRankFailedInItTheNetworkIsNamed) {
+  std::unique_ptr<TcpStore> a = Client(), b = Client();
+  std::string who_a, who_b;
+  std::thread other([&] { who_b = RanksThatDidNotArrive(*b, 1, 2, 9, options_); });
+  who_a = RanksThatDidNotArrive(*a, 0, 2, 9, options_);
+  other.join();
+  for (const std::string& who : {who_a, who_b}) {
+    EXPECT_TRUE(absl::StrContains(who, "every rank reached this collective and failed in it"))
+        << who;
+    EXPECT_TRUE(absl::StrContains(who, "the network between them lost or held up its data")) << who;
+  }
+}
+
+}  // namespace
+}  // namespace ddpkit::comm

@@ -1,0 +1,150 @@
+// Across a network of test hosts (tools/scripts/netns_hosts.sh: network namespaces on a bridge,
+// one rank per host): `ddpkit launch --nnodes N` forms one gloo job whose final model is the
+// loopback run's, bit for bit; and a short `ddpkit chaos --faults` run of each fault kind ends
+// clearly. Every test skips, saying why, where namespaces cannot be made (no root). The hosts
+// go away when a test ends; one killed outright is cleaned by the next run's `up`.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/run_command.h"
+
+namespace {
+
+using Result = ddpkit::testing_util::CommandResult;
+const std::string kDdpkit = DDPKIT_BINARY_DIR "/bin/ddpkit";
+const std::string kHosts = DDPKIT_SOURCE_DIR "/tools/scripts/netns_hosts.sh";
+
+Result RunShell(const std::string& command) {
+  return ddpkit::testing_util::RunCommandMerged(command);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Empty where test hosts can be made, else the script's line saying why not.
+std::string WhyNoHosts() {
+  static const std::string why = [] {
+    const Result r = RunShell(kHosts + " run 1 -- true");
+    return r.status == 0 ? std::string() : r.out;
+  }();
+  return why;
+}
+
+#define SKIP_WITHOUT_HOSTS() \
+  if (!WhyNoHosts().empty()) GTEST_SKIP() << WhyNoHosts()
+
+std::string TempDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// `ddpkit launch` inside each of `hosts` test hosts, one rank each; rank 0 saves its weights.
+Result RunAcrossHosts(int hosts, const std::string& job, const std::string& weights) {
+  const std::string node =
+      kHosts + " exec h$k " + kDdpkit + " launch --nnodes " + std::to_string(hosts) +
+      " --node-rank $k --master-addr 10.77.0.1 --master-port 29500 --local-addr 10.77.0.$((k+1))"
+      " -- " +
+      kDdpkit + job + " --backend gloo --timeout 20 --save-weights " + weights;
+  // Nodes started apart share the job's store token, as a user's would.
+  return RunShell("DDPKIT_STORE_TOKEN=netns-test-" + std::to_string(::getpid()) + " " + kHosts +
+                  " run " + std::to_string(hosts) + " --rate 1gbit -- bash -c '" +
+                  "for k in $(seq 0 " + std::to_string(hosts - 1) + "); do " + node +
+                  " & done; status=0; for j in $(jobs -p); do wait $j || status=1; done; "
+                  "exit $status'");
+}
+
+Result RunOnLoopback(int ranks, const std::string& job, const std::string& weights) {
+  return RunShell(kDdpkit + " launch --standalone --nproc-per-node " + std::to_string(ranks) +
+                  " -- " + kDdpkit + job + " --backend gloo --save-weights " + weights);
+}
+
+void ExpectSameModelAsLoopback(int hosts, const std::string& job) {
+  const std::string dir = TempDir("netns_" + std::to_string(hosts));
+  const Result across = RunAcrossHosts(hosts, job, dir + "/hosts.safetensors");
+  ASSERT_EQ(across.status, 0) << across.out;
+  EXPECT_TRUE(absl::StrContains(across.out, std::to_string(hosts) + " ranks (gloo)")) << across.out;
+  const Result loopback = RunOnLoopback(hosts, job, dir + "/loopback.safetensors");
+  ASSERT_EQ(loopback.status, 0) << loopback.out;
+  const std::string a = ReadFile(dir + "/hosts.safetensors"),
+                    b = ReadFile(dir + "/loopback.safetensors");
+  EXPECT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the final weights across hosts differ from loopback's";
+}
+
+TEST(NetnsTest, TwoHostsTrainAsOnLoopback) {
+  SKIP_WITHOUT_HOSTS();
+  ExpectSameModelAsLoopback(2, " train --steps 6 --batch-size 8");
+}
+
+TEST(NetnsTest, ThreeHostsJoinUnevenInputsAsOnLoopback) {
+  SKIP_WITHOUT_HOSTS();
+  ExpectSameModelAsLoopback(3, " join --inputs 3,5,4 --batch-size 4 --model mlp:6,8,3");
+}
+
+// A rank whose store is behind a partition: a blocking connect would wait out the kernel's SYN
+// retries (about two minutes); the store's timeout bounds it instead.
+TEST(NetnsTest, AStoreBehindAPartitionIsGivenUpOnWithinTheTimeout) {
+  SKIP_WITHOUT_HOSTS();
+  const Result r = RunShell(
+      kHosts + " run 2 -- bash -c '" + kHosts + " fault h0 partition; start=$SECONDS; " + kHosts +
+      " exec h1 env MASTER_ADDR=10.77.0.1 MASTER_PORT=29500 RANK=1 WORLD_SIZE=2 " + kDdpkit +
+      " train --backend gloo --timeout 2 --steps 1; echo \"exit $? after $((SECONDS - start)) "
+      "s\"'");
+  EXPECT_TRUE(absl::StrContains(r.out, "could not connect to the rendezvous store at 10.77.0.1"))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "exit 1 after")) << r.out;
+  const size_t at = r.out.find("exit 1 after ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_LE(std::stoi(r.out.substr(at + 13)), 7) << r.out;  // timeout + 5 s
+}
+
+// One short trial of a fault kind: a clear ending, in time, nothing left over.
+Result RunChaos(const std::string& faults, const std::string& more) {
+  return RunShell(kDdpkit + " chaos --faults " + faults + " --trials 1 --ranks 2-3 --timeout 3 " +
+                  "--wire-steps 2500 --max-delay 1 --slack 10 --log-dir " + TempDir(faults) + " " +
+                  more);
+}
+
+void ExpectCleanChaos(const Result& r) {
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "1 trials: 1 ended clearly")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "0 over); 0 process(es) left over")) << r.out;
+}
+
+TEST(NetnsChaosTest, ACutLinkEndsClearly) {
+  SKIP_WITHOUT_HOSTS();
+  ExpectCleanChaos(RunChaos("link-down", "--seed 3"));
+}
+
+TEST(NetnsChaosTest, APartitionedHostEndsClearly) {
+  SKIP_WITHOUT_HOSTS();
+  ExpectCleanChaos(RunChaos("partition", "--seed 4"));
+}
+
+// Three seconds of trouble: TCP recovers and the job completes bitwise, or it ends clearly.
+TEST(NetnsChaosTest, ThirtyPercentLossEndsClearly) {
+  SKIP_WITHOUT_HOSTS();
+  ExpectCleanChaos(RunChaos("loss", "--seed 5 --loss-pct 30 --fault-for 3"));
+}
+
+TEST(NetnsChaosTest, AFlappingLinkEndsClearly) {
+  SKIP_WITHOUT_HOSTS();
+  ExpectCleanChaos(RunChaos("flap", "--seed 6 --fault-for 3"));
+}
+
+TEST(NetnsChaosTest, DelayIsRefusedWithTheReason) {
+  const Result r = RunShell(kDdpkit + " chaos --faults delay --trials 1");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "no netem")) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,132 @@
+#include "tools/jobs/chaos/trial_processes.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_split.h"
+#include "autograd/error.h"
+#include "autograd/file_util.h"
+
+namespace ddpkit::jobs {
+namespace {
+
+// In the forked child: the output to `fd`, then the program. Never returns.
+[[noreturn]] void ExecWithOutput(const std::vector<std::string>& argv, int fd) {
+  ::dup2(fd, STDOUT_FILENO);
+  ::dup2(fd, STDERR_FILENO);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execvp(args[0], args.data());
+  std::fprintf(stderr, "cannot run '%s': %s\n", args[0], std::strerror(errno));
+  ::_exit(127);
+}
+
+// /proc/PID/environ as NAME=VALUE strings (empty for a zombie or a process that is gone).
+std::vector<std::string> Environment(pid_t pid) {
+  absl::StatusOr<std::string> text = ReadFileToString(StrCat("/proc/", pid, "/environ"));
+  if (!text.ok()) return {};
+  return absl::StrSplit(*text, '\0', absl::SkipEmpty());
+}
+
+}  // namespace
+
+absl::StatusOr<pid_t> StartMarked(const std::vector<std::string>& argv, const std::string& mark,
+                                  const std::string& log, bool append) {
+  const int fd =
+      ::open(log.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  if (fd < 0) return absl::UnavailableError(StrCat("cannot write ", log, ": ", strerror(errno)));
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::setenv(kTrialEnv, mark.c_str(), 1);
+    ::setenv("DDPKIT_FR_DUMP_DIR", StrCat(log, ".fr").c_str(), 1);  // not the caller's folder
+    ExecWithOutput(argv, fd);
+  }
+  ::close(fd);
+  if (pid < 0) return absl::UnavailableError(StrCat("fork: ", strerror(errno)));
+  ::setpgid(pid, pid);
+  return pid;
+}
+
+std::vector<pid_t> AllPids() {
+  std::vector<pid_t> pids;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return pids;
+  while (dirent* entry = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (end != entry->d_name && *end == '\0') pids.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(proc);
+  return pids;
+}
+
+std::optional<std::string> EnvValue(pid_t pid, std::string_view name) {
+  const std::string prefix = StrCat(name, "=");
+  for (const std::string& entry : Environment(pid)) {
+    if (entry.starts_with(prefix)) return entry.substr(prefix.size());
+  }
+  return std::nullopt;
+}
+
+std::vector<pid_t> TrialProcesses(const std::string& mark) {
+  std::vector<pid_t> found;
+  for (pid_t pid : AllPids()) {
+    if (EnvValue(pid, kTrialEnv) == mark) found.push_back(pid);
+  }
+  return found;
+}
+
+std::optional<int> WaitUntil(pid_t pid, absl::Time deadline) {
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return std::nullopt;
+}
+
+int SweepLeftovers(const std::string& mark) {
+  const absl::Time until = absl::Now() + absl::Seconds(1);
+  std::vector<pid_t> left = TrialProcesses(mark);
+  while (!left.empty() && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(20));
+    left = TrialProcesses(mark);
+  }
+  for (pid_t pid : left) ::kill(pid, SIGKILL);
+  return static_cast<int>(left.size());
+}
+
+absl::StatusOr<CommandOutput> RunToEnd(const std::vector<std::string>& argv) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    return absl::UnavailableError(StrCat("pipe: ", strerror(errno)));
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) ExecWithOutput(argv, pipe_fds[1]);
+  ::close(pipe_fds[1]);
+  if (pid < 0) {
+    ::close(pipe_fds[0]);
+    return absl::UnavailableError(StrCat("fork: ", strerror(errno)));
+  }
+  CommandOutput result;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = ::read(pipe_fds[0], buffer, sizeof(buffer))) > 0 || (n < 0 && errno == EINTR)) {
+    if (n > 0) result.output.append(buffer, n);
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+}  // namespace ddpkit::jobs

@@ -1,0 +1,40 @@
+// Faults on the wire (`ddpkit chaos --faults`): each trial brings up one test host per rank
+// (network namespaces on a bridge, made by tools/scripts/netns_hosts.sh), starts `ddpkit launch
+// --nnodes N --node-rank k` inside host k, and at a random moment breaks one host's link: cut
+// (link-down), partitioned (nftables drops everything), lossy (nftables drops a random share),
+// or flapping (down and up every second). A clear ending is one of:
+//   - the job completes, rank 0's final weights bitwise equal to the same job's over loopback
+//     (also after --max-restarts resumed it from its last checkpoint);
+//   - every launcher exits non-zero, no rank crashed, and every rank on the other hosts printed
+//     an error naming the unreachable rank and the collective (or rendezvous) it failed in.
+// Delay is not offered: the kernel has no netem, and a delaying relay between hosts is not built.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tools/jobs/chaos/chaos.h"
+
+namespace ddpkit::jobs {
+
+struct WirePlan {
+  std::string job;  // train | join
+  int hosts = 2;    // one rank on each
+  std::string fault;
+  int victim_host = 0;
+  double delay_s = 0;  // from the launchers' start to the fault
+};
+
+// One trial; `clean_weights` is the same job's final weights over loopback (CleanWeights).
+ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int index,
+                        const std::string& mark, const std::string& clean_weights);
+
+// Runs the job of `plan` over loopback (`ddpkit launch --standalone`) and returns where rank 0
+// saved its final weights: what every completed trial of that job must equal bitwise.
+absl::StatusOr<std::string> CleanWeights(const ChaosConfig& config, const WirePlan& plan);
+
+// Whether this machine can make the test hosts: OK, or FailedPrecondition with the script's
+// one line saying why not.
+absl::Status CheckHostsAvailable(const ChaosConfig& config);
+
+}  // namespace ddpkit::jobs
