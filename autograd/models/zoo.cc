@@ -1,5 +1,7 @@
 #include "autograd/models/zoo.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 
 namespace ddpkit::models {
@@ -11,7 +13,7 @@ ModelSpec DescribeMlp(nn::MlpSpec mlp) {
   spec.text = nn::SpecString(mlp);
   const std::vector<int64_t>& w = mlp.widths;
   const int64_t layers = static_cast<int64_t>(w.size()) - 1;
-  spec.io = {.row = {w.front()}, .classes = w.back()};
+  spec.io = {.row = {w.front()}, .synthetic_row = {w.front()}, .classes = w.back()};
   for (int64_t l = 0; l < layers; ++l) {
     spec.parameter_elements += static_cast<double>(w[l]) * static_cast<double>(w[l + 1]) +
                                (mlp.bias ? static_cast<double>(w[l + 1]) : 0);
@@ -34,12 +36,44 @@ ModelSpec DescribeMlp(nn::MlpSpec mlp) {
   return spec;
 }
 
+// Synthetic images: 8x8 for the small (CIFAR) stem, as the digits; 32x32 for ImageNet's, whose
+// stem divides by 4 and the stages by 8 more.
+ModelSpec DescribeResNet(const nn::ResNetSpec& resnet) {
+  ModelSpec spec;
+  spec.family = "resnet";
+  spec.text = nn::SpecString(resnet);
+  const int64_t side = resnet.small_stem ? 8 : 32;
+  spec.io = {.row = {resnet.in_channels, -1, -1},
+             .synthetic_row = {resnet.in_channels, side, side},
+             .classes = resnet.classes};
+  // Counted off the built model: a ResNet's size is bounded by its spec's parser.
+  const std::shared_ptr<nn::Module> model = nn::MakeResNet(resnet, 0);
+  for (const Tensor& p : model->Parameters()) {
+    spec.parameter_tensors += 1;
+    spec.parameter_elements += static_cast<double>(p.numel());
+  }
+  // Per image: every stage's activations (each block keeps about 8 maps of its width), at
+  // the synthetic size; a larger image scales with its area.
+  double area = static_cast<double>(side * side), activations = 0;
+  for (int s = 0; s < 4; ++s) {
+    if (s > 0) area /= 4;
+    activations += 8.0 * static_cast<double>(resnet.blocks[s]) *
+                   static_cast<double>(resnet.width << s) * std::max(area, 1.0);
+  }
+  spec.activation_elements_per_row = activations;
+  spec.config = resnet;
+  return spec;
+}
+
 ModelSpec DescribeGpt(GptSpec gpt) {
   ModelSpec spec;
   spec.family = "gpt";
   spec.text = SpecString(gpt);
-  spec.io = {
-      .row = {gpt.ctx}, .input_dtype = DType::kInt64, .classes = gpt.vocab, .per_position = true};
+  spec.io = {.row = {gpt.ctx},
+             .synthetic_row = {gpt.ctx},
+             .input_dtype = DType::kInt64,
+             .classes = gpt.vocab,
+             .per_position = true};
   const int64_t per_layer = gpt.bias ? 12 : 6;  // ln_1, c_attn, c_proj, ln_2, c_fc, c_proj
   spec.parameter_tensors = 2 + gpt.layers * per_layer + (gpt.bias ? 2 : 1);  // wte wpe .. ln_f
   spec.parameter_elements = static_cast<double>(NumParameters(gpt));
@@ -58,6 +92,8 @@ ModelSpec DescribeGpt(GptSpec gpt) {
 std::string ModelSpecHelp() {
   return "mlp:IN,H1,...,OUT[,bias=0][,unused=1][,tied=1][,branch=RULE] (Linear/ReLU "
          "alternating); "
+         "resnet:B1,B2,B3,B4[,width=W][,in=C][,classes=K][,stem=imagenet|small] (torchvision's "
+         "ResNet with BasicBlock; resnet:2,2,2,2 is ResNet-18); "
          "gpt:layers=L,heads=H,dim=D,ctx=T,vocab=V[,bias=0] (nanoGPT's GPT)";
 }
 
@@ -66,6 +102,10 @@ absl::StatusOr<ModelSpec> ParseModel(std::string_view spec) {
   if (absl::StartsWith(text, "mlp:")) {
     DDPKIT_ASSIGN_OR_RETURN(nn::MlpSpec mlp, nn::ParseModelSpec(spec));
     return DescribeMlp(std::move(mlp));
+  }
+  if (absl::StartsWith(text, "resnet:")) {
+    DDPKIT_ASSIGN_OR_RETURN(const nn::ResNetSpec resnet, nn::ParseResNetSpec(spec));
+    return DescribeResNet(resnet);
   }
   if (absl::StartsWith(text, "gpt:")) {
     DDPKIT_ASSIGN_OR_RETURN(GptSpec gpt, ParseGptSpec(spec));
@@ -78,8 +118,11 @@ absl::StatusOr<ModelSpec> ParseModel(std::string_view spec) {
 std::shared_ptr<nn::Module> MakeModel(const ModelSpec& spec, uint64_t seed, DType dtype) {
   return std::visit(
       [&](const auto& config) -> std::shared_ptr<nn::Module> {
-        if constexpr (std::is_same_v<std::decay_t<decltype(config)>, GptSpec>) {
+        using Config = std::decay_t<decltype(config)>;
+        if constexpr (std::is_same_v<Config, GptSpec>) {
           return MakeGpt(config, seed, dtype);
+        } else if constexpr (std::is_same_v<Config, nn::ResNetSpec>) {
+          return nn::MakeResNet(config, seed, dtype);
         } else {
           return nn::MakeMlp(config, seed, dtype);
         }

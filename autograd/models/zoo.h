@@ -11,13 +11,17 @@
 
 #include "absl/status/statusor.h"
 #include "autograd/models/gpt.h"
+#include "autograd/models/resnet.h"
 #include "autograd/nn.h"
 
 namespace ddpkit::models {
 
 // What a model takes and gives, so a job can make or check its data and pick its loss.
 struct ModelIo {
-  Shape row;                            // one input row: {features}, {C, H, W} or {T}
+  // One input row: {features}, {C, H, W} or {T}; -1 where any size fits (a ResNet's H and W:
+  // its adaptive pool takes any image size).
+  Shape row{};
+  Shape synthetic_row{};                // `row` with every size set: the synthetic data's
   DType input_dtype = DType::kFloat32;  // int64 for token ids
   int64_t classes = 0;                  // output classes (a language model's vocabulary)
   // Labels per position: inputs [N, T] give logits [N, T, classes] and labels are [N, T]
@@ -26,8 +30,8 @@ struct ModelIo {
 };
 
 struct ModelSpec {
-  std::string family;  // "mlp", "gpt"
-  std::variant<nn::MlpSpec, GptSpec> config;
+  std::string family;  // "mlp", "resnet", "gpt"
+  std::variant<nn::MlpSpec, nn::ResNetSpec, GptSpec> config;
   ModelIo io;
   int64_t parameter_tensors = 0;           // trainable tensors, a tied one counted once
   double parameter_elements = 0;           // their elements (double: bounded before it is exact)

@@ -84,12 +84,14 @@ absl::Status CheckX(const std::string& path, const Tensor& x, const models::Mode
       StrCat(tokens ? "int64 token ids " : "floating point ", ShapeString(RowsOf(-1, io.row)));
   const bool dtype_ok = tokens ? x.dtype() == DType::kInt64 : IsFloatingPoint(x.dtype());
   Shape row(x.shape().begin() + (x.dim() > 0 ? 1 : 0), x.shape().end());
+  bool fits = row.size() == io.row.size();
+  for (size_t d = 0; fits && d < row.size(); ++d) fits = io.row[d] < 0 || io.row[d] == row[d];
   if (dtype_ok && x.dim() == 2 && io.row.size() == 1 && !tokens && row != io.row) {
     return absl::InvalidArgumentError(StrCat(path, ": tensor 'x' has ", x.size(1),
                                              " columns but the model's input width is ",
                                              io.row[0]));
   }
-  if (!dtype_ok || x.dim() == 0 || row != io.row) {
+  if (!dtype_ok || x.dim() == 0 || !fits) {
     return absl::InvalidArgumentError(StrCat(path, ": tensor 'x' must be ", expected,
                                              " (N rows of the model's input), got ",
                                              DTypeName(x.dtype()), ShapeString(x.shape())));
@@ -101,7 +103,7 @@ absl::Status CheckX(const std::string& path, const Tensor& x, const models::Mode
 
 ClassificationData MakeSyntheticData(int64_t rows, const models::ModelIo& io, uint64_t seed) {
   if (io.input_dtype == DType::kInt64) return MakeTokenWalks(rows, io.row.at(0), io.classes, seed);
-  return MakeClusters(rows, io.row, io.classes, seed);
+  return MakeClusters(rows, io.synthetic_row, io.classes, seed);
 }
 
 ClassificationData MakeSyntheticClassification(int64_t rows, int64_t features, int64_t classes,
@@ -164,7 +166,13 @@ void GatherRows(const ClassificationData& data, int64_t start, int64_t count, Te
 }
 
 Tensor BatchInput(const models::ModelIo& io, int64_t rows, Device device) {
-  return Tensor::Empty(RowsOf(rows, io.row), io.input_dtype, device);
+  return Tensor::Empty(RowsOf(rows, io.synthetic_row), io.input_dtype, device);
+}
+
+Tensor BatchLike(const Tensor& data, int64_t rows, Device device) {
+  Shape shape = data.shape();
+  shape[0] = rows;
+  return Tensor::Empty(shape, data.dtype(), device);
 }
 
 Tensor BatchLabels(const models::ModelIo& io, int64_t rows, Device device) {

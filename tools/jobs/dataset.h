@@ -53,8 +53,10 @@ absl::StatusOr<ClassificationData> LoadTextData(const std::string& path, const m
 // Rows [start, start + count) of the data, wrapping around its end, copied into x and y.
 void GatherRows(const ClassificationData& data, int64_t start, int64_t count, Tensor& x, Tensor& y);
 
-// Tensors x and y for `rows` rows of the model's input and labels, on `device`.
+// Tensors x and y for `rows` rows of the model's input (its synthetic size) and labels.
 Tensor BatchInput(const models::ModelIo& io, int64_t rows, Device device = Device::Cpu());
 Tensor BatchLabels(const models::ModelIo& io, int64_t rows, Device device = Device::Cpu());
+// A tensor of `rows` rows shaped as `data`'s (data.x or data.y), for batches gathered from it.
+Tensor BatchLike(const Tensor& data, int64_t rows, Device device = Device::Cpu());
 
 }  // namespace ddpkit::jobs

@@ -21,14 +21,14 @@ struct TraceItem {
   int bucket = -1;
   int param = -1;
   // Collectives only:
-  std::string purpose;
-  std::string op;
+  std::string purpose{};
+  std::string op{};
   int64_t bytes = 0;
   int64_t seq = -1;
   double queued_us = 0;
   bool shadow = false;
   bool ok = true;
-  std::string event;  // bucket instants: "ready", "launched" or "reduced"
+  std::string event{};  // bucket instants: "ready", "launched" or "reduced"
 };
 
 struct RankView {

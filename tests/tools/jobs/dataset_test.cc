@@ -43,7 +43,7 @@ TEST(DatasetTest, SyntheticTokenRowsAreWalksWhoseLabelIsTheNextToken) {
 }
 
 TEST(DatasetTest, SyntheticImagesHaveTheModelsRowShape) {
-  const models::ModelIo images{.row = {1, 8, 8}, .classes = 10};
+  const models::ModelIo images{.row = {1, -1, -1}, .synthetic_row = {1, 8, 8}, .classes = 10};
   ClassificationData data = MakeSyntheticData(4, images, 0);
   EXPECT_EQ(data.x.shape(), (Shape{4, 1, 8, 8}));
   EXPECT_EQ(data.y.shape(), (Shape{4}));

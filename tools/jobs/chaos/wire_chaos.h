@@ -20,7 +20,7 @@ namespace ddpkit::jobs {
 struct WirePlan {
   std::string job;  // train | join
   int hosts = 2;    // one rank on each
-  std::string fault;
+  std::string fault{};
   int victim_host = 0;
   double delay_s = 0;  // from the launchers' start to the fault
 };

@@ -119,7 +119,6 @@ struct Rank {
   RankRows rows;
   std::vector<int> inputs;  // iterations per rank
   std::shared_ptr<nn::Module> model;
-  models::ModelIo io;  // the model's input and labels, for the batches
   std::shared_ptr<reducer::DistributedDataParallel> ddp;
   RankOptimizer optimizer;
   IterationLog log;
@@ -143,7 +142,6 @@ absl::StatusOr<std::unique_ptr<Rank>> SetUp(const JoinRunConfig& config,
   DDPKIT_ASSIGN_OR_RETURN(RankRows rows, LoadRankRows(config, model, group.rank(), group.size()));
   DDPKIT_ASSIGN_OR_RETURN(std::vector<int> inputs, ShareIterationCounts(group, rows.iterations));
   auto rank = std::make_unique<Rank>(group, std::move(rows), std::move(inputs));
-  rank->io = model.io;
   DDPKIT_ASSIGN_OR_RETURN(
       rank->trace, trace.BeginRank(group, TraceCapacityFor(rank->most(), model.parameter_tensors)));
   JoinRunConfig placed = config;
@@ -171,8 +169,8 @@ double GradNorm(const nn::Module& model) {
 void TrainLoop(const JoinRunConfig& config, Rank& rank) {
   const int64_t b = config.batch_size;
   const Device device = RankDevice(config.device, rank.group);
-  Tensor x = BatchInput(rank.io, b, device);
-  Tensor y = BatchLabels(rank.io, b, device);
+  Tensor x = BatchLike(rank.rows.data.x, b, device);
+  Tensor y = BatchLike(rank.rows.data.y, b, device);
   const TrainingStep step{
       .optimizer = rank.optimizer.optimizer.get(),
       .ddp = rank.ddp.get(),
@@ -311,7 +309,7 @@ absl::StatusOr<JoinReport> RunJoin(const JoinRunConfig& config) {
       config.inputs.empty() ? 0 : *std::max_element(config.inputs.begin(), config.inputs.end());
   const double data_bytes =
       4.0 * static_cast<double>(most) * static_cast<double>(config.batch_size) *
-      static_cast<double>(NumElements(model.io.row) + 1) * 2;  // synthetic rows
+      static_cast<double>(NumElements(model.io.synthetic_row) + 1) * 2;  // synthetic rows
   DDPKIT_RETURN_IF_ERROR(
       CheckFitsInMemory(EstimateRankBytes(model, config.batch_size, data_bytes),
                         !comm::InfoOf(config.world.backend).ranks_share_process ? 1

@@ -190,8 +190,8 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config, const models:
                                                                rank.optimizer, report, observer));
   if (lead && observer.on_start) observer.on_start(report);
 
-  Tensor x = BatchInput(model.io, config.batch_size, rank.device);
-  Tensor y = BatchLabels(model.io, config.batch_size, rank.device);
+  Tensor x = BatchLike(rank.data.x, config.batch_size, rank.device);
+  Tensor y = BatchLike(rank.data.y, config.batch_size, rank.device);
   Tensor losses = Tensor::Zeros({config.steps}, DType::kFloat64);
   std::vector<double> step_ms;
   // Host memory the caching allocator had to ask this rank's thread's system for once warm.
@@ -242,7 +242,7 @@ absl::StatusOr<TrainReport> Train(const TrainConfig& config, const TrainObserver
   const bool synthetic = config.data_path.empty() && config.text_path.empty();
   const double data_bytes =  // a file's size is checked as it is read
       synthetic ? 8.0 * static_cast<double>(config.synthetic_rows) *
-                      static_cast<double>(NumElements(model.io.row) + 1)
+                      static_cast<double>(NumElements(model.io.synthetic_row) + 1)
                 : 0;
   DDPKIT_RETURN_IF_ERROR(CheckFitsInMemory(
       EstimateRankBytes(model, config.batch_size, data_bytes),
