@@ -155,6 +155,9 @@ Tensor TrainingLoss(const std::string& name, const Tensor& out, const Tensor& la
 double Accuracy(nn::Module& model, const ClassificationData& data) {
   if (data.rows() == 0) return 0;
   NoGradGuard no_grad;
+  // In eval mode, as PyTorch users evaluate: BatchNorm uses (and leaves) its running statistics.
+  const bool was_training = model.is_training();
+  model.Eval();
   const TensorList parameters = model.Parameters();
   const Device device = parameters.empty() ? Device::Cpu() : parameters.front().device();
   constexpr int64_t kChunk = 256;  // rows per forward: a large dataset's activations stay small
@@ -169,6 +172,7 @@ double Accuracy(nn::Module& model, const ClassificationData& data) {
       correct += (std::max_element(row, row + classes) - row) == labels[r];
     }
   }
+  model.Train(was_training);
   return static_cast<double>(correct) / static_cast<double>(data.y.numel());
 }
 
