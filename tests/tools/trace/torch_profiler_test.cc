@@ -44,14 +44,20 @@ void ExpectNear(double ours_us, double torch_ns, const std::string& what) {
   EXPECT_NEAR(ours_us, torch_us, std::max(100.0, 0.1 * torch_us)) << what;
 }
 
-class TorchTraces : public testing::TestWithParam<int> {};
+// A fixture folder under kTraces and its world size: PyTorch 1.13's legacy traces, and 2.15's
+// Kineto traces (torch2/, one world to keep the fixture small).
+struct Fixture {
+  std::string dir;
+  int world;
+};
+
+class TorchTraces : public testing::TestWithParam<Fixture> {};
 
 // DDP's per-iteration figures (logged by PyTorch's reducer on the system clock) against
 // `trace stats`' ddp_comm, ddp_ovl and ddp_exp from the profiler's events of the same
 // iterations, and their averages against the per-rank totals.
 TEST_P(TorchTraces, StatsAgreeWithTheRunsOwnLoggingData) {
-  const int world = GetParam();
-  const std::string dir = StrCat("world", world);
+  const auto& [dir, world] = GetParam();
   absl::StatusOr<TraceView> view = ReadTraces({StrCat(kTraces, "/", dir)}, nullptr);
   ASSERT_TRUE(view.ok()) << view.status();
   EXPECT_EQ(view->world_size, world);
@@ -85,8 +91,7 @@ TEST_P(TorchTraces, StatsAgreeWithTheRunsOwnLoggingData) {
 // Each iteration: forward, backward, finalize, optimizer; eight gradients in three buckets, each
 // bucket's allreduce after the hooks that filled it; ranks aligned by their collectives' ends.
 TEST_P(TorchTraces, PhasesHooksAndBucketsPerIteration) {
-  const int world = GetParam();
-  absl::StatusOr<TraceView> view = ReadTraces({StrCat(kTraces, "/world", world)}, nullptr);
+  absl::StatusOr<TraceView> view = ReadTraces({StrCat(kTraces, "/", GetParam().dir)}, nullptr);
   ASSERT_TRUE(view.ok()) << view.status();
   for (const RankView& rank : view->ranks) {
     std::map<int, std::vector<std::string>> phases;
@@ -120,7 +125,9 @@ TEST_P(TorchTraces, PhasesHooksAndBucketsPerIteration) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, TorchTraces, testing::Values(2, 3));
+INSTANTIATE_TEST_SUITE_P(Worlds, TorchTraces,
+                         testing::Values(Fixture{"world2", 2}, Fixture{"world3", 3},
+                                         Fixture{"torch2/world2", 2}));
 
 // With the run's plan, the hooks carry the parameters' names in arrival order, the buckets
 // their sizes; a timeline picture names them.

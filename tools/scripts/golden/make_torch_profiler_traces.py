@@ -10,7 +10,10 @@ the bucket plan, so tests can check ddpkit's figures against PyTorch's.
 
 OUT_DIR defaults to tests/testdata/torch_traces; it gets world<n>/rank<r>.json and
 world<n>/ddp_logging.json. Made with Debian's python3-torch 1.13 (its profiler writes the
-legacy, non-Kineto format: a bare JSON array, times from the profiler's start).
+legacy, non-Kineto format: a bare JSON array, times from the profiler's start). The same script
+run by a newer PyTorch made torch2/world2 (torch 2.15, pip-installed into a venv:
+`VENV/bin/python tools/scripts/golden/make_torch_profiler_traces.py /tmp/t2`, then world2 copied;
+Kineto's JSON object with distributedInfo and Unix times).
 """
 import json
 import os
