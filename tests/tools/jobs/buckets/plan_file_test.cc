@@ -60,7 +60,31 @@ TEST(PlanFileTest, EveryCommittedPlanIsPyTorchs) {
     EXPECT_TRUE(plans->pytorch().compared());
     EXPECT_TRUE(plans->pytorch().agrees()) << plans->pytorch().first_difference();
   }
-  EXPECT_GE(files, 6);
+  EXPECT_GE(files, 7);
+}
+
+// ddpkit's own ResNet-18 (resnet:2,2,2,2) against torchvision's resnet18 under PyTorch 1.13's
+// DDP (plans/resnet18.json): the same names in the same order, and from a real iteration of
+// ddpkit's model the same gradient-ready order, initial and rebuilt plans.
+TEST(PlanFileTest, DdpkitsResNet18IsTorchvisions) {
+  absl::StatusOr<PlanFile> file = ReadPlanFile(PlanPath("resnet18.json"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  const PyTorchDdpLog& log = *file->ddp;
+  absl::StatusOr<ModelBuckets> ours = ModelBucketPlans("resnet:2,2,2,2", OptionsOf(log));
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  std::vector<std::string> names;
+  for (const reducer::BucketInfo& b : ours->initial_buckets()) {
+    names.insert(names.end(), b.param_names().begin(), b.param_names().end());
+  }
+  std::vector<std::string> torch_names;
+  for (const PlanTensor& p : file->parameters) torch_names.push_back(p.name);
+  EXPECT_EQ(names, torch_names);
+  const std::vector<int64_t> order(ours->grad_ready_order().begin(),
+                                   ours->grad_ready_order().end());
+  EXPECT_EQ(order, log.prev_iteration_grad_ready_order_indices);
+  EXPECT_EQ(Indices(ours->initial_buckets()), log.initial_per_bucket_param_indices);
+  EXPECT_EQ(Indices(ours->rebuilt_buckets()), log.rebuilt_per_bucket_param_indices);
+  EXPECT_EQ(Sizes(ours->rebuilt_buckets()), log.rebuilt_bucket_sizes);
 }
 
 // The real models' shapes, as their papers give them.
