@@ -61,8 +61,9 @@ absl::Status ParseResNetOption(absl::string_view spec, absl::string_view part, R
   return absl::OkStatus();
 }
 
-// Every weight and bias the spec describes (BatchNorm's buffers aside).
-int64_t CountParameters(const ResNetSpec& s) {
+}  // namespace
+
+int64_t NumParameters(const ResNetSpec& s) {
   const int64_t stem_kernel = s.small_stem ? 3 : 7;
   int64_t total = s.width * s.in_channels * stem_kernel * stem_kernel + 2 * s.width;
   int64_t in = s.width;
@@ -77,7 +78,19 @@ int64_t CountParameters(const ResNetSpec& s) {
   return total + in * s.classes + s.classes;
 }
 
-}  // namespace
+int64_t NumParameterTensors(const ResNetSpec& s) {
+  int64_t tensors = 3 + 2;  // conv1, bn1's weight and bias; fc's weight and bias
+  int64_t in = s.width;
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t planes = s.width << stage;
+    for (int64_t b = 0; b < s.blocks[stage]; ++b) {
+      tensors += 6;                                             // two convolutions, two BatchNorms
+      if (b == 0 && (stage > 0 || in != planes)) tensors += 3;  // downsample: conv, BatchNorm
+    }
+    in = planes;
+  }
+  return tensors;
+}
 
 absl::StatusOr<ResNetSpec> ParseResNetSpec(std::string_view std_spec) {
   const absl::string_view spec(std_spec.data(), std_spec.size());
@@ -98,7 +111,7 @@ absl::StatusOr<ResNetSpec> ParseResNetSpec(std::string_view std_spec) {
     ++stages;
   }
   if (stages != 4) return SpecError(spec, StrCat(stages, " block counts instead of four"));
-  if (const int64_t n = CountParameters(parsed); n > kMaxMlpParameters) {
+  if (const int64_t n = NumParameters(parsed); n > kMaxMlpParameters) {
     return SpecError(spec, StrCat(n, " parameters, more than ", kMaxMlpParameters));
   }
   return parsed;

@@ -35,6 +35,9 @@ struct ResNetSpec {
 absl::StatusOr<ResNetSpec> ParseResNetSpec(std::string_view spec);
 // The spec spelled back, options only where they differ from the defaults.
 std::string SpecString(const ResNetSpec& spec);
+// Every weight and bias the spec describes (BatchNorm's buffers aside): elements, and tensors.
+int64_t NumParameters(const ResNetSpec& spec);
+int64_t NumParameterTensors(const ResNetSpec& spec);
 
 // torchvision's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + identity), the identity
 // downsampled (a 1×1 strided conv and a BatchNorm2d) where the shape changes.

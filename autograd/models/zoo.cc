@@ -46,12 +46,8 @@ ModelSpec DescribeResNet(const nn::ResNetSpec& resnet) {
   spec.io = {.row = {resnet.in_channels, -1, -1},
              .synthetic_row = {resnet.in_channels, side, side},
              .classes = resnet.classes};
-  // Counted off the built model: a ResNet's size is bounded by its spec's parser.
-  const std::shared_ptr<nn::Module> model = nn::MakeResNet(resnet, 0);
-  for (const Tensor& p : model->Parameters()) {
-    spec.parameter_tensors += 1;
-    spec.parameter_elements += static_cast<double>(p.numel());
-  }
+  spec.parameter_tensors = nn::NumParameterTensors(resnet);
+  spec.parameter_elements = static_cast<double>(nn::NumParameters(resnet));
   // Per image: every stage's activations (each block keeps about 8 maps of its width), at
   // the synthetic size; a larger image scales with its area.
   double area = static_cast<double>(side * side), activations = 0;
