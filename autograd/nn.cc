@@ -56,6 +56,25 @@ TensorList Module::Parameters() const {
   return out;
 }
 
+NamedTensors Module::NamedParameterAliases() const {
+  NamedTensors all, aliases;  // every parameter name, repeats too; then those not listed
+  std::vector<std::pair<std::string, const Module*>> modules = {{"", this}};
+  for (size_t i = 0; i < modules.size(); ++i) {
+    const auto [prefix, module] = modules[i];  // a copy: the vector grows below
+    for (const auto& [name, tensor] : module->parameters_) all.emplace_back(prefix + name, tensor);
+    for (const auto& [name, child] : module->children_) {
+      modules.emplace_back(prefix + name + ".", child.get());
+    }
+  }
+  const NamedTensors first = NamedParameters();
+  for (const auto& [name, tensor] : all) {
+    const bool listed = std::any_of(first.begin(), first.end(),
+                                    [&](const NamedTensor& f) { return f.first == name; });
+    if (!listed) aliases.emplace_back(name, tensor);
+  }
+  return aliases;
+}
+
 NamedTensors Module::NamedBuffers() const {
   NamedTensors out;
   std::vector<const TensorImpl*> seen;

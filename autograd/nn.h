@@ -45,6 +45,9 @@ class Module {
   TensorList Parameters() const;
   // Non-trainable state (BatchNorm2d's running statistics; DDP broadcasts them).
   NamedTensors NamedBuffers() const;
+  // The other names of a parameter registered more than once (a tied weight: a GPT's
+  // "lm_head.weight", whose first name is "transformer.wte.weight"), each with the tensor.
+  NamedTensors NamedParameterAliases() const;
   // Moves every parameter and buffer (this module's and its children's) to `device` in place,
   // as PyTorch's module.to(device): each keeps its Tensor identity, so handles held elsewhere
   // (an optimizer's, a DDP reducer's) see the new storage, and a parameter stays a leaf that

@@ -231,48 +231,87 @@ absl::Status SaveStateDict(const nn::Module& module, const std::string& path) {
   return WriteSafetensors(path, state, {{"format", "pt"}});
 }
 
+namespace {
+
+// The file's tensor for the model's `name`: under that name or, for a tied parameter, under
+// another of its names (a PyTorch state dict lists a tied weight under every name).
+const Tensor* SourceOf(const SafetensorsFile& file, const std::string& name, const Tensor& target,
+                       const NamedTensors& aliases) {
+  if (const Tensor* source = file.Find(name)) return source;
+  for (const auto& [alias, tensor] : aliases) {
+    if (tensor.impl() != target.impl()) continue;
+    if (const Tensor* source = file.Find(alias)) return source;
+  }
+  return nullptr;
+}
+
+absl::Status CheckSource(const std::string& path, const std::string& name, const Tensor& source,
+                         const Tensor& target) {
+  if (source.shape() != target.shape()) {
+    return absl::InvalidArgumentError(
+        StrCat(path, ": tensor '", name, "' has shape ", ShapeString(source.shape()),
+               " but the model's parameter has shape ", ShapeString(target.shape()),
+               "; was the file saved from a different model?"));
+  }
+  if (!IsFloatingPoint(source.dtype()) && IsFloatingPoint(target.dtype())) {
+    return absl::InvalidArgumentError(StrCat(path, ": tensor '", name, "' is ",
+                                             DTypeName(source.dtype()),
+                                             ", expected a floating-point tensor"));
+  }
+  return absl::OkStatus();
+}
+
+// The file's tensors that are no name of the model's.
+std::vector<std::string> Unexpected(const SafetensorsFile& file, const NamedTensors& targets,
+                                    const NamedTensors& aliases) {
+  std::vector<std::string> unexpected;
+  for (const NamedTensor& entry : file.tensors) {  // no structured binding: clang 14
+    const std::string& name = entry.first;         // cannot capture one in a lambda
+    auto named = [&](const NamedTensor& t) { return t.first == name; };
+    if (std::none_of(targets.begin(), targets.end(), named) &&
+        std::none_of(aliases.begin(), aliases.end(), named)) {
+      unexpected.push_back(name);
+    }
+  }
+  return unexpected;
+}
+
+}  // namespace
+
 absl::Status LoadStateDict(nn::Module& module, const std::string& path) {
   absl::StatusOr<SafetensorsFile> file = ReadSafetensors(path);
   if (!file.ok()) return file.status();
   NamedTensors targets = module.NamedParameters();
   for (auto& buffer : module.NamedBuffers()) targets.push_back(std::move(buffer));
+  const NamedTensors aliases = module.NamedParameterAliases();
 
   // Check everything first, so a mismatch leaves the module untouched.
   std::vector<std::string> missing;
   for (const auto& [name, target] : targets) {
-    const Tensor* source = file->Find(name);
+    const Tensor* source = SourceOf(*file, name, target, aliases);
     if (source == nullptr) {
       missing.push_back(name);
       continue;
     }
-    if (source->shape() != target.shape()) {
-      return absl::InvalidArgumentError(
-          StrCat(path, ": tensor '", name, "' has shape ", ShapeString(source->shape()),
-                 " but the model's parameter has shape ", ShapeString(target.shape()),
-                 "; was the file saved from a different model?"));
-    }
-    if (!IsFloatingPoint(source->dtype()) && IsFloatingPoint(target.dtype())) {
-      return absl::InvalidArgumentError(StrCat(path, ": tensor '", name, "' is ",
-                                               DTypeName(source->dtype()),
-                                               ", expected a floating-point tensor"));
+    DDPKIT_RETURN_IF_ERROR(CheckSource(path, name, *source, target));
+  }
+  for (const auto& [alias, target] : aliases) {
+    if (const Tensor* source = file->Find(alias)) {
+      DDPKIT_RETURN_IF_ERROR(CheckSource(path, alias, *source, target));
     }
   }
   if (!missing.empty()) {
     return absl::InvalidArgumentError(
         StrCat(path, ": missing tensors for the model: ", absl::StrJoin(missing, ", ")));
   }
-  if (file->tensors.size() != targets.size()) {
-    std::vector<std::string> unexpected;
-    for (const NamedTensor& entry : file->tensors) {  // no structured binding: clang 14
-      const std::string& name = entry.first;          // cannot capture one in a lambda
-      bool known = std::any_of(targets.begin(), targets.end(),
-                               [&](const NamedTensor& t) { return t.first == name; });
-      if (!known) unexpected.push_back(name);
-    }
+  if (std::vector<std::string> unexpected = Unexpected(*file, targets, aliases);
+      !unexpected.empty()) {
     return absl::InvalidArgumentError(
         StrCat(path, ": tensors the model does not have: ", absl::StrJoin(unexpected, ", ")));
   }
-  for (const auto& [name, target] : targets) target.CopyFrom(*file->Find(name));
+  for (const auto& [name, target] : targets) {
+    target.CopyFrom(*SourceOf(*file, name, target, aliases));
+  }
   return absl::OkStatus();
 }
 

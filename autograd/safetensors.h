@@ -45,7 +45,8 @@ absl::Status SaveStateDict(const nn::Module& module, const std::string& path);
 // Strict, as PyTorch's load_state_dict: a missing or unexpected name, or a shape mismatch, is an
 // InvalidArgument naming the file and the tensor; nothing is modified unless all of it fits.
 // A dtype different from the parameter's is converted; each tensor is copied to the device
-// its parameter lives on.
+// its parameter lives on. A tied parameter may be in the file under its first name, under
+// another of its names, or under all of them (PyTorch's state_dict lists it under every name).
 absl::Status LoadStateDict(nn::Module& module, const std::string& path);
 
 }  // namespace ddpkit

@@ -204,5 +204,34 @@ TEST(SafetensorsTest, StateDictMismatchesNameTheFileAndTensorAndChangeNothing) {
   EXPECT_EQ(model->Parameters()[0].ToDoubles(), before);
 }
 
+// A tied weight (mlp:...,tied=1: "4.weight" is "2.weight") loads from a file that lists it
+// under its first name, under its other name (as a model that lists it there saved it), or
+// under both (as PyTorch's state_dict does); a wrong shape under either name is refused.
+TEST(SafetensorsTest, ATiedWeightLoadsUnderAnyOfItsNames) {
+  TempDir dir;
+  nn::MlpSpec spec{.widths = {3, 4, 4, 4, 2}, .tied = true};
+  auto source = nn::MakeMlp(spec, /*seed=*/1);
+  const NamedTensors aliases = source->NamedParameterAliases();
+  ASSERT_EQ(aliases.size(), 1u);
+  EXPECT_EQ(aliases[0].first, "4.weight");
+  const Tensor tied = aliases[0].second;
+  NamedTensors first = source->NamedParameters(), other, both = first;
+  both.push_back(aliases[0]);
+  for (const auto& [name, t] : first) other.emplace_back(name == "2.weight" ? "4.weight" : name, t);
+  for (const auto& [file, tensors] : std::vector<std::pair<std::string, NamedTensors>>{
+           {"first", first}, {"other", other}, {"both", both}}) {
+    ASSERT_TRUE(WriteSafetensors(dir.File(file), tensors).ok());
+    auto model = nn::MakeMlp(spec, /*seed=*/2);
+    absl::Status status = LoadStateDict(*model, dir.File(file));
+    ASSERT_TRUE(status.ok()) << file << ": " << status;
+    EXPECT_EQ(model->NamedParameterAliases()[0].second.ToDoubles(), tied.ToDoubles()) << file;
+  }
+  both.back().second = Tensor::Zeros({4, 5});
+  ASSERT_TRUE(WriteSafetensors(dir.File("bad"), both).ok());
+  auto model = nn::MakeMlp(spec, /*seed=*/2);
+  EXPECT_TRUE(absl::StrContains(LoadStateDict(*model, dir.File("bad")).message(),
+                                "tensor '4.weight' has shape [4, 5]"));
+}
+
 }  // namespace
 }  // namespace ddpkit
