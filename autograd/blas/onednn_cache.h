@@ -6,6 +6,7 @@
 
 #include <dnnl.hpp>
 #include <memory>
+#include <mutex>
 
 #include "absl/container/flat_hash_map.h"
 
@@ -14,6 +15,15 @@ namespace ddpkit::blas {
 inline const dnnl::engine& OneDnnEngine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
+}
+
+// Primitives are made one thread at a time: oneDNN's own primitive cache, shared by the
+// process, synchronises in code ThreadSanitizer cannot see (an uninstrumented library), so two
+// ranks making their first convolution at once read to it as a race. Making happens once per
+// shape per thread, so a warm step never takes this lock.
+inline std::mutex& OneDnnMakeMutex() {
+  static std::mutex mutex;
+  return mutex;
 }
 
 template <typename Key, typename Value>
@@ -27,7 +37,10 @@ struct OneDnnThreadCache {
   Value* FindOrMake(const Key& key, size_t limit, Make make) {
     if (primitives.size() >= limit && !primitives.contains(key)) primitives.clear();
     auto [it, inserted] = primitives.try_emplace(key);
-    if (inserted) it->second = make();
+    if (inserted) {
+      std::lock_guard<std::mutex> lock(OneDnnMakeMutex());
+      it->second = make();
+    }
     return it->second.get();
   }
 };
