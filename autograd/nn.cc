@@ -67,10 +67,11 @@ NamedTensors Module::NamedParameterAliases() const {
     }
   }
   const NamedTensors first = NamedParameters();
-  for (const auto& [name, tensor] : all) {
+  for (const NamedTensor& entry : all) {    // no structured binding: clang 14 cannot
+    const std::string& name = entry.first;  // capture one in a lambda
     const bool listed = std::any_of(first.begin(), first.end(),
                                     [&](const NamedTensor& f) { return f.first == name; });
-    if (!listed) aliases.emplace_back(name, tensor);
+    if (!listed) aliases.push_back(entry);
   }
   return aliases;
 }
