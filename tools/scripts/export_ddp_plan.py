@@ -82,6 +82,68 @@ def first_tensor(out):
     return out
 
 
+NORMS = (torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.modules.batchnorm._BatchNorm)
+NORM_FLOPS_PER_ELEMENT = 5  # mean, variance, subtract, divide, scale and shift
+
+
+def attention_matmuls(module, x):
+    """Q·Kᵀ and attention·V of an input (N, T, d): 2·N·T²·d each. A module is attention when it
+    is nn.MultiheadAttention or its class name ends in SelfAttention (plan_models' two)."""
+    mha = isinstance(module, torch.nn.MultiheadAttention)
+    if not (mha or type(module).__name__.endswith("SelfAttention")) or x.dim() != 3:
+        return 0
+    t, n, d = x.shape if mha and not module.batch_first else (x.shape[1], x.shape[0], x.shape[2])
+    return 4 * n * t * t * d
+
+
+def forward_flops_by_parameter(module, x, out):
+    """[(parameters, forward FLOPs shared among them)] for the work a module's forward does
+    itself (not its children's), at the shape it ran on."""
+    bias = [module.bias] if getattr(module, "bias", None) is not None else []
+    if isinstance(module, torch.nn.modules.conv._ConvNd):  # 2·Cout·Cin/groups·kh·kw·Hout·Wout·N
+        return [([module.weight], 2 * out.numel() * module.weight[0].numel()), (bias, out.numel())]
+    if isinstance(module, torch.nn.Linear):  # 2·in·out·rows
+        return [([module.weight], 2 * out.numel() * module.in_features), (bias, out.numel())]
+    if isinstance(module, NORMS):
+        return [(list(module.parameters(recurse=False)), NORM_FLOPS_PER_ELEMENT * out.numel())]
+    if isinstance(module, torch.nn.MultiheadAttention):  # its projections run as functions
+        rows, d = out.numel() // out.shape[-1], module.embed_dim
+        return [([module.in_proj_weight], 2 * rows * d * 3 * d + attention_matmuls(module, out)),
+                ([module.in_proj_bias], 3 * rows * d),
+                ([module.out_proj.weight], 2 * rows * d * d), ([module.out_proj.bias], rows * d)]
+    if isinstance(module, torch.nn.Embedding):  # a gather: its backward is below
+        return []
+    own = list(module.parameters(recurse=False))
+    return [(own or list(module.parameters()), attention_matmuls(module, x))]
+
+
+def backward_flops(model):
+    """Registers forward hooks that attribute to each parameter the backward FLOPs of the work
+    it takes part in: 2x the forward FLOPs (the input's gradient and the weight's) of its share
+    of each module's own forward — a conv's or linear's matmul to its weight, the bias add to
+    its bias, a norm's elementwise work split evenly over its weight and bias, an attention
+    module's Q·Kᵀ and attention·V over its parameters by element count (its projections'
+    weights); an Embedding's backward is a scatter-add of its output's gradient, out.numel().
+    A tied weight collects the FLOPs of every module using it. Returns (FLOPs by parameter id,
+    the hooks' handles)."""
+    flops = {}
+
+    def hook(module, inputs, out):
+        out = first_tensor(out)
+        x = first_tensor(inputs) if inputs else out  # nn.MultiheadAttention is called by keyword
+        parts = forward_flops_by_parameter(module, x, out)
+        if isinstance(module, torch.nn.Embedding):
+            parts = [([module.weight], out.numel() / 2)]
+        for params, total in parts:
+            numel = sum(p.numel() for p in params if p is not None)
+            for p in params:
+                if p is not None and total:
+                    flops[id(p)] = flops.get(id(p), 0) + 2 * total * p.numel() / numel
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()]
+    return flops, handles
+
+
 def ints(text):
     return [int(v) for v in text.replace(",", " ").split()] if text else []
 
@@ -97,11 +159,15 @@ def ddp_plan(model, shape, bucket_cap_mb, first_bucket_mb):
     initial, _ = dist._compute_bucket_assignment_by_size(params, [sys.maxsize], [False] * len(params))
     # The rebuild happens at the second forward, after the logging data is sampled there: the
     # third forward's sample is the first to show it.
-    for _ in range(3):
+    flops, handles = backward_flops(model)  # counted on the first forward
+    for i in range(3):
         first_tensor(ddp(random_input(model, shape))).float().square().mean().backward()
+        if i == 0:
+            for h in handles:
+                h.remove()
     log = ddp._get_ddp_logging_data()
     rebuilt = log.get("rebuilt_per_bucket_param_indices", "")
-    return {"world_size": 1, "backend": "gloo", "iterations": 3,
+    return flops, {"world_size": 1, "backend": "gloo", "iterations": 3,
             "find_unused_parameters": False, "static_graph": False,
             "bucket_cap_mb": bucket_cap_mb, "bucket_cap_bytes": log["bucket_cap_bytes"],
             "first_bucket_bytes": first_bucket_bytes,
@@ -154,8 +220,10 @@ def main():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29562")
         dist.init_process_group("gloo", rank=0, world_size=1)
-        plan["ddp"] = ddp_plan(model, ints(args.input_shape), args.bucket_cap_mb,
-                               args.first_bucket_mb)
+        flops, plan["ddp"] = ddp_plan(model, ints(args.input_shape), args.bucket_cap_mb,
+                                      args.first_bucket_mb)
+        for entry, p in zip(plan["parameters"], model.parameters()):
+            entry["backward_flops"] = round(flops.get(id(p), 0))
         dist.destroy_process_group()
     write(plan, args.out)
     print(f"wrote {args.out}: {args.model}, {len(plan['parameters'])} parameters"

@@ -1,5 +1,6 @@
 #include "tools/jobs/buckets/plan_file.h"
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -121,6 +122,12 @@ absl::StatusOr<PlanTensor> ReadTensor(const Field& field, bool is_parameter) {
   if (is_parameter) {
     DDPKIT_ASSIGN_OR_RETURN(const Field requires_grad, field.Member("requires_grad"));
     DDPKIT_ASSIGN_OR_RETURN(t.requires_grad, requires_grad.Bool());
+    if (field.Has("backward_flops")) {
+      DDPKIT_ASSIGN_OR_RETURN(const Field flops, field.Member("backward_flops"));
+      DDPKIT_ASSIGN_OR_RETURN(const double value, flops.Number());
+      if (!(value >= 0) || value > 1e30) return flops.Expected("a number of FLOPs >= 0");
+      t.backward_flops = value;
+    }
   }
   t.numel = 1;
   for (int64_t extent : t.shape) {
@@ -247,6 +254,12 @@ std::vector<size_t> PlanFile::DdpParameters() const {
     if (parameters[i].requires_grad) positions.push_back(i);
   }
   return positions;
+}
+
+bool PlanFile::HasFlops() const {
+  return std::all_of(parameters.begin(), parameters.end(), [](const PlanTensor& p) {
+    return !p.requires_grad || p.backward_flops.has_value();
+  });
 }
 
 absl::StatusOr<PlanFile> ParsePlanFile(std::string_view text, std::string_view source) {

@@ -27,6 +27,9 @@ struct PlanTensor {
   bool requires_grad = false;  // always false for a buffer
   int64_t numel = 0;           // the product of `shape` (1 for a scalar)
   int64_t nbytes = 0;          // numel times the dtype's element size
+  // FLOPs of one backward pass at the file's input_shape attributed to this parameter (the
+  // exporter's "backward_flops"; docs/plan_files.md says how); absent in older files.
+  std::optional<double> backward_flops;
 };
 
 // A parameter registered under a second name (a tied weight), listed once in `parameters`.
@@ -70,6 +73,8 @@ struct PlanFile {
   // Positions in `parameters` of the ones DDP reduces (requires_grad), in order: DDP's
   // parameter i is parameters[DdpParameters()[i]].
   std::vector<size_t> DdpParameters() const;
+  // Whether every parameter DDP reduces carries backward_flops.
+  bool HasFlops() const;
 };
 
 // Parses a plan file's text; `source` names it in errors ("resnet50.json: ...").
