@@ -23,9 +23,10 @@ ABSL_FLAG(std::string, order, "",
           "gradient arrival order (a permutation of parameter indices): the rebuild's walk, "
           "result not sorted");
 ABSL_FLAG(std::string, sparse, "", "indices of parameters with sparse gradients");
-ABSL_FLAG(std::string, params, "",
-          "a plan file (tools/scripts/export_ddp_plan.py): DDP's plans for a PyTorch model; the "
-          "caps default to the ones PyTorch ran with");
+ABSL_FLAG(
+    std::string, params, "",
+    "a plan file (tools/scripts/export_ddp_plan.py): buckets shows DDP's plans for that PyTorch "
+    "model, simulate predicts its step; buckets' caps default to the ones PyTorch ran with");
 
 namespace ddpkit::cli {
 namespace {

@@ -27,6 +27,7 @@ ABSL_FLAG(bool, sweep_caps, false, "also sweep bucket_cap_mb 1..200 per world si
 ABSL_FLAG(int32_t, no_sync_every, 1, "K: synchronise every K-th micro-batch (no_sync between)");
 ABSL_FLAG(std::string, hook, "none", "communication hook: none, fp16, powersgd:R");
 ABSL_FLAG(std::string, svg, "", "write the largest world's simulated step as a timeline SVG");
+ABSL_DECLARE_FLAG(std::string, params);
 ABSL_DECLARE_FLAG(double, bucket_cap_mb);
 ABSL_DECLARE_FLAG(double, first_bucket_mb);
 
@@ -60,13 +61,22 @@ absl::StatusOr<jobs::sim::Hook> HookFromFlag() {
       StrCat("--hook: '", text, "' is none of none, fp16, powersgd:R"));
 }
 
-absl::StatusOr<jobs::SimulateConfig> ConfigFromFlags() {
-  jobs::SimulateConfig c;
+// --params FILE (a plan file), --param-table FILE, or --model mlp:...
+absl::StatusOr<jobs::sim::SimModel> ModelFromFlags() {
+  const std::string params = absl::GetFlag(FLAGS_params);
   const std::string table = absl::GetFlag(FLAGS_param_table);
   const int batch = absl::GetFlag(FLAGS_batch_size);
-  DDPKIT_ASSIGN_OR_RETURN(c.model, table.empty()
-                                       ? jobs::sim::FromMlpSpec(absl::GetFlag(FLAGS_model), batch)
-                                       : jobs::sim::FromParamTable(table, batch));
+  if (!params.empty() && !table.empty()) {
+    return absl::InvalidArgumentError("--params and --param-table: give one");
+  }
+  if (!params.empty()) return jobs::sim::FromPlanFile(params, batch);
+  if (!table.empty()) return jobs::sim::FromParamTable(table, batch);
+  return jobs::sim::FromMlpSpec(absl::GetFlag(FLAGS_model), batch);
+}
+
+absl::StatusOr<jobs::SimulateConfig> ConfigFromFlags() {
+  jobs::SimulateConfig c;
+  DDPKIT_ASSIGN_OR_RETURN(c.model, ModelFromFlags());
   DDPKIT_RETURN_IF_ERROR(jobs::sim::ApplyCompute(c.model, absl::GetFlag(FLAGS_compute)));
   DDPKIT_ASSIGN_OR_RETURN(c.network, jobs::sim::ParseNetwork(absl::GetFlag(FLAGS_network)));
   DDPKIT_ASSIGN_OR_RETURN(c.world_sizes, WorldSizes());
@@ -122,12 +132,13 @@ Subcommand SimulateSubcommand() {
   return {.name = "simulate",
           .summary = "predict DDP's step on 2 ... 1,024 ranks from compute and network profiles",
           .usage =
-              "ddpkit simulate --model mlp:... | --param-table FILE --world-size N[,N...] "
+              "ddpkit simulate --params FILE | --model mlp:... | --param-table FILE --world-size "
+              "N[,N...] "
               "[--network ...] [--compute ...] [--bucket-cap-mb X | --sweep-caps] "
               "[--no-sync-every K] [--hook fp16|powersgd:R] [--svg FILE] [--json]",
-          .flag_names = {"model", "param_table", "batch_size", "world_size", "network", "compute",
-                         "bucket_cap_mb", "first_bucket_mb", "sweep_caps", "no_sync_every", "hook",
-                         "svg", "json"},
+          .flag_names = {"params", "model", "param_table", "batch_size", "world_size", "network",
+                         "compute", "bucket_cap_mb", "first_bucket_mb", "sweep_caps",
+                         "no_sync_every", "hook", "svg", "json"},
           .flag_aliases = {{"world_size", "simulate_world_sizes"}},
           .run = RunSimulate};
 }

@@ -7,7 +7,9 @@ norm's weight: one FLOP per output element). ResNet-50 comes from torchvision (r
 Debian's /usr/bin/python3) at 224x224, measured with forward hooks; BERT-base (sequence 128) and
 a GPT-2 124M-shaped decoder (sequence 1024, lm_head tied to wte) are written from their
 published shapes, attention's score and context products attributed to the query (c_attn)
-weight (GPT-2's tied head: see gpt2()). Until the plan files (tools/scripts/export_ddp_plan.py) exist, these are the inputs.
+weight (GPT-2's tied head: see gpt2()). The plan files (export_ddp_plan.py, read by
+`simulate --params`) now carry hook-counted FLOPs and the observed grad-ready order; these
+tables remain for `--param-table`.
 """
 import sys
 

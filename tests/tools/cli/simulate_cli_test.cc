@@ -59,6 +59,40 @@ TEST(SimulateCliTest, RealArchitecturesUpToThousandRanksInUnderASecond) {
   }
 }
 
+// Every committed plan file (tools/scripts/export_ddp_plan.py): its FLOPs, its observed order.
+TEST(SimulateCliTest, EveryCommittedPlanFileUpToThousandRanksInUnderASecond) {
+  const std::filesystem::path dir = std::filesystem::path(DDPKIT_TESTDATA_DIR) / "plans";
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    auto r = Simulate("--params " + entry.path().string() +
+                      " --world-size 2,8,64,256,1024 --sweep-caps --json");
+    ASSERT_EQ(r.status, 0) << entry.path() << ": " << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["grad_ready_order"], "observed") << entry.path();
+    EXPECT_NE(j["compute"].get<std::string>().find("the plan file's FLOPs"), std::string::npos)
+        << j["compute"];
+    EXPECT_GT(j["backward_ms"].get<double>(), 0) << entry.path();
+    EXPECT_EQ(j["sweeps"].size(), 5u);
+    EXPECT_LT(j["simulate_ms"].get<double>(), 1000) << entry.path();
+    ++files;
+  }
+  EXPECT_GE(files, 7);
+}
+
+// A plan file without FLOPs (parameters only) is simulated on FLOPs estimated from its shapes,
+// and the report says so.
+TEST(SimulateCliTest, APlanFileWithoutFlopsIsAnEstimate) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "ddpkit_sim_params_only.json").string();
+  std::ofstream(path) << R"({"format": "ddpkit-plan/1", "model": "m:f", "input_shape": null,
+    "parameters": [{"name": "w", "shape": [256, 64], "dtype": "float32", "requires_grad": true},
+                   {"name": "b", "shape": [256], "dtype": "float32", "requires_grad": true}]})";
+  auto r = Simulate("--params " + path + " --world-size 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("FLOPs ESTIMATED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("reverse registration order"), std::string::npos) << r.out;
+}
+
 TEST(SimulateCliTest, BadFlagsAreOneLineUsageErrors) {
   for (const char* args : {"--world-size 0", "--world-size 2,x", "--network mesh", "--compute fast",
                            "--hook int8", "--model nonsense"}) {

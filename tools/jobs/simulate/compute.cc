@@ -58,6 +58,7 @@ void ApplyThroughput(SimModel& model, double gflops) {
   }
   model.backward_tail_us = model.optimizer_us = 0;
   model.compute_source = StrCat("FLOPs at ", gflops, " GFLOP/s (backward = 2 x forward)");
+  if (!model.flops_source.empty()) model.compute_source += StrCat("; ", model.flops_source);
 }
 
 absl::Status ApplyTrace(SimModel& model, const std::string& path) {

@@ -6,9 +6,11 @@
 #include <sstream>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "autograd/error.h"
 #include "tools/jobs/buckets/buckets.h"
+#include "tools/jobs/buckets/plan_file.h"
 
 namespace ddpkit::jobs::sim {
 namespace {
@@ -45,6 +47,29 @@ absl::StatusOr<std::vector<int64_t>> ParseShape(std::string_view text) {
     shape.push_back(d);
   }
   return shape;
+}
+
+// A plan file's DDP order (indices among the trained parameters) in registration indices,
+// the frozen parameters after it (FromParams drops them); empty when the file logged none.
+std::vector<size_t> RegistrationOrder(const PlanFile& file) {
+  std::vector<size_t> order;
+  if (!file.ddp || file.ddp->prev_iteration_grad_ready_order_indices.empty()) return order;
+  const std::vector<size_t> positions = file.DdpParameters();
+  for (int64_t i : file.ddp->prev_iteration_grad_ready_order_indices) {
+    order.push_back(positions[static_cast<size_t>(i)]);
+  }
+  for (size_t i = 0; i < file.parameters.size(); ++i) {
+    if (!file.parameters[i].requires_grad) order.push_back(i);
+  }
+  return order;
+}
+
+// Forward FLOPs at `batch` samples: half the file's backward FLOPs, or a guess from the shape.
+double PlanForwardFlops(const PlanFile& file, const PlanTensor& t, int batch) {
+  const double per_sample_scale =
+      file.input_shape.empty() ? 1.0 : static_cast<double>(batch) / file.input_shape[0];
+  if (t.backward_flops) return *t.backward_flops / 2 * per_sample_scale;
+  return (t.shape.size() >= 2 ? 2.0 : 1.0) * static_cast<double>(t.numel) * batch;
 }
 
 }  // namespace
@@ -156,6 +181,36 @@ absl::StatusOr<SimModel> FromParamTable(const std::string& path, int batch) {
   DDPKIT_ASSIGN_OR_RETURN(SimModel model, FromParams(names, shapes, dtypes, {}));
   for (size_t i = 0; i < flops.size(); ++i) model.params[i].forward_flops = flops[i];
   model.name = path.substr(path.find_last_of('/') + 1);
+  return model;
+}
+
+absl::StatusOr<SimModel> FromPlanFile(const std::string& path, int batch) {
+  DDPKIT_ASSIGN_OR_RETURN(const PlanFile file, ReadPlanFile(path));
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<DType> dtypes;
+  std::vector<bool> requires_grad;
+  std::vector<double> flops;
+  for (const PlanTensor& t : file.parameters) {
+    absl::StatusOr<DType> dtype = ParseDType(t.dtype);
+    if (t.requires_grad && (!dtype.ok() || !IsFloatingPoint(*dtype))) {
+      return absl::InvalidArgumentError(
+          StrCat(path, ": parameter ", t.name, " requires a gradient but is ", t.dtype));
+    }
+    names.push_back(t.name), shapes.push_back(t.shape), requires_grad.push_back(t.requires_grad);
+    dtypes.push_back(dtype.ok() ? *dtype : DType::kFloat32);  // a frozen one is dropped anyway
+    if (t.requires_grad) flops.push_back(PlanForwardFlops(file, t, batch));
+  }
+  DDPKIT_ASSIGN_OR_RETURN(
+      SimModel model, FromParams(names, shapes, dtypes, requires_grad, RegistrationOrder(file)));
+  for (size_t i = 0; i < flops.size(); ++i) model.params[i].forward_flops = flops[i];
+  model.flops_source =
+      file.HasFlops()
+          ? StrCat("the plan file's FLOPs at input [", absl::StrJoin(file.input_shape, ","),
+                   "], scaled to ", batch, " per rank")
+          : "FLOPs ESTIMATED: the plan file carries none, so each tensor counts 2 x numel x "
+            "batch (1 x for 1-d); export_ddp_plan.py --input-shape records them";
+  model.name = StrCat(path.substr(path.find_last_of('/') + 1), " (", file.model, ")");
   return model;
 }
 

@@ -35,6 +35,9 @@ struct SimModel {
   double backward_tail_us = 0;  // backward compute after the last gradient
   double optimizer_us = 0;
   std::string compute_source;  // how the times were obtained, for the report
+  // Where forward_flops came from when that needs saying (a plan file's measured FLOPs, or an
+  // estimate from shapes): a FLOPs-based compute profile repeats it in its source line.
+  std::string flops_source;
 
   std::vector<reducer::BucketTensorSpec> Specs() const;
   double BackwardUs() const;  // the backward pass: every gradient plus the tail
@@ -50,6 +53,14 @@ absl::StatusOr<SimModel> FromParams(const std::vector<std::string>& names,
                                     const std::vector<DType>& dtypes,
                                     const std::vector<bool>& requires_grad,
                                     const std::vector<size_t>& grad_ready_order = {});
+
+// A plan file (tools/scripts/export_ddp_plan.py): its parameters, DDP's logged grad-ready
+// order when present, and each parameter's forward FLOPs at `batch` samples — half its
+// recorded backward_flops, scaled from the file's input_shape[0] to `batch`. A file without
+// FLOPs gets an estimate from shapes (2·numel·batch per tensor of two or more dimensions,
+// numel·batch otherwise), which `flops_source` says. InvalidArgument for a parameter needing a
+// gradient in a dtype ddpkit lacks.
+absl::StatusOr<SimModel> FromPlanFile(const std::string& path, int batch);
 
 // An `mlp:` spec at `batch` rows: FLOPs per Linear layer (forward 2·B·in·out for the weight,
 // B·out for the bias) and the grad-ready order DDP observes (measured on a world of one).

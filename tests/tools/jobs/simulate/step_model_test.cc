@@ -169,5 +169,22 @@ TEST(SimModelTest, FromParamsDropsFrozenParametersAndRenumbersTheOrder) {
   EXPECT_FALSE(FromParams({"a"}, {{1}}, {DType::kFloat32}, {}, {1}).ok());
 }
 
+// plans/mixed_toy.json (input 4 x 16): the frozen layer is dropped, DDP's logged order is used,
+// and each forward FLOPs is half the file's backward FLOPs scaled from 4 rows to the batch.
+TEST(SimModelTest, FromPlanFileUsesTheFilesOrderAndFlops) {
+  absl::StatusOr<SimModel> m =
+      FromPlanFile(std::string(DDPKIT_TESTDATA_DIR) + "/plans/mixed_toy.json", 8);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->params.size(), 9u);
+  EXPECT_EQ(m->params[0].name, "embed.weight");
+  EXPECT_EQ(m->params[2].name, "wide.weight");
+  EXPECT_EQ(m->params[2].dtype, DType::kFloat64);
+  EXPECT_FALSE(m->order_estimated);
+  EXPECT_EQ(m->grad_ready_order.front(), 8u);  // head.bias, the last layer's, first
+  // embed (Linear 16 -> 32) at 4 rows: 2·4·16·32 forward FLOPs, so 2·8·16·32 at 8.
+  EXPECT_DOUBLE_EQ(m->params[0].forward_flops, 2.0 * 8 * 16 * 32);
+  EXPECT_NE(m->flops_source.find("FLOPs at input [4,16]"), std::string::npos) << m->flops_source;
+}
+
 }  // namespace
 }  // namespace ddpkit::jobs::sim
