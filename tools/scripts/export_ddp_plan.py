@@ -124,16 +124,26 @@ def backward_flops(model):
     its bias, a norm's elementwise work split evenly over its weight and bias, an attention
     module's Q·Kᵀ and attention·V over its parameters by element count (its projections'
     weights); an Embedding's backward is a scatter-add of its output's gradient, out.numel().
-    A tied weight collects the FLOPs of every module using it. Returns (FLOPs by parameter id,
-    the hooks' handles)."""
-    flops = {}
+    A tied weight's gradient is complete only after its first use's backward, which runs last;
+    a later use's FLOPs are done early in backward, so they go to the parameters whose gradients
+    they precede: its module's others (a bias), else those of the module that ran just before it
+    in forward (GPT-2's lm_head: to ln_f). Returns (FLOPs by parameter id, the hooks' handles)."""
+    flops, seen, previous = {}, set(), []
 
     def hook(module, inputs, out):
+        nonlocal previous
         out = first_tensor(out)
         x = first_tensor(inputs) if inputs else out  # nn.MultiheadAttention is called by keyword
         parts = forward_flops_by_parameter(module, x, out)
         if isinstance(module, torch.nn.Embedding):
             parts = [([module.weight], out.numel() / 2)]
+        own = list(module.parameters(recurse=False))
+        untied = [p for p in own if id(p) not in seen]
+        for i, (params, total) in enumerate(parts):
+            if any(id(p) in seen and any(p is q for q in own) for p in params):  # tied, again
+                parts[i] = ([p for p in untied if p is not None] or previous, total)
+        seen.update(id(p) for p in own)
+        previous = untied or previous
         for params, total in parts:
             numel = sum(p.numel() for p in params if p is not None)
             for p in params:
