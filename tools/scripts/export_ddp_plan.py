@@ -13,8 +13,9 @@ in plan_models.py). With --input-shape the model is wrapped in DistributedDataPa
 world of one, PyTorch's defaults unless the caps are given) and runs three iterations on random
 input of that shape — a 2-d shape is token ids below the first Embedding's size (when the
 model has one), any other random normal values — with the loss out.square().mean(); PyTorch rebuilds its buckets at the second
-forward, in the order the first backward produced the gradients. Without it, the file holds the
-parameters and buffers alone. Needs Debian's python3-torch and python3-torchvision (1.13/0.14);
+forward, in the order the first backward produced the gradients; forward hooks on the first
+iteration count each parameter's backward FLOPs at that shape (backward_flops, for
+`ddpkit simulate --params`). Without it, the file holds the parameters and buffers alone. Needs Debian's python3-torch and python3-torchvision (1.13/0.14);
 the build and the tests never run it.
 """
 import argparse
