@@ -41,6 +41,7 @@ import math
 import os
 import platform
 import random
+import socket
 import statistics
 import struct
 import subprocess
@@ -70,6 +71,7 @@ TORCH_SETTINGS = {  # name -> (threads per process, extra environment)
     "1 thread": (1, {}),
     "avx512": (1, {"OPENBLAS_CORETYPE": "SKYLAKEX"}),
 }
+RUN_TIMEOUT_S = 120  # one run; a hung rendezvous fails the row instead of the whole script
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
@@ -110,7 +112,8 @@ def ddpkit_step_ms(spec, batch, steps, mode, data):
             "--backend", "gloo"]
     else:
         command = train + ["--world-size", "1" if mode == "world1" else "2"]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(command, check=True, capture_output=True, text=True,
+                         timeout=RUN_TIMEOUT_S).stdout
     if mode == "gloo":  # the launcher prefixes each line with "[rank r] "; rank 0 reports
         out = "\n".join(line.split("] ", 1)[1] for line in out.splitlines()
                         if line.startswith("[rank 0] "))
@@ -159,7 +162,9 @@ def torch_worker(mode, job, threads):
         print(torch_loop(torch_zoo.model_of(job[0]), *job, 0))
         return
     with tempfile.NamedTemporaryFile(suffix=".json") as result:
-        port = 29500 + (os.getpid() + int(time.time())) % 1000
+        with socket.socket() as probe:  # a free port: a fixed range collides with other jobs
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
         mp.spawn(torch_ddp_rank, args=(2, job, port, threads, result.name), nprocs=2)
         with open(result.name) as f:
             print(json.load(f))
@@ -170,7 +175,7 @@ def torch_step_ms(python, job, mode, setting):
     spec, batch, steps, side = job
     command = [python, os.path.abspath(__file__), "--torch-worker", mode, spec, str(batch),
                str(steps), str(side), str(threads)]
-    out = subprocess.run(command, check=True, capture_output=True, text=True,
+    out = subprocess.run(command, check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
                          env={**os.environ, **env}).stdout
     return float(out.strip().splitlines()[-1])
 
@@ -275,7 +280,11 @@ def main():
                 data = os.path.join(tmp, key + ".safetensors")  # 8x8 synthetic images otherwise
                 write_data(data, spec, 4 * batch, side)
             for mode in modes:
-                report_row(name, mode, measure_row(key, mode, args.repeats, torches, data), rows)
+                try:
+                    report_row(name, mode, measure_row(key, mode, args.repeats, torches, data),
+                               rows)
+                except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+                    print(f"{name:38} {MODES[mode]:8} failed: {e}", flush=True)
     if args.markdown:
         print("\n| workload | run | ddpkit ms (range) | PyTorch ms (range) | PyTorch, setting | "
               "ratio |\n|---|---|---|---|---|---|")
