@@ -5,6 +5,8 @@
 // results back. Each thread keeps the primitives it made, keyed by shape, bias and thread count.
 #include <omp.h>
 
+#include <array>
+#include <cstdlib>
 #include <dnnl.hpp>
 #include <memory>
 #include <tuple>
@@ -82,12 +84,30 @@ ConvPrimitives* Find(const ConvArgs& a, bool with_bias) {
   return cache.FindOrMake(key, kMaxShapes, [&] { return Make(a, with_bias); });
 }
 
+// Reorder buffers by slot (two inputs, one output), kept per thread and grown: a
+// library-allocated oneDNN memory is a fresh malloc per call, which the kernel handed back as
+// new pages every time (page faults were a fifth of a 32x32 ResNet step).
+enum Slot { kIn0, kIn1, kOut, kSlots };
+void* Scratch(Slot slot, size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
+    size_t bytes = 0;
+  };
+  thread_local std::array<Buffer, kSlots> buffers;
+  Buffer& b = buffers[slot];
+  if (b.bytes < bytes) {
+    b.bytes = (bytes + 63) / 64 * 64;
+    b.data.reset(std::aligned_alloc(64, b.bytes));
+  }
+  return b.data.get();
+}
+
 // The caller's data as the primitive wants it: the caller's memory when the layouts agree, else
 // a reordered copy.
-memory Input(const memory::desc& want, const memory::desc& plain, const void* data) {
+memory Input(const memory::desc& want, const memory::desc& plain, const void* data, Slot slot) {
   memory user(plain, Engine(), const_cast<void*>(data));
   if (want == plain) return user;
-  memory converted(want, Engine());
+  memory converted(want, Engine(), Scratch(slot, want.get_size()));
   dnnl::reorder(user, converted).execute(Cache().stream, user, converted);
   return converted;
 }
@@ -95,7 +115,8 @@ memory Input(const memory::desc& want, const memory::desc& plain, const void* da
 // Where the primitive writes an output: the caller's memory when the layouts agree, else a
 // scratch that Output() reorders back into it.
 memory OutputMemory(const memory::desc& want, const memory::desc& plain, void* data) {
-  return want == plain ? memory(plain, Engine(), data) : memory(want, Engine());
+  return want == plain ? memory(plain, Engine(), data)
+                       : memory(want, Engine(), Scratch(kOut, want.get_size()));
 }
 void Output(memory written, const memory::desc& plain, void* data) {
   if (written.get_data_handle() == data) return;
@@ -111,8 +132,8 @@ bool OneDnnConvForward(const ConvArgs& a, const float* x, const float* weight, c
   if (p == nullptr) return false;
   const memory dst = OutputMemory(p->forward_pd.dst_desc(), p->dst, y);
   std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, Input(p->forward_pd.src_desc(), p->src, x)},
-      {DNNL_ARG_WEIGHTS, Input(p->forward_pd.weights_desc(), p->weights, weight)},
+      {DNNL_ARG_SRC, Input(p->forward_pd.src_desc(), p->src, x, kIn0)},
+      {DNNL_ARG_WEIGHTS, Input(p->forward_pd.weights_desc(), p->weights, weight, kIn1)},
       {DNNL_ARG_DST, dst}};
   if (bias != nullptr)
     args.emplace(DNNL_ARG_BIAS, memory(p->bias, Engine(), const_cast<float*>(bias)));
@@ -126,9 +147,10 @@ bool OneDnnConvBackwardData(const ConvArgs& a, const float* dy, const float* wei
   if (p == nullptr) return false;
   const memory diff_src = OutputMemory(p->data_pd.diff_src_desc(), p->src, dx);
   p->backward_data.execute(
-      Cache().stream, {{DNNL_ARG_DIFF_DST, Input(p->data_pd.diff_dst_desc(), p->dst, dy)},
-                       {DNNL_ARG_WEIGHTS, Input(p->data_pd.weights_desc(), p->weights, weight)},
-                       {DNNL_ARG_DIFF_SRC, diff_src}});
+      Cache().stream,
+      {{DNNL_ARG_DIFF_DST, Input(p->data_pd.diff_dst_desc(), p->dst, dy, kIn0)},
+       {DNNL_ARG_WEIGHTS, Input(p->data_pd.weights_desc(), p->weights, weight, kIn1)},
+       {DNNL_ARG_DIFF_SRC, diff_src}});
   Output(diff_src, p->src, dx);
   return true;
 }
@@ -139,8 +161,8 @@ bool OneDnnConvBackwardWeights(const ConvArgs& a, const float* x, const float* d
   if (p == nullptr) return false;
   const memory diff_weights = OutputMemory(p->weights_pd.diff_weights_desc(), p->weights, dweight);
   std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, Input(p->weights_pd.src_desc(), p->src, x)},
-      {DNNL_ARG_DIFF_DST, Input(p->weights_pd.diff_dst_desc(), p->dst, dy)},
+      {DNNL_ARG_SRC, Input(p->weights_pd.src_desc(), p->src, x, kIn0)},
+      {DNNL_ARG_DIFF_DST, Input(p->weights_pd.diff_dst_desc(), p->dst, dy, kIn1)},
       {DNNL_ARG_DIFF_WEIGHTS, diff_weights}};
   if (dbias != nullptr) args.emplace(DNNL_ARG_DIFF_BIAS, memory(p->bias, Engine(), dbias));
   p->backward_weights.execute(Cache().stream, args);

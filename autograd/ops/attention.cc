@@ -6,6 +6,7 @@
 // parameter and has one input and one output, so it leaves the engine's ready order as it is.
 // The products are the project's GEMM, one per (batch, head).
 #include <cmath>
+#include <cstring>
 
 #include "autograd/cuda/ops.h"
 #include "autograd/function.h"
@@ -28,25 +29,21 @@ void CopyHeads(const Tensor& rows, int64_t col, const Tensor& heads, bool into_h
   if constexpr (kWithCuda) {
     if (rows.is_cuda()) return cuda::CopyHeads(rows, col, heads, into_heads);
   }
-  DispatchFloating(rows.dtype(), "causal_self_attention", [&]<typename T>() {
-    const int64_t batch = heads.size(0), num_heads = heads.size(1), time = heads.size(2);
-    const int64_t head_dim = heads.size(3), columns = rows.size(-1);
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t h = 0; h < num_heads; ++h) {
-        for (int64_t t = 0; t < time; ++t) {
-          T* row = rows.data<T>() + (b * time + t) * columns + col + h * head_dim;
-          T* part = heads.data<T>() + ((b * num_heads + h) * time + t) * head_dim;
-          for (int64_t d = 0; d < head_dim; ++d) {
-            if (into_heads) {
-              part[d] = row[d];
-            } else {
-              row[d] = part[d];
-            }
-          }
-        }
+  // Each (batch, head, time) row of the heads is one contiguous run of hd elements in `rows`.
+  const int64_t batch = heads.size(0), num_heads = heads.size(1), time = heads.size(2);
+  const int64_t head_dim = heads.size(3), columns = rows.size(-1);
+  const int64_t element = static_cast<int64_t>(ElementSize(rows.dtype()));
+  const auto bytes = static_cast<size_t>(head_dim * element);
+  auto* row_base = static_cast<char*>(rows.raw_data()) + col * element;
+  auto* part = static_cast<char*>(heads.raw_data());
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < num_heads; ++h) {
+      for (int64_t t = 0; t < time; ++t, part += bytes) {
+        char* row = row_base + ((b * time + t) * columns + h * head_dim) * element;
+        std::memcpy(into_heads ? part : row, into_heads ? row : part, bytes);
       }
     }
-  });
+  }
 }
 
 // Head `i`'s matrix of a [B, H, rows, cols] tensor: a [rows, cols] view.

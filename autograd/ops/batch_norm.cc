@@ -3,11 +3,13 @@
 // unbiased estimate, as PyTorch; in evaluation, normalised by the running statistics. Statistics
 // are accumulated in double, as PyTorch's CPU kernel does for float32.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
+#include "autograd/ops/vec_math.h"
 
 namespace ddpkit {
 namespace {
@@ -52,25 +54,44 @@ BnLayout CheckBatchNorm(const Tensor& x, const TensorList& channel_vectors,
   return layout;
 }
 
-// Batch mean and biased variance per channel (two passes, in double).
+// Batch mean and biased variance per channel (two passes, in double; `omp simd` lets each
+// plane's sum vectorise, in another order than one by one).
 template <typename T>
-std::pair<std::vector<double>, std::vector<double>> BatchMoments(const T* x, const BnLayout& l) {
-  std::vector<double> mean(l.channels, 0.0), var(l.channels, 0.0);
+[[gnu::always_inline]] inline void BatchMomentsOf(const T* x, const BnLayout& l, double* mean,
+                                                  double* var) {
   for (int64_t i = 0; i < l.n * l.channels; ++i) {
     const T* p = x + i * l.inner;
     double sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (int64_t k = 0; k < l.inner; ++k) sum += p[k];
     mean[i % l.channels] += sum;
   }
-  for (double& m : mean) m /= static_cast<double>(l.count());
+  for (int64_t c = 0; c < l.channels; ++c) mean[c] /= static_cast<double>(l.count());
   for (int64_t i = 0; i < l.n * l.channels; ++i) {
     const T* p = x + i * l.inner;
     const double m = mean[i % l.channels];
     double sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (int64_t k = 0; k < l.inner; ++k) sum += (p[k] - m) * (p[k] - m);
     var[i % l.channels] += sum;
   }
-  for (double& v : var) v /= static_cast<double>(l.count());
+  for (int64_t c = 0; c < l.channels; ++c) var[c] /= static_cast<double>(l.count());
+}
+
+// The float32 loops once per ISA level (vec_math.h).
+DDPKIT_VECTOR_CLONES void BatchMomentsFloat(const float* x, const BnLayout& l, double* mean,
+                                            double* var) {
+  BatchMomentsOf(x, l, mean, var);
+}
+
+template <typename T>
+std::pair<std::vector<double>, std::vector<double>> BatchMoments(const T* x, const BnLayout& l) {
+  std::vector<double> mean(l.channels, 0.0), var(l.channels, 0.0);
+  if constexpr (std::is_same_v<T, float>) {
+    BatchMomentsFloat(x, l, mean.data(), var.data());
+  } else {
+    BatchMomentsOf(x, l, mean.data(), var.data());
+  }
   return {std::move(mean), std::move(var)};
 }
 
@@ -122,7 +143,10 @@ void Normalize(const Tensor& x, const Tensor& weight, const Tensor& bias, const 
     const double b = bias.defined() ? bias.data<T>()[c] : 0.0;
     const T alpha = static_cast<T>(s.invstd[c] * w);
     const T beta = static_cast<T>(b - s.mean[c] * s.invstd[c] * w);
-    for (int64_t k = i * l.inner; k < (i + 1) * l.inner; ++k) y[k] = in[k] * alpha + beta;
+    const T* p = in + i * l.inner;
+    T* q = y + i * l.inner;
+#pragma omp simd
+    for (int64_t k = 0; k < l.inner; ++k) q[k] = p[k] * alpha + beta;
   }
 }
 
@@ -133,6 +157,58 @@ struct BnSaved {
   bool training, x_grad, w_grad, b_grad;
 };
 
+// Per channel: sum(dy) and sum(dy xhat), xhat = (x - mean) invstd (in double, each plane's
+// sums vectorised by `omp simd`).
+template <typename T>
+[[gnu::always_inline]] inline void BnGradSumsOf(const T* x, const T* g, const BnLayout& l,
+                                                const double* mean, const double* invstd,
+                                                double* sum_dy, double* sum_dy_xhat) {
+  for (int64_t i = 0; i < l.n * l.channels; ++i) {
+    const int64_t c = i % l.channels;
+    const T* p = x + i * l.inner;
+    const T* q = g + i * l.inner;
+    const double m = mean[c];
+    double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+    for (int64_t k = 0; k < l.inner; ++k) {
+      a += q[k];
+      b += q[k] * (p[k] - m);
+    }
+    sum_dy[c] += a;
+    sum_dy_xhat[c] += b * invstd[c];
+  }
+}
+
+// dx = scale (dy - mean_dy - xhat proj) per channel, from coefficients computed in double:
+// mean, invstd, scale, scale mean_dy, scale proj.
+constexpr int64_t kBnCoefficients = 5;
+template <typename T>
+[[gnu::always_inline]] inline void BnGradInputOf(const T* x, const T* g, const BnLayout& l,
+                                                 const T* coefficients, T* dx) {
+  for (int64_t i = 0; i < l.n * l.channels; ++i) {
+    const T* c = coefficients + kBnCoefficients * (i % l.channels);
+    const T* p = x + i * l.inner;
+    const T* q = g + i * l.inner;
+    T* o = dx + i * l.inner;
+    const T mean = c[0], invstd = c[1], scale = c[2], shift = c[3], proj = c[4];
+#pragma omp simd
+    for (int64_t k = 0; k < l.inner; ++k) {
+      o[k] = scale * q[k] - shift - proj * ((p[k] - mean) * invstd);
+    }
+  }
+}
+
+// The float32 loops once per ISA level (vec_math.h).
+DDPKIT_VECTOR_CLONES void BnGradSumsFloat(const float* x, const float* g, const BnLayout& l,
+                                          const double* mean, const double* invstd, double* sum_dy,
+                                          double* sum_dy_xhat) {
+  BnGradSumsOf(x, g, l, mean, invstd, sum_dy, sum_dy_xhat);
+}
+DDPKIT_VECTOR_CLONES void BnGradInputFloat(const float* x, const float* g, const BnLayout& l,
+                                           const float* coefficients, float* dx) {
+  BnGradInputOf(x, g, l, coefficients, dx);
+}
+
 // With xhat = (x - mean) invstd: dweight = sum(dy xhat), dbias = sum(dy), and
 // dx = weight invstd (dy - [training] (sum(dy) + xhat sum(dy xhat)) / count).
 template <typename T>
@@ -140,29 +216,33 @@ TensorList BnBackward(const BnSaved& s, const Tensor& dy) {
   const BnLayout& l = s.layout;
   const T* x = s.x.data<T>();
   const T* g = dy.data<T>();
+  const double* mean = s.stats.mean.data();
+  const double* invstd = s.stats.invstd.data();
   std::vector<double> sum_dy(l.channels, 0.0), sum_dy_xhat(l.channels, 0.0);
-  for (int64_t i = 0; i < l.n * l.channels; ++i) {
-    const int64_t c = i % l.channels;
-    for (int64_t k = i * l.inner; k < (i + 1) * l.inner; ++k) {
-      sum_dy[c] += g[k];
-      sum_dy_xhat[c] += g[k] * (x[k] - s.stats.mean[c]) * s.stats.invstd[c];
-    }
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  if constexpr (kFloat) {
+    BnGradSumsFloat(x, g, l, mean, invstd, sum_dy.data(), sum_dy_xhat.data());
+  } else {
+    BnGradSumsOf(x, g, l, mean, invstd, sum_dy.data(), sum_dy_xhat.data());
   }
   Tensor dx, dw, db;
   if (s.x_grad) {
     dx = Tensor::Uninitialized(s.x.shape(), dy.dtype(), Device::Cpu());
-    T* o = dx.data<T>();
+    std::vector<T> coefficients(kBnCoefficients * l.channels);
     const double count = static_cast<double>(l.count());
-    for (int64_t i = 0; i < l.n * l.channels; ++i) {
-      const int64_t c = i % l.channels;
-      const double invstd = s.stats.invstd[c];
-      const double scale = invstd * (s.weight.defined() ? s.weight.data<T>()[c] : 1.0);
-      const double mean_dy = s.training ? sum_dy[c] / count : 0.0;
-      const double proj = s.training ? sum_dy_xhat[c] / count : 0.0;
-      for (int64_t k = i * l.inner; k < (i + 1) * l.inner; ++k) {
-        const double xhat = (x[k] - s.stats.mean[c]) * invstd;
-        o[k] = static_cast<T>(scale * (g[k] - mean_dy - xhat * proj));
-      }
+    for (int64_t c = 0; c < l.channels; ++c) {
+      const double scale = invstd[c] * (s.weight.defined() ? s.weight.data<T>()[c] : 1.0);
+      T* k = coefficients.data() + kBnCoefficients * c;
+      k[0] = T(mean[c]);
+      k[1] = T(invstd[c]);
+      k[2] = T(scale);
+      k[3] = T(s.training ? scale * sum_dy[c] / count : 0.0);
+      k[4] = T(s.training ? scale * sum_dy_xhat[c] / count : 0.0);
+    }
+    if constexpr (kFloat) {
+      BnGradInputFloat(x, g, l, coefficients.data(), dx.data<T>());
+    } else {
+      BnGradInputOf(x, g, l, coefficients.data(), dx.data<T>());
     }
   }
   auto channel_tensor = [&](const std::vector<double>& v) {

@@ -7,29 +7,61 @@
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
 #include "autograd/ops/softmax_rows.h"
+#include "autograd/ops/vec_math.h"
 
 namespace ddpkit {
 namespace op_util {
+
+namespace {
+
+[[gnu::always_inline]] inline float ExpOf(float v) { return vec::Exp(v); }
+inline double ExpOf(double v) { return std::exp(v); }
+
+// One row: columns [0, last] scaled (when causal), exponentiated against their maximum and
+// normalised; the rest 0. `#pragma omp simd` vectorises also in place (out == in).
+template <typename T>
+[[gnu::always_inline]] inline void SoftmaxRow(const T* in, T* out, int64_t n, int64_t last,
+                                              T scale) {
+  T max = -std::numeric_limits<T>::infinity(), sum = 0;
+#pragma omp simd reduction(max : max)
+  for (int64_t j = 0; j <= last; ++j) {
+    out[j] = in[j] * scale;
+    max = out[j] > max ? out[j] : max;
+  }
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j <= last; ++j) sum += (out[j] = ExpOf(out[j] - max));
+  const T inv = T(1) / sum;
+#pragma omp simd
+  for (int64_t j = 0; j <= last; ++j) out[j] *= inv;
+  for (int64_t j = last + 1; j < n; ++j) out[j] = T(0);
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void SoftmaxRows(const T* in, T* out, int64_t rows, int64_t n,
+                                               bool causal, T scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    SoftmaxRow(in + r * n, out + r * n, n, causal ? r % n : n - 1, causal ? scale : T(1));
+  }
+}
+
+// The float32 loops once per ISA level (vec_math.h).
+DDPKIT_VECTOR_CLONES void SoftmaxRowsFloat(const float* in, float* out, int64_t rows, int64_t n,
+                                           bool causal, float scale) {
+  SoftmaxRows(in, out, rows, n, causal, scale);
+}
+
+}  // namespace
 
 void SoftmaxLastDim(const Tensor& x, const Tensor& y, bool causal, double scale) {
   const int64_t n = x.size(-1), rows = n == 0 ? 0 : x.numel() / n;
   if constexpr (kWithCuda) {
     if (x.is_cuda()) return cuda::SoftmaxRows(x, y, causal, scale);
   }
+  if (x.dtype() == DType::kFloat32) {
+    return SoftmaxRowsFloat(x.data<float>(), y.data<float>(), rows, n, causal, float(scale));
+  }
   DispatchFloating(x.dtype(), "softmax", [&]<typename T>() {
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* in = x.data<T>() + r * n;
-      T* out = y.data<T>() + r * n;
-      const int64_t last = causal ? r % n : n - 1;  // the last unmasked column
-      T max = -std::numeric_limits<T>::infinity(), sum = 0;
-      for (int64_t j = 0; j <= last; ++j) {
-        out[j] = causal ? in[j] * T(scale) : in[j];
-        max = out[j] > max ? out[j] : max;
-      }
-      for (int64_t j = 0; j <= last; ++j) sum += (out[j] = std::exp(out[j] - max));
-      for (int64_t j = 0; j <= last; ++j) out[j] /= sum;
-      for (int64_t j = last + 1; j < n; ++j) out[j] = T(0);
-    }
+    SoftmaxRows(x.data<T>(), y.data<T>(), rows, n, causal, T(scale));
   });
 }
 
@@ -44,7 +76,9 @@ void SoftmaxLastDimBackward(const Tensor& y, const Tensor& dy, const Tensor& dx,
       const T* g = dy.data<T>() + r * n;
       T* out = dx.data<T>() + r * n;
       T dot = 0;
+#pragma omp simd reduction(+ : dot)
       for (int64_t j = 0; j < n; ++j) dot += g[j] * p[j];
+#pragma omp simd
       for (int64_t j = 0; j < n; ++j) out[j] = T(scale) * p[j] * (g[j] - dot);
     }
   });
