@@ -44,8 +44,8 @@ absl::StatusOr<SequenceModelSpec> ParseSequenceModelSpec(const std::string& std_
   if (!absl::StartsWith(spec, kPrefix)) {
     // The zoo's families (mlp:, resnet:, gpt:) name fixed-size inputs; varlen's rows vary.
     return Invalid(spec, absl::StrContains(spec, ':')
-                             ? "is not a model varlen runs: its rows have varying lengths, "
-                               "which its own sequence classifier takes"
+                             ? "is not a sequence model varlen runs (its rows vary in length, "
+                               "which only its own classifier takes)"
                              : "is not a sequence model");
   }
   std::vector<int64_t> widths;
