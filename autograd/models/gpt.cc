@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "autograd/checkpoint.h"
 #include "autograd/ops.h"
 
 namespace ddpkit::models {
@@ -98,7 +99,9 @@ GptTransformer::GptTransformer(const GptSpec& spec, Generator& generator, DType 
       RegisterModule("wpe", std::make_shared<nn::Embedding>(spec.ctx, spec.dim, generator, dtype));
   h_ = RegisterModule("h", std::make_shared<nn::Sequential>());
   for (int64_t i = 0; i < spec.layers; ++i) {
-    h_->Append(std::make_shared<nn::Block>(spec.dim, spec.heads, spec.bias, generator, dtype));
+    blocks_.push_back(
+        std::make_shared<nn::Block>(spec.dim, spec.heads, spec.bias, generator, dtype));
+    h_->Append(blocks_.back());
   }
   ln_f_ = RegisterModule("ln_f", std::make_shared<nn::LayerNorm>(spec.dim, spec.bias, dtype));
 }
@@ -117,7 +120,11 @@ Tensor GptTransformer::Forward(const Tensor& idx) {
   Tensor tok =
       Reshape(wte_->Forward(idx.View({batch * time})), {batch, time, wte_->weight().size(1)});
   Tensor x = AddTrailing(tok, wpe_->Forward(pos));
-  return ln_f_->Forward(h_->Forward(x));
+  if (!checkpoint_blocks_) return ln_f_->Forward(h_->Forward(x));
+  for (const std::shared_ptr<nn::Module>& block : blocks_) {
+    x = Checkpoint([block](const Tensor& in) { return block->Forward(in); }, x);
+  }
+  return ln_f_->Forward(x);
 }
 
 Gpt::Gpt(const GptSpec& spec, Generator& generator, DType dtype) : spec_(spec) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "autograd/nn.h"
@@ -38,12 +39,19 @@ class GptTransformer : public nn::Module {
   // int64 [B, T] -> ln_f's output [B, T, C].
   Tensor Forward(const Tensor& idx) override;
   const Tensor& token_table() const { return wte_->weight(); }
+  // Each block of h under reentrant activation checkpointing (autograd/checkpoint.h), as
+  // torch.utils.checkpoint(block, x) per block: forward keeps only the blocks' inputs and
+  // backward recomputes each block. Same gradients; a block's parameters' hooks fire inside
+  // its nested backward.
+  void set_checkpoint_blocks(bool on) { checkpoint_blocks_ = on; }
 
  private:
   std::string Describe() const override { return "ModuleDict"; }
   int64_t ctx_;
+  bool checkpoint_blocks_ = false;
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Sequential> h_;
+  std::vector<std::shared_ptr<nn::Module>> blocks_;  // h's children, for checkpointing each
   std::shared_ptr<nn::LayerNorm> ln_f_;
 };
 
@@ -55,6 +63,8 @@ class Gpt : public nn::Module {
   // int64 token indices [B, T], T <= ctx -> logits [B, T, vocab].
   Tensor Forward(const Tensor& idx) override;
   const GptSpec& spec() const { return spec_; }
+  // Recompute each transformer block (transformer.h.N) in backward: GptTransformer's.
+  void set_checkpoint_blocks(bool on) { transformer_->set_checkpoint_blocks(on); }
 
  private:
   std::string Describe() const override { return "GPT"; }

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "autograd/checkpoint.h"
 
 namespace ddpkit::nn {
 namespace {
@@ -185,7 +186,10 @@ Tensor ResNet::Forward(const Tensor& input) {
                ShapeString(input.shape()));
   Tensor x = Relu(bn1_->Forward(conv1_->Forward(input)));
   if (maxpool_) x = maxpool_->Forward(x);
-  for (const auto& layer : layers_) x = layer->Forward(x);
+  for (const auto& layer : layers_) {
+    x = checkpoint_stages_ ? Checkpoint([layer](const Tensor& in) { return layer->Forward(in); }, x)
+                           : layer->Forward(x);
+  }
   return fc_->Forward(ddpkit::Flatten(avgpool_->Forward(x)));
 }
 

@@ -59,10 +59,15 @@ class ResNet : public Module {
   // input float32 [N, in_channels, H, W] -> logits [N, classes].
   Tensor Forward(const Tensor& input) override;
   const ResNetSpec& spec() const { return spec_; }
+  // Each stage (layer1..layer4) under reentrant activation checkpointing (autograd/checkpoint.h):
+  // the same gradients, but in training mode every BatchNorm of a stage moves its running
+  // statistics twice per step (the forward and the recompute), as under torch.utils.checkpoint.
+  void set_checkpoint_stages(bool on) { checkpoint_stages_ = on; }
 
  private:
   std::string Describe() const override { return "ResNet"; }
   ResNetSpec spec_;
+  bool checkpoint_stages_ = false;
   std::shared_ptr<Conv2d> conv1_;
   std::shared_ptr<BatchNorm2d> bn1_;
   std::shared_ptr<MaxPool2d> maxpool_;  // null with the small stem

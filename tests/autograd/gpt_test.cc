@@ -121,6 +121,26 @@ TEST(GptGoldenTest, GradientReadyOrderIsPyTorchDdps) {
             Get(golden, "nobias.ready_order").ToDoubles());
 }
 
+// Each block recomputed in backward (torch.utils.checkpoint per block): the same loss and, in
+// float64 and float32, bitwise the same gradients — the recompute runs the same ops on the same
+// inputs, and every accumulator (the tied wte's two uses included) sums in the same order.
+TEST(GptCheckpointTest, RecomputedBlocksGiveBitwiseTheSameGradients) {
+  SafetensorsFile golden = ReadGolden("torch_gpt_case.safetensors");
+  for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
+    std::vector<std::vector<double>> grads[2];
+    for (bool checkpoint : {false, true}) {
+      auto model = GoldenGpt(dtype);
+      model->set_checkpoint_blocks(checkpoint);
+      models::GptLoss(model->Forward(Get(golden, "idx")), Get(golden, "targets")).Backward();
+      for (const Tensor& p : model->Parameters()) grads[checkpoint].push_back(p.grad().ToDoubles());
+    }
+    ASSERT_EQ(grads[0].size(), grads[1].size());
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      EXPECT_EQ(grads[0][i], grads[1][i]) << "parameter " << i << " " << DTypeName(dtype);
+    }
+  }
+}
+
 TEST(GptSpecTest, ParsesAndSpellsBack) {
   absl::StatusOr<GptSpec> spec =
       models::ParseGptSpec("gpt:layers=2,heads=2,dim=64,ctx=32,vocab=65");

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <string>
 
+#include "autograd/ops.h"
+#include "autograd/random.h"
 #include "nlohmann/json.hpp"
 #include "tests/autograd/test_util.h"
 
@@ -124,6 +126,29 @@ TEST(ResNetTest, EvalModeUsesRunningStatsAndLeavesThemAlone) {
       EXPECT_EQ(buffer.item(), 0) << name;
     }
   }
+}
+
+// Each stage recomputed in backward: bitwise the same gradients, but every BatchNorm of a
+// checkpointed stage moved its running statistics twice (forward, then the recompute), as
+// under torch.utils.checkpoint; the stem's BatchNorm, outside the stages, once.
+TEST(ResNetTest, CheckpointedStagesGiveTheSameGradientsAndCountTheirBatchesTwice) {
+  const nn::ResNetSpec spec = Parse("resnet:1,1,1,1,width=4,in=1,classes=3,stem=small");
+  Tensor x = Tensor::Empty({3, 1, 8, 8});
+  Generator(4).FillNormal(x);
+  const Tensor y = Tensor::FromVector<int64_t>({0, 2, 1}, {3});
+  std::vector<std::vector<double>> grads[2];
+  for (bool checkpoint : {false, true}) {
+    auto model = nn::MakeResNet(spec, /*seed=*/3);
+    model->set_checkpoint_stages(checkpoint);
+    CrossEntropy(model->Forward(x), y).Backward();
+    for (const Tensor& p : model->Parameters()) grads[checkpoint].push_back(p.grad().ToDoubles());
+    for (const auto& [name, buffer] : model->NamedBuffers()) {
+      if (!name.ends_with("num_batches_tracked")) continue;
+      EXPECT_EQ(buffer.item(), checkpoint && name.starts_with("layer") ? 2 : 1) << name;
+    }
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_EQ(grads[0][i], grads[1][i]) << i;
 }
 
 }  // namespace

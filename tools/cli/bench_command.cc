@@ -231,8 +231,10 @@ Subcommand BenchSubcommand() {
               "ddpkit bench allreduce [--backend threads|gloo|mpi|nccl] [--device cpu|cuda] "
               "[--world-size N] "
               "[--min-bytes B] [--max-bytes B] [--json]\n       ddpkit bench ddp "
-              "[--model mlp:...] [--batch-size B] [--world-size N] [--bucket-caps 0.5,1,...] "
-              "[--json]\n       ddpkit bench paper [--model mlp:...] [--batch-size B] "
+              "[--model mlp:...|resnet:...|gpt:...] [--batch-size B] [--world-size N] "
+              "[--bucket-caps 0.5,1,...] "
+              "[--json]\n       ddpkit bench paper [--model mlp:...|resnet:...|gpt:...] "
+              "[--batch-size B] "
               "[--world-size N] [--bucket-caps 0,0.5,...] [--sync-every 1,2,4,8] [--out DIR] "
               "[--json]  (defaults: mlp:784,2048,2048,2048,2048,10, batch 64, 10 steps, 3 "
               "warm-up)",

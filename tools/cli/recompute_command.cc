@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "tools/cli/comm_flags.h"
@@ -61,6 +62,10 @@ void PrintFixes(const jobs::RecomputeReport& r) {
           run.bitwise_equal_to_static_graph() ? "bitwise equal" : "NOT bitwise equal");
     }
   }
+  if (absl::StartsWith(r.model(), "resnet:")) {
+    std::cout << "   (BatchNorm normalises each rank's rows by their own statistics, so these "
+                 "errors are not rounding: one process normalises the global batch)\n";
+  }
   std::cout << "   (errors: max |ddp - one process| / max |one process|, float32; comm: first "
                "launch to last completion, per step; exposed: what the step waits for after "
                "backward)\n\n";
@@ -86,11 +91,16 @@ void PrintMemory(const jobs::RecomputeReport& r) {
 }
 
 void PrintReport(const jobs::RecomputeReport& r) {
+  const std::string model =
+      r.width() > 0
+          ? absl::StrFormat("%d checkpointed blocks (%d -> %d -> %d)", r.blocks(), r.width(),
+                            4 * r.width(), r.width())
+          : absl::StrFormat("%s, its %d %s checkpointed", r.model(), r.blocks(), r.checkpointed());
   std::cout << absl::StrFormat(
-      "ddpkit recompute: %d checkpointed blocks (%d -> %d -> %d), %d ranks (%s), %d rows per "
-      "rank, SGD lr %g; parameters %s, bucket cap %g MB\n\n",
-      r.blocks(), r.width(), 4 * r.width(), r.width(), r.world_size(), r.backend(), r.batch_size(),
-      r.lr(), Megabytes(r.parameter_bytes()), r.bucket_cap_mb());
+      "ddpkit recompute: %s, %d ranks (%s), %d rows per rank, SGD lr %g; parameters %s, bucket "
+      "cap %g MB\n\n",
+      model, r.world_size(), r.backend(), r.batch_size(), r.lr(), Megabytes(r.parameter_bytes()),
+      r.bucket_cap_mb());
   for (const jobs::RecomputeRun& run : r.runs()) {
     if (run.name() == "plain") PrintErrorRun(run);
   }
@@ -109,6 +119,14 @@ absl::StatusOr<jobs::RecomputeConfig> ConfigFromFlags() {
   if (!FlagDiffersFromDefault("world_size")) config.world.world_size = 2;
   config.shape.blocks = absl::GetFlag(FLAGS_blocks);
   config.shape.width = absl::GetFlag(FLAGS_width);
+  if (FlagDiffersFromDefault("model")) {
+    if (FlagDiffersFromDefault("blocks") || FlagDiffersFromDefault("width")) {
+      return absl::InvalidArgumentError(
+          "--blocks and --width shape the built-in block MLP; a --model brings its own blocks "
+          "(a GPT's transformer.h.N, a ResNet's stages): give one or the other");
+    }
+    config.model = absl::GetFlag(FLAGS_model);
+  }
   config.batch_size = FlagDiffersFromDefault("batch_size") ? absl::GetFlag(FLAGS_batch_size) : 64;
   config.steps = FlagDiffersFromDefault("steps") ? absl::GetFlag(FLAGS_steps) : 20;
   config.lr = FlagDiffersFromDefault("lr") ? absl::GetFlag(FLAGS_lr) : 0.05;
@@ -129,19 +147,22 @@ int RunRecomputeCommand(const std::vector<std::string>&) {
 }  // namespace
 
 Subcommand RecomputeSubcommand() {
-  return {
-      .name = "recompute",
-      .summary =
-          "activation checkpointing under DDP: the 'marked ready twice' error and "
-          "its two fixes, side by side",
-      .usage =
-          "ddpkit recompute [--world-size N | --backend gloo under ddpkit launch] "
-          "[--blocks K] [--width W] [--batch-size b] [--steps N] [--lr X] [--seed S] "
-          "[--bucket-cap-mb MB] [--trace FILE.json] [--json]",
-      .flag_names = {"blocks", "width", "batch_size", "steps", "lr", "seed", "bucket_cap_mb",
-                     "json", "backend", "world_size", "timeout", "trace"},
-      .own_defaults = {{"world_size", "2"}, {"batch_size", "64"}, {"steps", "20"}, {"lr", "0.05"}},
-      .run = RunRecomputeCommand};
+  return {.name = "recompute",
+          .summary =
+              "activation checkpointing under DDP: the 'marked ready twice' error and "
+              "its two fixes, side by side",
+          .usage =
+              "ddpkit recompute [--world-size N | --backend gloo under ddpkit launch] "
+              "[--blocks K --width W | --model gpt:...|resnet:...] [--batch-size b] [--steps N] "
+              "[--lr X] [--seed S] [--bucket-cap-mb MB] [--trace FILE.json] [--json]",
+          .flag_names = {"blocks", "width", "model", "batch_size", "steps", "lr", "seed",
+                         "bucket_cap_mb", "json", "backend", "world_size", "timeout", "trace"},
+          .own_defaults = {{"model", "(none: the block MLP of --blocks, --width)"},
+                           {"world_size", "2"},
+                           {"batch_size", "64"},
+                           {"steps", "20"},
+                           {"lr", "0.05"}},
+          .run = RunRecomputeCommand};
 }
 
 }  // namespace ddpkit::cli

@@ -85,6 +85,41 @@ TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
   }
 }
 
+// Every subcommand that takes --model (`ddpkit --help`; contrastive names its towers with its
+// own flags), run on a tiny GPT and a tiny ResNet: it runs (0), or refuses the family in one
+// line that says what it takes instead (2) — never a crash.
+TEST(CliTest, EverySubcommandTakingAModelRunsOrRefusesEachFamily) {
+  struct Case {
+    std::string args;
+    int status;           // for both families
+    std::string refusal;  // in the one-line error when status is 2
+  };
+  const Case cases[] = {
+      {"train --steps 1 --batch-size 2", 0, ""},
+      {"join --inputs 2,1 --batch-size 2", 0, ""},
+      {"buckets", 0, ""},
+      {"bench ddp --iters 1 --warmup-iters 0 --batch-size 2 --bucket-caps 1", 0, ""},
+      {"bench paper --iters 1 --warmup-iters 0 --batch-size 2 --bucket-caps 0,1 "
+       "--sync-every 1,2",
+       0, ""},
+      {"recompute --steps 2 --batch-size 2", 0, ""},
+      {"recompute --blocks 3", 2, "--blocks and --width shape the built-in block MLP"},
+      {"simulate --world-size 2", 2, "--param-table"},
+      {"varlen", 2, "seq:"},
+  };
+  for (const char* model : {"gpt:layers=1,heads=2,dim=8,ctx=4,vocab=8",
+                            "resnet:1,1,1,1,width=2,in=1,classes=3,stem=small"}) {
+    for (const Case& c : cases) {
+      const std::string args = c.args + " --model " + model;
+      Result r = RunDdpkit(args);
+      EXPECT_EQ(r.status, c.status) << args << ": " << r.err;
+      if (c.status == 0) continue;
+      EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
+      EXPECT_TRUE(absl::StrContains(r.err, c.refusal)) << args << ": " << r.err;
+    }
+  }
+}
+
 TEST(CliTest, FlagSpellings) {
   EXPECT_EQ(RunDdpkit("train --steps 1 --batch-size=4 --nojson").status, 0);
   EXPECT_EQ(RunDdpkit("train --steps=1 --batch_size 4").status, 0);

@@ -140,6 +140,44 @@ TEST(TraceTest, StatsAgreeWithTheLoggingData) {
   std::filesystem::remove(path);
 }
 
+// --trace on the zoo's two families: every gradient's hook is named by its PyTorch name (the
+// GPT's tied wte once), and `trace stats` counts the rebuilt plan's buckets in each iteration
+// after the rebuild (a ResNet's BatchNorm buffers are broadcast, not bucketed).
+TEST(TraceTest, ResNetAndGptTracesNameEveryGradientAndCountTheBuckets) {
+  for (const char* model : {"resnet:1,1,1,1,width=4,in=1,classes=3,stem=small",
+                            "gpt:layers=2,heads=2,dim=16,ctx=8,vocab=16"}) {
+    SCOPED_TRACE(model);
+    const std::string path = TempPath("zoo.json");
+    TrainConfig config = TracedTrain(path);
+    config.model = model;
+    config.batch_size = 4;
+    config.steps = 3;
+    config.ddp = {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001};
+    absl::StatusOr<TrainReport> report = Train(config);
+    ASSERT_TRUE(report.ok()) << report.status();
+    absl::StatusOr<trace::TraceView> view = trace::ReadTraceFile(path);
+    ASSERT_TRUE(view.ok()) << view.status();
+    const std::set<std::string> names(report->parameter_names().begin(),
+                                      report->parameter_names().end());
+    const int buckets = report->ddp().rebuilt_buckets_size();
+    EXPECT_GT(buckets, 2);
+    for (const trace::RankView& rank : view->ranks) {
+      std::multiset<std::string> hooked;
+      for (const trace::TraceItem& h : rank.hooks) {
+        if (h.iteration == 2) hooked.insert(h.name);
+      }
+      EXPECT_EQ(std::set<std::string>(hooked.begin(), hooked.end()), names);
+      EXPECT_EQ(hooked.size(), names.size());  // each hook once
+    }
+    const trace::TraceStatsReport stats = trace::ComputeTraceStats(*view);
+    ASSERT_EQ(stats.iterations_size(), 2 * config.steps);  // both ranks
+    for (const trace::IterationStats& s : stats.iterations()) {
+      if (s.iteration() > 0) EXPECT_EQ(s.buckets_size(), buckets) << "iteration " << s.iteration();
+    }
+    std::filesystem::remove(path);
+  }
+}
+
 TEST(TraceTest, AccumulationMarksNoSyncAndNamesMicroBatches) {
   const std::string path = TempPath("accum.json");
   TrainConfig config = TracedTrain(path);

@@ -12,16 +12,30 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "autograd/models/zoo.h"
 #include "tools/jobs/bench/bench_report.pb.h"
 #include "tools/jobs/job.h"
 
 namespace ddpkit::jobs {
 
+// The model a DDP benchmark times: any spec of the model zoo (mlp:, resnet:, gpt:), refused
+// (InvalidArgument) when it does not parse or `world` ranks of it would not fit in memory.
+absl::StatusOr<models::ModelSpec> ParseBenchModel(const std::string& model, int batch_size,
+                                                  const comm::WorldSpec& world);
+// One rank's rows, the same every step: the model's synthetic data (float rows or NCHW images
+// with labels [rows]; int64 token rows with a label per position for a GPT).
+struct BenchBatch {
+  Tensor x, y;
+};
+BenchBatch MakeBenchBatch(const models::ModelSpec& model, int64_t rows, int rank);
+// The model's forward on the batch and the mean cross-entropy (over every position of a GPT).
+Tensor BenchLoss(nn::Module& model, const BenchBatch& batch);
+
 struct BenchDdpConfig {
   comm::WorldSpec world;  // --backend, --world-size, --timeout, --threads-per-rank, ...
-  std::string model = "mlp:32,64,64,10";
-  int batch_size = 32;  // rows per rank
-  int iters = 20;       // timed steps per measurement (a median)
+  std::string model = "mlp:32,64,64,10";  // any spec of the model zoo (ParseBenchModel)
+  int batch_size = 32;                    // rows per rank
+  int iters = 20;                         // timed steps per measurement (a median)
   int warmup_iters = 5;
   std::vector<double> bucket_caps = {0.5, 1, 5, 10, 25, 50};
   std::string trace_path;  // a Chrome trace of the DDP steps when set
@@ -42,6 +56,7 @@ absl::StatusOr<BenchAllreduceReport> BenchAllreduce(const BenchAllreduceConfig& 
 struct BenchPaperConfig {
   comm::WorldSpec world;  // --backend, --world-size, --timeout, --threads-per-rank, ...
   // Five weight matrices of 3-16 MB: enough tensors and bytes for the bucket cap to matter.
+  // Any spec of the model zoo (ParseBenchModel).
   std::string model = "mlp:784,2048,2048,2048,2048,10";
   int batch_size = 64;  // rows per rank
   int iters = 10;       // timed steps per measurement

@@ -9,7 +9,6 @@
 #include <functional>
 
 #include "autograd/ops.h"
-#include "autograd/random.h"
 #include "reducer/distributed_data_parallel.h"
 #include "tools/jobs/bench/bench.h"
 #include "tools/trace/session.h"
@@ -18,10 +17,6 @@ namespace ddpkit::jobs {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct Batch {  // one rank's rows
-  Tensor x, y;
-};
 
 struct StepTimes {
   double step_ms = 0, reference_ms = 0;
@@ -64,7 +59,7 @@ struct Tracing {
 // Not the jobs' TrainingStep (training_loop.h): no optimizer steps, the zeroing is what is
 // measured, and the same closure times a local model without DDP.
 // Traced when `tracing` has a recorder (the DDP steps, not the local reference).
-std::function<void()> StepOf(nn::Module& model, const Batch& batch, bool zero_in_place,
+std::function<void()> StepOf(nn::Module& model, const BenchBatch& batch, bool zero_in_place,
                              Tracing* tracing = nullptr) {
   trace::TraceRecorder* recorder = tracing != nullptr ? tracing->recorder : nullptr;
   return [&model, &batch, zero_in_place, tracing, recorder] {
@@ -79,7 +74,7 @@ std::function<void()> StepOf(nn::Module& model, const Batch& batch, bool zero_in
     Tensor loss;
     {
       trace::ScopedSpan forward(recorder, trace::ComputeKind::kForward);
-      loss = CrossEntropy(model.Forward(batch.x), batch.y);
+      loss = BenchLoss(model, batch);
     }
     trace::ScopedSpan backward(recorder, trace::ComputeKind::kBackward);
     loss.Backward();
@@ -92,13 +87,12 @@ struct Measured {
   reducer::DdpLoggingData log;
 };
 
-absl::StatusOr<Measured> MeasureDdp(const BenchDdpConfig& config,
-                                    const std::vector<int64_t>& widths, const Batch& batch,
-                                    comm::ProcessGroup& group, reducer::DdpOptions options,
-                                    bool zero_in_place, const std::string& label,
-                                    Tracing& tracing) {
-  auto local = nn::MakeMlp(widths, 0);
-  auto model = nn::MakeMlp(widths, 0);
+absl::StatusOr<Measured> MeasureDdp(const BenchDdpConfig& config, const models::ModelSpec& spec,
+                                    const BenchBatch& batch, comm::ProcessGroup& group,
+                                    reducer::DdpOptions options, bool zero_in_place,
+                                    const std::string& label, Tracing& tracing) {
+  auto local = models::MakeModel(spec, 0);
+  auto model = models::MakeModel(spec, 0);
   DDPKIT_ASSIGN_OR_RETURN(auto ddp,
                           reducer::DistributedDataParallel::Create(model, group, options));
   if (tracing.recorder != nullptr) {
@@ -113,24 +107,21 @@ absl::StatusOr<Measured> MeasureDdp(const BenchDdpConfig& config,
 }
 
 absl::StatusOr<BenchDdpReport> BenchOnRank(const BenchDdpConfig& config,
-                                           const std::vector<int64_t>& widths,
-                                           comm::ProcessGroup& group, trace::TraceSession& trace) {
+                                           const models::ModelSpec& spec, comm::ProcessGroup& group,
+                                           trace::TraceSession& trace) {
   // Every measurement runs warm-up and timed DDP steps, each a traced iteration: per step a few
   // spans, and per parameter a hook and at most one bucket ready, launched and reduced.
   const size_t steps =
       (2 + config.bucket_caps.size()) * (std::max(2, config.warmup_iters) + config.iters);
-  const size_t params = 2 * (widths.size() - 1);
+  const auto params = static_cast<size_t>(spec.parameter_tensors);
   Tracing tracing;
   DDPKIT_ASSIGN_OR_RETURN(tracing.recorder,
                           trace.BeginRank(group, {.compute = steps * (4 * params + 8) + 1024,
                                                   .collectives = steps * (params + 8) + 1024}));
-  Batch batch{Tensor::Empty({config.batch_size, widths.front()}),
-              Tensor::Zeros({config.batch_size}, DType::kInt64)};
-  Generator(group.rank() + 1).FillNormal(batch.x);
-  for (int64_t i = 0; i < config.batch_size; ++i) batch.y.data<int64_t>()[i] = i % widths.back();
+  const BenchBatch batch = MakeBenchBatch(spec, config.batch_size, group.rank());
 
   BenchDdpReport report;
-  DDPKIT_ASSIGN_OR_RETURN(Measured plain, MeasureDdp(config, widths, batch, group, {}, false,
+  DDPKIT_ASSIGN_OR_RETURN(Measured plain, MeasureDdp(config, spec, batch, group, {}, false,
                                                      "DDP step, default options", tracing));
   report.set_local_step_ms(plain.times.reference_ms);
   report.set_ddp_step_ms(plain.times.step_ms);
@@ -140,14 +131,14 @@ absl::StatusOr<BenchDdpReport> BenchOnRank(const BenchDdpConfig& config,
   report.set_parameter_tensors(plain.log.num_parameter_tensors());
   report.set_parameter_bytes(plain.log.total_parameter_size_bytes());
   // .grad stays the bucket view when zeroed in place, so no copy goes in or out.
-  DDPKIT_ASSIGN_OR_RETURN(
-      Measured views, MeasureDdp(config, widths, batch, group, {.gradient_as_bucket_view = true},
-                                 true, "DDP step, bucket views, zeroed in place", tracing));
+  DDPKIT_ASSIGN_OR_RETURN(Measured views,
+                          MeasureDdp(config, spec, batch, group, {.gradient_as_bucket_view = true},
+                                     true, "DDP step, bucket views, zeroed in place", tracing));
   report.set_view_ddp_step_ms(views.times.step_ms);
   report.set_view_local_step_ms(views.times.reference_ms);
   for (double cap : config.bucket_caps) {
     DDPKIT_ASSIGN_OR_RETURN(Measured swept,
-                            MeasureDdp(config, widths, batch, group, {.bucket_cap_mb = cap}, false,
+                            MeasureDdp(config, spec, batch, group, {.bucket_cap_mb = cap}, false,
                                        StrCat("bucket cap ", cap, " MiB"), tracing));
     BucketCapPoint& point = *report.add_sweep();
     point.set_bucket_cap_mb(cap);
@@ -165,8 +156,8 @@ absl::StatusOr<BenchDdpReport> BenchOnRank(const BenchDdpConfig& config,
 }  // namespace
 
 absl::StatusOr<BenchDdpReport> BenchDdp(const BenchDdpConfig& config) {
-  DDPKIT_ASSIGN_OR_RETURN(const std::vector<int64_t> widths, nn::ParseMlpSpec(config.model));
-  DDPKIT_RETURN_IF_ERROR(RequirePositive("--batch-size", config.batch_size));
+  DDPKIT_ASSIGN_OR_RETURN(const models::ModelSpec spec,
+                          ParseBenchModel(config.model, config.batch_size, config.world));
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--iters", config.iters, 1));
   for (double cap : config.bucket_caps) {
     DDPKIT_RETURN_IF_ERROR(RequirePositive("--bucket-caps: each cap", cap));
@@ -175,10 +166,10 @@ absl::StatusOr<BenchDdpReport> BenchDdp(const BenchDdpConfig& config) {
   DDPKIT_ASSIGN_OR_RETURN(
       BenchDdpReport report,
       RunOnEveryRank<BenchDdpReport>(config.world, [&](comm::ProcessGroup& group) {
-        return BenchOnRank(config, widths, group, trace);
+        return BenchOnRank(config, spec, group, trace);
       }));
   DDPKIT_RETURN_IF_ERROR(trace.Write().status());
-  report.set_model(config.model);
+  report.set_model(spec.text);
   report.set_batch_size(config.batch_size);
   report.set_iters(config.iters);
   report.set_warmup_iters(std::max(2, config.warmup_iters));

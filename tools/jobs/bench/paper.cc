@@ -14,7 +14,6 @@
 #include "autograd/file_util.h"
 #include "autograd/ops.h"
 #include "autograd/optim.h"
-#include "autograd/random.h"
 #include "comm/thread_budget.h"
 #include "reducer/distributed_data_parallel.h"
 #include "reducer/extras/fused_allreduce.h"
@@ -29,10 +28,10 @@ double MsSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// What every experiment on one rank shares: its rows, the same every step.
+// What every experiment on one rank shares: the model and its rows, the same every step.
 struct RankData {
-  std::vector<int64_t> widths;
-  Tensor x, y;
+  const models::ModelSpec& spec;
+  BenchBatch batch;
 };
 
 // A fresh model (seed 0: the same on every rank) in DDP with `options`, and its SGD.
@@ -43,7 +42,7 @@ struct Trainee {
 
 absl::StatusOr<Trainee> MakeTrainee(const RankData& data, comm::ProcessGroup& group,
                                     const reducer::DdpOptions& options) {
-  std::shared_ptr<nn::Sequential> model = nn::MakeMlp(data.widths, 0);
+  std::shared_ptr<nn::Module> model = models::MakeModel(data.spec, 0);
   Trainee t;
   DDPKIT_ASSIGN_OR_RETURN(t.ddp, reducer::DistributedDataParallel::Create(model, group, options));
   t.sgd = std::make_unique<Sgd>(model->Parameters(), SgdOptions{.lr = 0.01});
@@ -68,7 +67,7 @@ absl::StatusOr<Phases> Step(Trainee& t, const RankData& data, comm::ProcessGroup
   std::optional<reducer::DistributedDataParallel::NoSyncGuard> no_sync;
   if (fused != nullptr || !sync) no_sync.emplace(*t.ddp);
   const auto start = Clock::now();
-  Tensor loss = CrossEntropy(t.ddp->Forward(data.x), data.y);
+  Tensor loss = BenchLoss(*t.ddp, data.batch);
   p.forward = MsSince(start);
   auto mark = Clock::now();
   loss.Backward();
@@ -206,12 +205,9 @@ absl::StatusOr<double> IterationMs(const BenchPaperConfig& config, const RankDat
 }
 
 absl::StatusOr<BenchPaperReport> PaperOnRank(const BenchPaperConfig& config,
-                                             const std::vector<int64_t>& widths,
+                                             const models::ModelSpec& spec,
                                              comm::ProcessGroup& group) {
-  RankData data{widths, Tensor::Empty({config.batch_size, widths.front()}),
-                Tensor::Zeros({config.batch_size}, DType::kInt64)};
-  Generator(group.rank() + 1).FillNormal(data.x);
-  for (int64_t i = 0; i < config.batch_size; ++i) data.y.data<int64_t>()[i] = i % widths.back();
+  const RankData data{spec, MakeBenchBatch(spec, config.batch_size, group.rank())};
 
   BenchPaperReport report;
   for (bool overlap : {true, false}) {
@@ -239,7 +235,6 @@ absl::StatusOr<BenchPaperReport> PaperOnRank(const BenchPaperConfig& config,
 }
 
 absl::Status Validate(const BenchPaperConfig& config) {
-  DDPKIT_RETURN_IF_ERROR(RequirePositive("--batch-size", config.batch_size));
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--iters", config.iters, 1));
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--warmup-iters", config.warmup_iters, 0));
   for (double cap : config.bucket_caps) {
@@ -258,7 +253,8 @@ absl::Status Validate(const BenchPaperConfig& config) {
 }  // namespace
 
 absl::StatusOr<BenchPaperReport> BenchPaper(const BenchPaperConfig& config) {
-  DDPKIT_ASSIGN_OR_RETURN(const std::vector<int64_t> widths, nn::ParseMlpSpec(config.model));
+  DDPKIT_ASSIGN_OR_RETURN(const models::ModelSpec spec,
+                          ParseBenchModel(config.model, config.batch_size, config.world));
   DDPKIT_RETURN_IF_ERROR(Validate(config));
   if (!config.out_dir.empty()) {
     std::error_code ec;
@@ -272,9 +268,9 @@ absl::StatusOr<BenchPaperReport> BenchPaper(const BenchPaperConfig& config) {
   DDPKIT_ASSIGN_OR_RETURN(
       BenchPaperReport report,
       RunOnEveryRank<BenchPaperReport>(config.world, [&](comm::ProcessGroup& group) {
-        return PaperOnRank(config, widths, group);
+        return PaperOnRank(config, spec, group);
       }));
-  report.set_model(config.model);
+  report.set_model(spec.text);
   report.set_batch_size(config.batch_size);
   report.set_iters(config.iters);
   report.set_thread_budget(budget.ToString());

@@ -29,11 +29,15 @@ using reducer::DistributedDataParallel;
 
 constexpr int kMaxBlocks = 256;
 constexpr int64_t kMaxWidth = 16384;
-constexpr const char* kFlags = "--blocks, --width, --batch-size and --world-size";
+constexpr const char* kFlags = "--model (or --blocks, --width), --batch-size and --world-size";
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-absl::Status Validate(const RecomputeConfig& config) {
+RecomputeModelSpec ModelOf(const RecomputeConfig& config) {
+  return {.model = config.model, .shape = config.shape};
+}
+
+absl::StatusOr<RecomputeModelInfo> Validate(const RecomputeConfig& config) {
   if (config.shape.blocks < 1 || config.shape.blocks > kMaxBlocks) {
     return absl::InvalidArgumentError(
         StrCat("--blocks must be in [1, ", kMaxBlocks, "], got ", config.shape.blocks));
@@ -50,17 +54,14 @@ absl::Status Validate(const RecomputeConfig& config) {
   }
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--lr", config.lr));
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--bucket-cap-mb", config.bucket_cap_mb));
-  std::vector<int64_t> widths = {config.shape.input_dim, config.shape.width};
-  for (int k = 0; k < config.shape.blocks; ++k) {
-    widths.push_back(4 * config.shape.width);
-    widths.push_back(config.shape.width);
-  }
-  widths.push_back(config.shape.classes);
+  DDPKIT_ASSIGN_OR_RETURN(RecomputeModelInfo info, DescribeRecomputeModel(ModelOf(config)));
   const int ranks_here =
       comm::InfoOf(config.world.backend).ranks_share_process ? config.world.world_size : 1;
   // The reference trains on the global batch, so size the estimate for that.
   const int64_t global_batch = static_cast<int64_t>(config.batch_size) * config.world.world_size;
-  return CheckFitsInMemory(EstimateRankBytes(widths, global_batch, 0), ranks_here + 1, kFlags);
+  DDPKIT_RETURN_IF_ERROR(
+      CheckFitsInMemory(EstimateRankBytes(info.spec, global_batch, 0), ranks_here + 1, kFlags));
+  return info;
 }
 
 // max |a - b| / max |b| over all the tensors.
@@ -102,17 +103,23 @@ struct Reference {
   TensorList final_parameters;
 };
 
+// The loss every run trains on: the mean cross-entropy (over every position of a GPT's rows).
+Tensor LossOf(nn::Module& model, const Tensor& x, const Tensor& y) {
+  return TrainingLoss("ce", model.Forward(x), y);
+}
+
 Reference TrainOneProcess(const RecomputeConfig& config, const ClassificationData& data) {
-  BlockMlp model(config.shape, config.seed);
+  const CheckpointableModel made = MakeRecomputeModel(ModelOf(config), config.seed);
+  nn::Module& model = *made.module;
   Sgd sgd(model.Parameters(), {.lr = config.lr});
   const int64_t global_batch = static_cast<int64_t>(config.batch_size) * config.world.world_size;
-  Tensor x = Tensor::Empty({global_batch, config.shape.input_dim});
-  Tensor y = Tensor::Empty({global_batch}, DType::kInt64);
+  Tensor x = BatchLike(data.x, global_batch);
+  Tensor y = BatchLike(data.y, global_batch);
   Reference reference;
   for (int step = 0; step < config.steps; ++step) {
     sgd.ZeroGrad();
     GatherRows(data, step * global_batch, global_batch, x, y);
-    CrossEntropy(model.Forward(x), y).Backward();
+    LossOf(model, x, y).Backward();
     if (step == 0) reference.first_grads = Grads(model);
     sgd.Step();
   }
@@ -124,17 +131,18 @@ Reference TrainOneProcess(const RecomputeConfig& config, const ClassificationDat
 // rank starts: the storage counters are process-wide.
 void MeasureActivationMemory(const RecomputeConfig& config, const ClassificationData& data,
                              RecomputeReport& report) {
-  BlockMlp model(config.shape, config.seed);
+  const CheckpointableModel made = MakeRecomputeModel(ModelOf(config), config.seed);
+  nn::Module& model = *made.module;
   report.set_parameter_bytes(ParameterBytes(model));
-  Tensor x = Tensor::Empty({config.batch_size, config.shape.input_dim});
-  Tensor y = Tensor::Empty({config.batch_size}, DType::kInt64);
+  Tensor x = BatchLike(data.x, config.batch_size);
+  Tensor y = BatchLike(data.y, config.batch_size);
   GatherRows(data, 0, config.batch_size, x, y);
-  CrossEntropy(model.Forward(x), y).Backward();  // the gradients exist before the baseline
+  LossOf(model, x, y).Backward();  // the gradients exist before the baseline
   for (const bool checkpoint : {false, true}) {
-    model.checkpoint = checkpoint;
+    made.set_checkpoint(checkpoint);
     ResetPeakTensorMemory();
     const int64_t baseline = TensorMemory().live_bytes;
-    Tensor loss = CrossEntropy(model.Forward(x), y);
+    Tensor loss = LossOf(model, x, y);
     ActivationMemory* m = report.add_memory();
     m->set_checkpoint(checkpoint);
     m->set_after_forward_bytes(TensorMemory().live_bytes - baseline);
@@ -161,13 +169,13 @@ absl::StatusOr<RecomputeRun> RunPlain(const RankContext& c) {
   run.set_ddp_options("find_unused_parameters=true");
   DdpOptions options = OptionsOf(c.config);
   options.find_unused_parameters = true;
-  auto model = std::make_shared<BlockMlp>(c.config.shape, c.config.seed);
+  auto model = MakeRecomputeModel(ModelOf(c.config), c.config.seed).module;
   DDPKIT_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(model, c.group, options));
-  Tensor x = Tensor::Empty({c.config.batch_size, c.config.shape.input_dim});
-  Tensor y = Tensor::Empty({c.config.batch_size}, DType::kInt64);
+  Tensor x = BatchLike(c.data.x, c.config.batch_size);
+  Tensor y = BatchLike(c.data.y, c.config.batch_size);
   GatherRows(c.data, c.group.rank() * c.config.batch_size, c.config.batch_size, x, y);
   try {
-    CrossEntropy(ddp->Forward(x), y).Backward();
+    LossOf(*ddp, x, y).Backward();
     run.set_ok(true);
   } catch (const Error& e) {
     run.set_error(e.what());
@@ -209,7 +217,7 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused,
   run.set_ddp_options(fused ? "no_sync + FusedGradientAllreduce" : "static_graph=true");
   DdpOptions options = OptionsOf(config);
   options.static_graph = !fused;
-  auto model = std::make_shared<BlockMlp>(config.shape, config.seed);
+  auto model = MakeRecomputeModel(ModelOf(config), config.seed).module;
   DDPKIT_ASSIGN_OR_RETURN(auto ddp, DistributedDataParallel::Create(model, c.group, options));
   DDPKIT_ASSIGN_OR_RETURN(trace::TraceRecorder * recorder, trace.BeginRank(c.group, {}));
   if (recorder != nullptr) ddp->reducer().SetTraceObserver(recorder);
@@ -218,8 +226,8 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused,
   if (fused) fused_allreduce.emplace(model->NamedParameters());
 
   const int64_t b = config.batch_size, global_batch = b * c.group.size();
-  Tensor x = Tensor::Empty({b, config.shape.input_dim});
-  Tensor y = Tensor::Empty({b}, DType::kInt64);
+  Tensor x = BatchLike(c.data.x, b);
+  Tensor y = BatchLike(c.data.y, b);
   Tensor losses = Tensor::Zeros({config.steps}, DType::kFloat64);
   std::vector<double> step_ms, comm_ms;
   const TrainingStep one_step{
@@ -229,7 +237,7 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused,
       .sync_last = !fused,
       .load = [&](int step,
                   int) { GatherRows(c.data, step * global_batch + c.group.rank() * b, b, x, y); },
-      .forward = [&](int, int) { return CrossEntropy(ddp->Forward(x), y); },
+      .forward = [&](int, int) { return LossOf(*ddp, x, y); },
       .after_backward = [&](int step, int,
                             const Tensor& loss) { losses.data<double>()[step] = loss.item(); },
       .before_optimizer = [&](int step) -> absl::Status {
@@ -272,12 +280,16 @@ absl::StatusOr<RecomputeRun> RunTraining(const RankContext& c, bool fused,
   return run;
 }
 
-RecomputeReport DescribeConfig(const RecomputeConfig& config) {
+RecomputeReport DescribeConfig(const RecomputeConfig& config, const RecomputeModelInfo& info) {
   RecomputeReport report;
-  report.set_blocks(config.shape.blocks);
-  report.set_width(config.shape.width);
-  report.set_input_dim(config.shape.input_dim);
-  report.set_classes(config.shape.classes);
+  report.set_model(info.spec.text);
+  report.set_checkpointed(info.unit);
+  report.set_blocks(info.checkpointed);
+  if (config.model.empty()) {
+    report.set_width(config.shape.width);
+    report.set_input_dim(config.shape.input_dim);
+  }
+  report.set_classes(info.spec.io.classes);
   report.set_batch_size(config.batch_size);
   report.set_steps(config.steps);
   report.set_lr(config.lr);
@@ -289,13 +301,13 @@ RecomputeReport DescribeConfig(const RecomputeConfig& config) {
 }  // namespace
 
 absl::StatusOr<RecomputeReport> RunRecompute(const RecomputeConfig& config) {
-  DDPKIT_RETURN_IF_ERROR(Validate(config));
+  DDPKIT_ASSIGN_OR_RETURN(const RecomputeModelInfo info, Validate(config));
   const comm::WorldSpec world = config.world;
   const int64_t global_rows = static_cast<int64_t>(config.batch_size) * config.world.world_size;
   // Under gloo the world size is the launcher's; the data covers any world up to ours.
-  const ClassificationData data = MakeSyntheticClassification(
-      global_rows * config.steps, config.shape.input_dim, config.shape.classes, config.seed);
-  RecomputeReport setup = DescribeConfig(config);
+  const ClassificationData data =
+      MakeSyntheticData(global_rows * config.steps, info.spec.io, config.seed);
+  RecomputeReport setup = DescribeConfig(config, info);
   MeasureActivationMemory(config, data, setup);
   std::optional<Reference> reference;  // needs the world size: built by the first rank
   std::mutex reference_mu;

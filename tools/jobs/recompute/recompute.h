@@ -1,5 +1,6 @@
 // The job behind `ddpkit recompute`: reentrant activation checkpointing under DDP, end to end.
-// A model of K checkpointed blocks (block_mlp.h) is trained on the same data three ways:
+// A model of K checkpointed blocks (block_mlp.h; or a zoo GPT per transformer block, a ResNet
+// per stage: recompute_model.h) is trained on the same data three ways:
 //
 //   plain          DDP with find_unused_parameters: the graph search cannot see into a
 //                  checkpoint, so the blocks' parameters are marked ready at the first hook,
@@ -19,14 +20,16 @@
 
 #include "absl/status/statusor.h"
 #include "tools/jobs/job.h"
-#include "tools/jobs/recompute/block_mlp.h"
+#include "tools/jobs/recompute/recompute_model.h"
 #include "tools/jobs/recompute/recompute_report.pb.h"
 
 namespace ddpkit::jobs {
 
 struct RecomputeConfig {
   comm::WorldSpec world = {.world_size = 2};  // --backend, --world-size, --timeout, ...
-  BlockMlpShape shape;
+  // --model: a zoo spec (resnet:... or gpt:...); empty: the block MLP of `shape`.
+  std::string model;
+  BlockMlpShape shape;  // --blocks, --width
   int batch_size = 64;  // rows per rank
   int steps = 20;
   double lr = 0.05;

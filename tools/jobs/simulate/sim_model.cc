@@ -5,6 +5,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -129,6 +130,13 @@ absl::StatusOr<SimModel> FromParams(const std::vector<std::string>& names,
 }
 
 absl::StatusOr<SimModel> FromMlpSpec(const std::string& spec, int batch) {
+  if (absl::StartsWith(spec, "resnet:") || absl::StartsWith(spec, "gpt:")) {
+    return absl::InvalidArgumentError(
+        StrCat("--model ", spec,
+               ": simulate derives a step's compute from an mlp: spec's Linear layers only; "
+               "describe this model's parameters with --param-table FILE (NAME DTYPE AxB FLOPS "
+               "per line)"));
+  }
   DDPKIT_ASSIGN_OR_RETURN(const nn::MlpSpec mlp, nn::ParseModelSpec(spec));
   if (mlp.unused || mlp.tied) {
     return absl::InvalidArgumentError("simulate takes plain mlp: specs (no unused or tied)");

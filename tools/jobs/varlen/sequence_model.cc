@@ -41,7 +41,13 @@ absl::Status CheckParameterCount(absl::string_view spec, const std::vector<int64
 
 absl::StatusOr<SequenceModelSpec> ParseSequenceModelSpec(const std::string& std_spec) {
   const absl::string_view spec(std_spec);
-  if (!absl::StartsWith(spec, kPrefix)) return Invalid(spec, "is not a sequence model");
+  if (!absl::StartsWith(spec, kPrefix)) {
+    // The zoo's families (mlp:, resnet:, gpt:) name fixed-size inputs; varlen's rows vary.
+    return Invalid(spec, absl::StrContains(spec, ':')
+                             ? "is not a sequence model varlen runs (its rows vary in length, "
+                               "which only its own classifier takes)"
+                             : "is not a sequence model");
+  }
   std::vector<int64_t> widths;
   for (absl::string_view part : absl::StrSplit(spec.substr(kPrefix.size()), ',')) {
     int64_t width = 0;
