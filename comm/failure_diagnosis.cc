@@ -46,7 +46,14 @@ std::string RanksThatDidNotArrive(Store& store, int rank, int size, uint64_t seq
     return "; rank 0 did not answer through the store it hosts (dead or stuck)";
   }
   const std::optional<std::vector<int>> silent = SilentRanks(store, prefix, size, deadline, window);
-  if (!silent) return "";
+  // It answered the record, then went quiet: alive a moment ago, so its link is losing or
+  // holding up data (or it has just died).
+  if (!silent) {
+    return StrCat("; rank 0, which hosts the store, did not answer within ",
+                  absl::FormatDuration(window),
+                  " mid-way through finding out which ranks arrived (its link is losing or "
+                  "holding up data, or it has just died)");
+  }
   if (silent->empty()) return kEveryRankArrived;
   return StrCat("; rank", silent->size() > 1 ? "s " : " ", absl::StrJoin(*silent, ", "),
                 " did not reach this collective (dead, stuck, or issuing something else)");

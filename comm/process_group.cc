@@ -78,7 +78,51 @@ void ProcessGroup::StopCommThread() {
     stopping_ = true;
   }
   queue_cv_.notify_all();
+  deadline_cv_.notify_all();
   if (comm_thread_.joinable()) comm_thread_.join();
+  if (deadline_thread_.joinable()) deadline_thread_.join();
+}
+
+void ProcessGroup::WatchDeadlines() {
+  DDPKIT_CHECK(!comm_thread_.joinable(),
+               "[ProcessGroup] WatchDeadlines comes before StartCommThread");
+  watch_deadlines_ = true;
+  deadline_thread_ = std::thread([this] {
+    SetThreadLogPrefix(StrCat("rank ", rank_, " deadline"));
+    DeadlineLoop();
+  });
+}
+
+std::optional<absl::Status> ProcessGroup::Overdue(const Collective& c) {
+  return absl::DeadlineExceededError(StrCat(Describe(c), " did not complete within its timeout of ",
+                                            absl::FormatDuration(options_.timeout)));
+}
+
+// Wakes every 50 ms; fails the running collective once it is past its timeout and a grace
+// (a tenth of it, at most 500 ms) in which a stall inside one wait ends with the backend's own
+// error.
+void ProcessGroup::DeadlineLoop() {
+  const auto bound = absl::ToChronoNanoseconds(
+      options_.timeout + std::min(options_.timeout / 10, absl::Milliseconds(500)));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    deadline_cv_.wait_for(lock, std::chrono::milliseconds(50));
+    if (!running_ || running_->overdue ||
+        std::chrono::steady_clock::now() - running_->since < bound) {
+      continue;
+    }
+    running_->overdue = true;
+    const Collective c = running_->collective;
+    const std::shared_ptr<Work> work = running_->work;
+    lock.unlock();
+    const std::optional<absl::Status> status = Overdue(c);
+    if (status) {
+      RecordFailure(*status);
+      work->Finish(*status);
+    }
+    lock.lock();
+    if (!status && running_ && running_->work == work) running_->overdue = false;
+  }
 }
 
 std::string ProcessGroup::Describe(const Collective& c) const {
@@ -177,13 +221,28 @@ void ProcessGroup::CommLoop() {
       recorder_.Started(collective.sequence_number);
       if (listener != nullptr) listener->OnStarted(collective.sequence_number);
       work->MarkStarted();
+      SetRunning(collective, work);
       status = RunOne(collective);
+      ClearRunning();
+      const bool overdue = work->IsCompleted();  // the deadline watch failed it already
       recorder_.Finished(collective.sequence_number, status.ok());
       if (listener != nullptr) listener->OnFinished(collective.sequence_number, status.ok());
-      if (!status.ok()) RecordFailure(status);
+      if (!status.ok() && !overdue) RecordFailure(status);
     }
-    work->Finish(status);
+    work->Finish(status);  // no effect when the deadline watch failed it first
   }
+}
+
+void ProcessGroup::SetRunning(const Collective& c, const std::shared_ptr<Work>& work) {
+  if (!watch_deadlines_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ = Running{.collective = c, .work = work, .since = std::chrono::steady_clock::now()};
+}
+
+void ProcessGroup::ClearRunning() {
+  if (!watch_deadlines_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  running_.reset();
 }
 
 void ProcessGroup::RecordFailure(const absl::Status& status) {

@@ -16,10 +16,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -140,12 +142,26 @@ class ProcessGroup {
   virtual absl::Status AsyncError() { return absl::OkStatus(); }
   virtual void AbortCommunication() {}
 
+  // For a backend whose call can outlive the timeout — Gloo bounds each of its waits, not the
+  // call, so a lossy link that delivers just often enough keeps a collective going for minutes:
+  // WatchDeadlines() (before StartCommThread) fails a collective still running a little past its
+  // timeout (OverdueGrace) with Overdue(c) — its Work completes and the group breaks — while the
+  // backend's call runs on to its own end. Overdue returns nullopt where the backend is already
+  // ending the call with its own error (its own timeout fired first). The default names only
+  // the collective.
+  void WatchDeadlines();
+  virtual std::optional<absl::Status> Overdue(const Collective& c);
+
  private:
   // The composite calls its groups' Submit and keeps its own recorder and listener.
   friend class ProcessGroupRoundRobin;
   friend class GpuStreamRunner;
 
   void CommLoop();
+  void DeadlineLoop();
+  // Around each collective, for DeadlineLoop.
+  void SetRunning(const Collective& c, const std::shared_ptr<Work>& work);
+  void ClearRunning();
   absl::Status RunOne(const Collective& c);
   // The issued tensors' device, checked against SupportsDevice; records c.ready for a GPU.
   void PlaceOnDevice(Collective& c) const;
@@ -168,6 +184,17 @@ class ProcessGroup {
   absl::Status broken_;  // the first failure; OK while usable
   std::string dump_path_;
   std::thread comm_thread_;
+  // The collective on the comm thread, for WatchDeadlines (guarded by mu_).
+  struct Running {
+    Collective collective;
+    std::shared_ptr<Work> work;
+    std::chrono::steady_clock::time_point since;
+    bool overdue = false;  // the deadline watch is failing it (or asked the backend)
+  };
+  std::optional<Running> running_;
+  bool watch_deadlines_ = false;  // set before the comm thread starts
+  std::condition_variable deadline_cv_;
+  std::thread deadline_thread_;
   GpuStreamRunner stream_runner_{*this};  // used by the comm thread only
 };
 

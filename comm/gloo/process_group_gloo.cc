@@ -12,8 +12,10 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "comm/failure_diagnosis.h"
@@ -89,6 +91,7 @@ class ProcessGroupGloo final : public ProcessGroup {
         context_(std::move(context)),
         store_(std::move(store)),
         algorithm_(algorithm) {
+    WatchDeadlines();
     StartCommThread();
   }
   ~ProcessGroupGloo() override { StopCommThread(); }
@@ -98,13 +101,16 @@ class ProcessGroupGloo final : public ProcessGroup {
   uint32_t Tag(uint64_t seq) const { return static_cast<uint32_t>(seq & 0x7fffffff); }
 
   absl::Status Execute(const Collective& c) override {
+    failing_.store(false);
     try {
       return Run(c);
     } catch (const Error&) {
       throw;  // ddpkit's own invariant, not a peer's failure: the base reports it as Internal
     } catch (const gloo::Exception& e) {
+      failing_.store(true);
       return Diagnose(c, e.what());
     } catch (const std::runtime_error& e) {
+      failing_.store(true);
       return Diagnose(c, e.what());
     }
   }
@@ -244,6 +250,14 @@ class ProcessGroupGloo final : public ProcessGroup {
         });
   }
 
+  // Gloo bounds each wait, not the call: under heavy loss a collective can creep on for minutes,
+  // each wait just inside the timeout. At the timeout it fails here as if Gloo had timed out.
+  std::optional<absl::Status> Overdue(const Collective& c) override {
+    if (failing_.load()) return std::nullopt;  // Gloo's own error came first: it is being told
+    return Diagnose(c, StrCat("Timed out: the call ran past the timeout as a whole (Gloo bounds "
+                              "each of its waits, not the call)"));
+  }
+
   // Turns Gloo's exception into our error: which op, which sequence number, and — by asking the
   // store where every rank stopped — which ranks never answered (comm/failure_diagnosis.h).
   absl::Status Diagnose(const Collective& c, const std::string& gloo_error) {
@@ -261,6 +275,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<gloo::Context> context_;
   std::shared_ptr<Store> store_;
   const GlooAlgorithm algorithm_;
+  std::atomic<bool> failing_{false};  // Execute is diagnosing Gloo's own error
   friend absl::StatusOr<absl::Duration> comm::TimeRawGlooAllreduce(ProcessGroup&, int64_t, int);
 };
 
