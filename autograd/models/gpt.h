@@ -55,6 +55,8 @@ class Gpt : public nn::Module {
   // int64 token indices [B, T], T <= ctx -> logits [B, T, vocab].
   Tensor Forward(const Tensor& idx) override;
   const GptSpec& spec() const { return spec_; }
+  // wte ... ln_f without lm_head: for a model that uses the hidden states (an encoder tower).
+  const std::shared_ptr<GptTransformer>& transformer() const { return transformer_; }
 
  private:
   std::string Describe() const override { return "GPT"; }
