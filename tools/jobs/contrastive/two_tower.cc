@@ -31,7 +31,8 @@ TwoTowerModel::TwoTowerModel(const RealTowers& towers, int64_t out, uint64_t see
 }
 
 Tensor TwoTowerModel::EncodeImages(const Tensor& images) {
-  if (image_groups_.empty()) return image_->Forward(images);
+  // Eval mode normalises with the running statistics: rows are independent, groups change nothing.
+  if (image_groups_.empty() || !is_training()) return image_->Forward(images);
   TensorList parts;
   int64_t first = 0;
   for (int64_t rows : image_groups_) {

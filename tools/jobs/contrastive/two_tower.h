@@ -31,7 +31,8 @@ class TwoTowerModel : public nn::Module {
   const Tensor& logit_scale() const { return logit_scale_; }
   // BatchNorm normalises over the images one forward sees. Set, the image tower forwards these
   // consecutive row counts one at a time: a single process then normalises each rank's rows as
-  // that rank does under DDP (ddpkit has no SyncBatchNorm). Empty: all rows together.
+  // that rank does under DDP (ddpkit has no SyncBatchNorm). Empty, or in eval mode: all rows
+  // together.
   void SetImageGroups(std::vector<int64_t> rows) { image_groups_ = std::move(rows); }
 
  private:
