@@ -65,6 +65,8 @@ class Gpt : public nn::Module {
   const GptSpec& spec() const { return spec_; }
   // Recompute each transformer block (transformer.h.N) in backward: GptTransformer's.
   void set_checkpoint_blocks(bool on) { transformer_->set_checkpoint_blocks(on); }
+  // wte ... ln_f without lm_head: for a model that uses the hidden states (an encoder tower).
+  const std::shared_ptr<GptTransformer>& transformer() const { return transformer_; }
 
  private:
   std::string Describe() const override { return "GPT"; }

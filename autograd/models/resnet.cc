@@ -80,7 +80,7 @@ int64_t NumParameters(const ResNetSpec& s) {
 }
 
 int64_t NumParameterTensors(const ResNetSpec& s) {
-  int64_t tensors = 3 + 2;  // conv1, bn1's weight and bias; fc's weight and bias
+  int64_t tensors = 3 + (s.classes > 0 ? 2 : 0);  // conv1, bn1's weight and bias; fc's
   int64_t in = s.width;
   for (int stage = 0; stage < 4; ++stage) {
     const int64_t planes = s.width << stage;
@@ -176,6 +176,7 @@ ResNet::ResNet(const ResNetSpec& spec, Generator& generator, DType dtype) : spec
     layers_[stage] = RegisterModule(StrCat("layer", stage + 1), layer);
   }
   avgpool_ = RegisterModule("avgpool", std::make_shared<AdaptiveAvgPool2d>(1, 1));
+  if (spec.classes == 0) return;
   fc_ = RegisterModule("fc",
                        std::make_shared<Linear>(in_planes, spec.classes, true, generator, dtype));
 }
@@ -190,7 +191,8 @@ Tensor ResNet::Forward(const Tensor& input) {
     x = checkpoint_stages_ ? Checkpoint([layer](const Tensor& in) { return layer->Forward(in); }, x)
                            : layer->Forward(x);
   }
-  return fc_->Forward(ddpkit::Flatten(avgpool_->Forward(x)));
+  const Tensor pooled = ddpkit::Flatten(avgpool_->Forward(x));
+  return fc_ ? fc_->Forward(pooled) : pooled;
 }
 
 std::shared_ptr<ResNet> MakeResNet(const ResNetSpec& spec, uint64_t seed, DType dtype) {

@@ -26,6 +26,9 @@ struct ResNetSpec {
   std::array<int64_t, 4> blocks = {2, 2, 2, 2};
   int64_t width = 64;
   int64_t in_channels = 3;
+  // 0: no fc, the forward returns the pooled features [N, 8·width] (torchvision's
+  // `model.fc = nn.Identity()`, as feature extractors and CLIP-style towers use it); not a spec
+  // option, set in code.
   int64_t classes = 1000;
   bool small_stem = false;
 };
@@ -56,7 +59,7 @@ class BasicBlock : public Module {
 class ResNet : public Module {
  public:
   ResNet(const ResNetSpec& spec, Generator& generator, DType dtype);
-  // input float32 [N, in_channels, H, W] -> logits [N, classes].
+  // input float32 [N, in_channels, H, W] -> logits [N, classes] (pooled features without fc).
   Tensor Forward(const Tensor& input) override;
   const ResNetSpec& spec() const { return spec_; }
   // Each stage (layer1..layer4) under reentrant activation checkpointing (autograd/checkpoint.h):
@@ -73,7 +76,7 @@ class ResNet : public Module {
   std::shared_ptr<MaxPool2d> maxpool_;  // null with the small stem
   std::array<std::shared_ptr<Sequential>, 4> layers_;
   std::shared_ptr<AdaptiveAvgPool2d> avgpool_;
-  std::shared_ptr<Linear> fc_;
+  std::shared_ptr<Linear> fc_;  // null when spec.classes is 0
 };
 
 // A ResNet initialised as torchvision's: every conv weight kaiming_normal_ (fan_out, ReLU gain,

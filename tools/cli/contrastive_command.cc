@@ -17,15 +17,23 @@ ABSL_FLAG(std::string, layout, "both",
 ABSL_FLAG(std::string, gather, "all",
           "the all-gather's backward: sum, allreduce_slice, slice, none, avg or all");
 
+// Real towers, both or neither (default: the MLPs). The ResNet's fc and the GPT's lm_head are
+// not part of them: each tower's features (pooled; ln_f at the last token) are projected.
+ABSL_FLAG(std::string, image_tower, "", "a ResNet image tower, resnet:...; with --text-tower");
+ABSL_FLAG(std::string, text_tower, "", "a GPT text tower, gpt:...; with --image-tower");
+
 namespace ddpkit::cli {
 namespace {
 
 // `device`: where the ranks ran; named in the heading when it is not the host.
 void PrintReport(const jobs::ContrastiveReport& r, Device device) {
+  const std::string towers = r.image_tower() == "mlp" ? "two MLP towers"
+                                                      : StrCat("image tower ", r.image_tower(),
+                                                               ", text tower ", r.text_tower());
   std::cout << absl::StrFormat(
-      "ddpkit contrastive: CLIP loss, two MLP towers, %d ranks (%s%s), %d pairs per rank "
+      "ddpkit contrastive: CLIP loss, %s, %d ranks (%s%s), %d pairs per rank "
       "(B = %d), different data on every rank\n\n",
-      r.world_size(), r.backend(), device.is_cpu() ? "" : ", on " + device.ToString(),
+      towers, r.world_size(), r.backend(), device.is_cpu() ? "" : ", on " + device.ToString(),
       r.batch_size(), r.global_batch());
   std::cout << absl::StrFormat(
                    "1. gradient check: one DDP backward vs one process on the concatenated batch "
@@ -102,6 +110,8 @@ absl::StatusOr<jobs::ContrastiveConfig> ConfigFromFlags() {
                                            : (config.optimizer == "adam" ? 0.003 : 0.5);
   config.seed = absl::GetFlag(FLAGS_seed);
   config.trace_path = absl::GetFlag(FLAGS_trace);
+  config.image_tower = absl::GetFlag(FLAGS_image_tower);
+  config.text_tower = absl::GetFlag(FLAGS_text_tower);
   DDPKIT_ASSIGN_OR_RETURN(config.device, DeviceFromFlag());
   return config;
 }
@@ -137,10 +147,12 @@ Subcommand ContrastiveSubcommand() {
           .usage =
               "ddpkit contrastive [--world-size N | --backend gloo under ddpkit launch] "
               "[--layout local|global|both] [--gather sum|allreduce_slice|slice|none|avg|all] "
+              "[--image-tower resnet:... --text-tower gpt:...] "
               "[--device cpu|cuda|cuda:N] [--steps N] [--batch-size b] [--optimizer sgd|adam] "
               "[--lr X] [--seed S] [--out DIR] [--json]",
-          .flag_names = {"layout", "gather", "out", "steps", "batch_size", "lr", "optimizer",
-                         "seed", "json", "backend", "world_size", "timeout", "trace", "device"},
+          .flag_names = {"layout", "gather", "image_tower", "text_tower", "out", "steps",
+                         "batch_size", "lr", "optimizer", "seed", "json", "backend", "world_size",
+                         "timeout", "trace", "device"},
           .own_defaults = {{"steps", "200"}, {"lr", "0.5 (sgd), 0.003 (adam)"}},
           .run = RunContrastiveCommand};
 }

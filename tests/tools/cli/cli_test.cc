@@ -69,6 +69,9 @@ TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
                            "contrastive --optimizer zero-sgd",
                            "contrastive --steps -1",
                            "contrastive --device gpu",
+                           "contrastive --image-tower resnet:1,1,1,1",
+                           "contrastive --image-tower gpt:layers=1,heads=1,dim=4,ctx=4,vocab=4 "
+                           "--text-tower gpt:layers=1,heads=1,dim=4,ctx=4,vocab=4",
                            "recompute --blocks 0",
                            "recompute --width -3",
                            "recompute --world-size 2 --steps 0",

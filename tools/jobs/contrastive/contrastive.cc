@@ -24,31 +24,39 @@ void CheckOk(const absl::Status& s, std::string_view what) {
 // check's rows) and held-out pairs for the accuracy.
 struct Setup {
   const ContrastiveConfig& config;
-  int world;                        // ranks in the data-parallel runs
-  std::vector<int64_t> check_rows;  // per rank, for the gradient check
+  int world;                         // ranks in the data-parallel runs
+  std::vector<int64_t> check_rows;   // per rank, for the gradient check
+  std::optional<RealTowers> towers;  // nullopt: the MLP towers
   PairedData train = {}, held_out = {};
+  size_t parameter_tensors = 0;
 };
 
-Setup MakeSetup(const ContrastiveConfig& config, int world) {
-  Setup s{.config = config, .world = world, .check_rows = config.check_rows};
+// Built on the host from the seed (a GPU run starts from the same weights), then moved to the
+// rank's device.
+std::shared_ptr<TwoTowerModel> MakeModel(const Setup& s, Device device) {
+  const ContrastiveConfig& c = s.config;
+  auto model =
+      s.towers ? std::make_shared<TwoTowerModel>(*s.towers, c.feature_dim, c.seed)
+               : std::make_shared<TwoTowerModel>(c.input_dim, c.hidden_dim, c.feature_dim, c.seed);
+  model->To(device);
+  return model;
+}
+
+Setup MakeSetup(const ContrastiveConfig& config, int world, std::optional<RealTowers> towers) {
+  Setup s{.config = config, .world = world, .check_rows = config.check_rows, .towers = towers};
   if (s.check_rows.empty()) s.check_rows.assign(world, config.batch_size);
   int64_t check_total = 0;
   for (int64_t n : s.check_rows) check_total += n;
   const int64_t global = static_cast<int64_t>(config.batch_size) * world;
   const int64_t train_rows = std::max<int64_t>(check_total, global * std::max(1, config.steps));
-  PairedData all = MakePairedData(train_rows + config.held_out, config.input_dim, config.latent_dim,
-                                  config.seed + 7);
+  const int64_t rows = train_rows + config.held_out;
+  PairedData all = towers
+                       ? MakeClassPairs(rows, *towers, config.pair_classes, config.seed + 7)
+                       : MakePairedData(rows, config.input_dim, config.latent_dim, config.seed + 7);
   s.train = all.Rows(0, train_rows);
   s.held_out = all.Rows(train_rows, train_rows + config.held_out);
+  s.parameter_tensors = MakeModel(s, Device::Cpu())->Parameters().size();
   return s;
-}
-
-// Built on the host from the seed (a GPU run starts from the same weights), then moved to the
-// rank's device.
-std::shared_ptr<TwoTowerModel> MakeModel(const ContrastiveConfig& c, Device device) {
-  auto model = std::make_shared<TwoTowerModel>(c.input_dim, c.hidden_dim, c.feature_dim, c.seed);
-  model->To(device);
-  return model;
 }
 
 // `t` on `device` (itself when it is there already).
@@ -70,7 +78,9 @@ std::shared_ptr<reducer::DistributedDataParallel> WrapInDdp(std::shared_ptr<TwoT
 Grads GradientsOn(const Setup& s, comm::ProcessGroup& group, int64_t first, int64_t rows,
                   ContrastiveLayout layout, GatherBackward gather) {
   const Device device = RankDevice(s.config.device, group);
-  auto model = MakeModel(s.config, device);
+  auto model = MakeModel(s, device);
+  // One process normalises each rank's images as that rank's BatchNorm does.
+  if (group.size() == 1) model->SetImageGroups(s.check_rows);
   auto ddp = WrapInDdp(model, group);
   Tensor features = ddp->Forward(OnDevice(s.train.Views(first, rows), device));
   ClipLoss(Slice(features, 0, rows), Slice(features, rows, 2 * rows), model->logit_scale(), group,
@@ -139,10 +149,11 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
   const int64_t b = c.batch_size * (group.size() == 1 ? s.world : 1);
   const int64_t global = static_cast<int64_t>(c.batch_size) * s.world;
   const Device device = RankDevice(c.device, group);
-  auto model = MakeModel(c, device);
+  auto model = MakeModel(s, device);
+  const bool reference = group.size() == 1;
+  if (reference) model->SetImageGroups(std::vector<int64_t>(s.world, c.batch_size));
   auto ddp = WrapInDdp(model, group);
   std::unique_ptr<Optimizer> optimizer = MakeOptimizer(c, *model);
-  const bool reference = group.size() == 1;
   TrainingCurve curve;
   curve.set_layout(std::string(reference ? "" : ContrastiveLayoutName(layout)));
   curve.set_gather(std::string(reference ? "single-process" : comm::GatherBackwardName(gather)));
@@ -192,6 +203,7 @@ absl::Status Validate(const ContrastiveConfig& c, int world) {
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--steps", c.steps, 0));
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--lr", c.lr));
   DDPKIT_RETURN_IF_ERROR(RequireOneOf("--optimizer", c.optimizer, {"sgd", "adam"}));
+  DDPKIT_RETURN_IF_ERROR(RequireAtLeast("pair_classes", c.pair_classes, 1));
   if (!c.check_rows.empty() && static_cast<int>(c.check_rows.size()) != world) {
     return absl::InvalidArgumentError("check_rows needs one count per rank");
   }
@@ -211,6 +223,8 @@ ContrastiveReport DescribeRun(const Setup& s) {
   report.set_optimizer(c.optimizer);
   report.set_lr(c.lr);
   report.set_seed(c.seed);
+  report.set_image_tower(s.towers ? c.image_tower : "mlp");
+  report.set_text_tower(s.towers ? c.text_tower : "mlp");
   for (int64_t n : s.check_rows) report.add_rows_per_rank(n);
   for (ContrastiveLayout layout : c.layouts) {
     LogitMemory& m = *report.add_logit_memory();
@@ -250,11 +264,14 @@ absl::StatusOr<Reference> RunReference(const Setup& s) {
 
 // One rank's share of the data-parallel runs: a gradient-check row and a training curve per
 // (layout, gather), after the reference curve.
-// Room for every traced step: per step four spans, and per parameter (two towers of two layers
-// each, and the logit scale: 9) a hook and at most one bucket ready, launched and reduced.
-trace::TraceCapacity TraceCapacityFor(const ContrastiveConfig& c) {
+// Room for every traced step: per step four spans, and per parameter tensor (9 for the MLP
+// towers) a hook and at most one bucket ready, launched and reduced.
+trace::TraceCapacity TraceCapacityFor(const Setup& s) {
+  const ContrastiveConfig& c = s.config;
   const size_t runs = c.layouts.size() * c.gathers.size(), steps = std::max(1, c.steps);
-  return {.compute = runs * steps * 48 + 1024, .collectives = runs * steps * 32 + 4096};
+  const size_t per_step = std::max<size_t>(48, 4 + 5 * s.parameter_tensors);
+  return {.compute = runs * steps * per_step + 1024,
+          .collectives = runs * steps * std::max<size_t>(32, 4 * s.parameter_tensors) + 4096};
 }
 
 ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::ProcessGroup& group,
@@ -275,7 +292,7 @@ ContrastiveReport RunRank(const Setup& s, const Reference& reference, comm::Proc
   }
   if (!c.train) return mine;
   *mine.add_training() = reference.curve;
-  absl::StatusOr<trace::TraceRecorder*> recorder = trace.BeginRank(group, TraceCapacityFor(c));
+  absl::StatusOr<trace::TraceRecorder*> recorder = trace.BeginRank(group, TraceCapacityFor(s));
   CheckOk(recorder.status(), "starting the trace");
   RunTrace run_trace{.recorder = *recorder};
   reducer::DdpLoggingData ddp;
@@ -298,7 +315,9 @@ absl::StatusOr<ContrastiveReport> RunContrastive(const ContrastiveConfig& config
   DDPKIT_RETURN_IF_ERROR(Validate(config, world));
   // Before any work (the reference runs on this device too): no GPU, or a GPU that is not there.
   if (config.device.is_cuda()) DDPKIT_RETURN_IF_ERROR(cuda::CheckUsable(config.device));
-  const Setup setup = MakeSetup(config, world);
+  DDPKIT_ASSIGN_OR_RETURN(const std::optional<RealTowers> towers,
+                          ParseTowers(config.image_tower, config.text_tower));
+  const Setup setup = MakeSetup(config, world, towers);
   ContrastiveReport report = DescribeRun(setup);
   DDPKIT_ASSIGN_OR_RETURN(const Reference reference, RunReference(setup));
   comm::WorldSpec spec = config.world;

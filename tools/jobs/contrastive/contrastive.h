@@ -29,6 +29,11 @@ struct ContrastiveConfig {
   std::string optimizer = "sgd";  // or adam
   uint64_t seed = 0;
   int64_t input_dim = 24, latent_dim = 8, hidden_dim = 64, feature_dim = 16;
+  // Real towers instead of the MLPs (towers.h): both or neither, e.g. "resnet:1,1,1,1,width=8,
+  // in=1,stem=small" and "gpt:layers=1,heads=2,dim=32,ctx=8,vocab=32"; their paired data has
+  // pair_classes classes. feature_dim is the embedding either way.
+  std::string image_tower, text_tower;
+  int64_t pair_classes = 256;
   int64_t held_out = 512;
   int eval_every = 10;
   bool train = true;       // false: the gradient check only

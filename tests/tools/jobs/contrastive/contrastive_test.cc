@@ -63,6 +63,48 @@ TEST(ContrastiveGradientTest, EachModeGivesTheDerivedFactor) {
   }
 }
 
+// The same check with real towers (a ResNet with BatchNorm, a GPT without lm_head) on two ranks:
+// with the differentiable gather DDP equals one process on the concatenated batch (whose
+// BatchNorm normalises each rank's images as that rank does); with a plain all_gather (`none`)
+// it does not. float64 throughout, so "equal" is rounding: 1e-10.
+TEST(ContrastiveGradientTest, ResNetAndGptTowers) {
+  ContrastiveConfig config;
+  config.world.world_size = 2;
+  config.batch_size = 4;
+  config.train = false;
+  config.held_out = 8;
+  config.pair_classes = 4;
+  config.image_tower = "resnet:1,1,1,1,width=4,in=1,stem=small";
+  config.text_tower = "gpt:layers=1,heads=2,dim=16,ctx=6,vocab=16";
+  config.check_rows = {3, 5};
+  absl::StatusOr<ContrastiveReport> report = RunContrastive(config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->image_tower(), config.image_tower);
+  for (const char* layout : {"local", "global"}) {
+    for (const char* exact : {"sum", "allreduce_slice"}) {
+      EXPECT_LT(Row(*report, layout, exact).encoder_rel_error(), 1e-10) << layout << " + " << exact;
+    }
+  }
+  EXPECT_GT(Row(*report, "local", "none").encoder_rel_error(), 0.1);
+  EXPECT_GT(Row(*report, "local", "none").encoder_residual(), 0.05);
+  EXPECT_EQ(Row(*report, "global", "none").encoder_scale(), 0.0);
+  EXPECT_NEAR(Row(*report, "global", "slice").encoder_scale(), 0.5, 1e-10);
+  for (const GradientCheckRow& row : report->gradient_check()) {
+    EXPECT_LT(row.logit_scale_rel_error(), 1e-10) << row.layout() << " + " << row.gather();
+  }
+}
+
+// One real tower without the other, or the wrong family, is refused before any work.
+TEST(ContrastiveGradientTest, TowersComeInPairsOfTheRightFamilies) {
+  ContrastiveConfig config;
+  config.world.world_size = 2;
+  config.train = false;
+  config.image_tower = "resnet:1,1,1,1,width=4,in=1,stem=small";
+  EXPECT_EQ(RunContrastive(config).status().code(), absl::StatusCode::kInvalidArgument);
+  config.text_tower = "resnet:1,1,1,1";
+  EXPECT_TRUE(absl::StrContains(RunContrastive(config).status().message(), "gpt:"));
+}
+
 // --device cuda where no GPU is usable: a FailedPrecondition status that says so, before any
 // work (the command line prints it on its Fail path), never a crash. With a GPU,
 // cuda_tools_test covers the run.
