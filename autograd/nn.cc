@@ -118,6 +118,11 @@ void Module::To(Device device) {
   for (const auto& [name, child] : children_) child->To(device);
 }
 
+void Module::Apply(const std::function<void(Module&)>& fn) {
+  for (const auto& [name, child] : children_) child->Apply(fn);
+  fn(*this);
+}
+
 void Module::Train(bool on) {
   training_ = on;
   for (const auto& [name, child] : children_) child->Train(on);

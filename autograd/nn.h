@@ -6,6 +6,7 @@
 // weight and bias; Embedding: N(0, 1)) drawn from a seeded Generator, so a seed fixes a model.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -59,6 +60,9 @@ class Module {
   void Train(bool on = true);
   void Eval() { Train(false); }
   bool is_training() const { return training_; }
+  // Calls fn on every child module (recursively, each before its parent), then on this one:
+  // PyTorch's module.apply(fn), e.g. to convert every BatchNorm2d to SyncBatchNorm.
+  void Apply(const std::function<void(Module&)>& fn);
   // "Sequential(\n  (0): Linear(in_features=4, out_features=8, bias=true)\n ...)".
   std::string DebugString() const;
 

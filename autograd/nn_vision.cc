@@ -43,11 +43,12 @@ Tensor BatchNorm2d::Forward(const Tensor& input) {
     count.data<int64_t>()[0] += 1;
     num_batches_tracked_.CopyFrom(count);
   }
-  return BatchNorm(input, weight_, bias_, running_mean_, running_var_, {.training = is_training()});
+  return BatchNorm(input, weight_, bias_, running_mean_, running_var_,
+                   {.training = is_training(), .sync = sync_});
 }
 
 std::string BatchNorm2d::Describe() const {
-  return StrCat("BatchNorm2d(", weight_.size(0),
+  return StrCat(synced() ? "SyncBatchNorm(" : "BatchNorm2d(", weight_.size(0),
                 ", eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)");
 }
 

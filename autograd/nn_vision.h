@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "autograd/nn.h"
 #include "autograd/ops.h"
@@ -37,10 +38,16 @@ class BatchNorm2d : public Module {
   const Tensor& running_mean() const { return running_mean_; }
   const Tensor& running_var() const { return running_var_; }
   const Tensor& num_batches_tracked() const { return num_batches_tracked_; }
+  // SyncBatchNorm (comm/sync_batch_norm.h): from now on a training forward takes its statistics
+  // over every rank's batch through `sync`, and backward sums their gradients likewise; null
+  // makes it a plain BatchNorm2d again. Parameters, buffers and names stay as they are.
+  void SetSync(std::shared_ptr<BatchNormSync> sync) { sync_ = std::move(sync); }
+  bool synced() const { return sync_ != nullptr; }
 
  private:
   std::string Describe() const override;
   Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
+  std::shared_ptr<BatchNormSync> sync_;
 };
 
 class MaxPool2d : public Module {

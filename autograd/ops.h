@@ -9,6 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
 
 #include "autograd/tensor.h"
 
@@ -91,10 +94,24 @@ struct Conv2dOptions {
 Tensor Conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options = {});
 
+// SyncBatchNorm's cross-rank step (comm/sync_batch_norm.h implements it with a process group):
+// sums `values` element-wise over the ranks that share one batch, in place. `what` names the
+// statistics for an error. Collective: every rank calls it at the same point of its step.
+class BatchNormSync {
+ public:
+  virtual ~BatchNormSync() = default;
+  virtual void SumAcrossRanks(std::vector<double>& values, std::string_view what) = 0;
+};
+
 struct BatchNormOptions {
   bool training = true;   // batch statistics (and a running-stats update) or the running ones
   double momentum = 0.1;  // running <- (1 - momentum) running + momentum * batch
   double eps = 1e-5;
+  // Training only: the batch is every rank's — each channel's sum, sum of squares and count are
+  // summed across ranks before the mean and variance are taken, and in backward the two
+  // per-channel sums dx needs (weight's and bias's gradients stay this rank's own). This rank's
+  // input may hold any number of rows; the global count must exceed 1.
+  std::shared_ptr<BatchNormSync> sync;
 };
 // x [N, C, *]; weight, bias [C] or undefined (no affine); running_mean, running_var [C] or
 // undefined (needed in evaluation). Training normalises with the batch's mean and biased

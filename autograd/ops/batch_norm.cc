@@ -1,8 +1,12 @@
 // batch_norm over [N, C, *]: in training, each channel normalised by its batch mean and biased
 // variance, and the running statistics (when given) moved toward them — the variance as its
 // unbiased estimate, as PyTorch; in evaluation, normalised by the running statistics. Statistics
-// are accumulated in double, as PyTorch's CPU kernel does for float32.
+// are accumulated in double, as PyTorch's CPU kernel does for float32. With a BatchNormSync
+// (SyncBatchNorm) the batch is every rank's: forward sums each channel's sum, sum of squares and
+// count across ranks, backward the two sums dx needs.
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -20,9 +24,11 @@ struct BnLayout {
   int64_t count() const { return n * inner; }  // elements per channel
 };
 
-// The per-channel statistics the output was normalised with.
+// The per-channel statistics the output was normalised with, and the count of elements per
+// channel they cover (every rank's under SyncBatchNorm).
 struct BnStats {
   std::vector<double> mean, invstd;
+  double count = 0;
 };
 
 void CheckChannelVector(const char* what, const Tensor& t, const Tensor& x) {
@@ -46,7 +52,7 @@ BnLayout CheckBatchNorm(const Tensor& x, const TensorList& channel_vectors,
   }
   const BnLayout layout{x.size(0), x.size(1),
                         x.numel() / std::max<int64_t>(1, x.size(0) * x.size(1))};
-  DDPKIT_CHECK(!options.training || layout.count() > 1,
+  DDPKIT_CHECK(!options.training || options.sync || layout.count() > 1,
                "[batch_norm] expected more than 1 value per channel when training, got input ",
                ShapeString(x.shape()));
   DDPKIT_CHECK(options.training || (channel_vectors[2].defined() && channel_vectors[3].defined()),
@@ -95,13 +101,43 @@ std::pair<std::vector<double>, std::vector<double>> BatchMoments(const T* x, con
   return {std::move(mean), std::move(var)};
 }
 
+// SyncBatchNorm's moments: this rank's per-channel sums [sum x (C), sum x^2 (C), count] summed
+// across ranks in one collective, then the global mean and biased variance E[x^2] - mean^2.
+template <typename T>
+std::pair<std::vector<double>, std::vector<double>> SyncedMoments(const T* x, const BnLayout& l,
+                                                                  BatchNormSync& sync,
+                                                                  double& count) {
+  const int64_t C = l.channels;
+  std::vector<double> sums(2 * C + 1, 0.0);
+  for (int64_t i = 0; i < l.n * C; ++i) {
+    const T* p = x + i * l.inner;
+    for (int64_t k = 0; k < l.inner; ++k) {
+      sums[i % C] += p[k];
+      sums[C + i % C] += static_cast<double>(p[k]) * p[k];
+    }
+  }
+  sums[2 * C] = static_cast<double>(l.count());
+  sync.SumAcrossRanks(sums, "the batch statistics (sum, sum of squares, count per channel)");
+  count = sums[2 * C];
+  DDPKIT_CHECK(count > 1,
+               "[sync_batch_norm] expected more than 1 value per channel over all "
+               "ranks when training, got ",
+               count);
+  std::vector<double> mean(C), var(C);
+  for (int64_t c = 0; c < C; ++c) {
+    mean[c] = sums[c] / count;
+    var[c] = std::max(0.0, sums[C + c] / count - mean[c] * mean[c]);
+  }
+  return {std::move(mean), std::move(var)};
+}
+
 // running <- (1 - momentum) running + momentum * batch (the variance unbiased), in place.
 template <typename T>
 void UpdateRunning(const Tensor& running_mean, const Tensor& running_var,
-                   const std::vector<double>& mean, const std::vector<double>& var,
-                   const BnLayout& l, double momentum) {
-  const double unbias = static_cast<double>(l.count()) / static_cast<double>(l.count() - 1);
-  for (int64_t c = 0; c < l.channels; ++c) {
+                   const std::vector<double>& mean, const std::vector<double>& var, double count,
+                   double momentum) {
+  const double unbias = count / (count - 1);
+  for (size_t c = 0; c < mean.size(); ++c) {
     if (running_mean.defined()) {
       T& rm = running_mean.data<T>()[c];
       rm = static_cast<T>((1 - momentum) * rm + momentum * mean[c]);
@@ -119,8 +155,11 @@ BnStats Statistics(const Tensor& x, const Tensor& running_mean, const Tensor& ru
   BnStats stats;
   std::vector<double> var;
   if (options.training) {
-    std::tie(stats.mean, var) = BatchMoments(x.data<T>(), l);
-    UpdateRunning<T>(running_mean, running_var, stats.mean, var, l, options.momentum);
+    stats.count = static_cast<double>(l.count());
+    std::tie(stats.mean, var) = options.sync
+                                    ? SyncedMoments(x.data<T>(), l, *options.sync, stats.count)
+                                    : BatchMoments(x.data<T>(), l);
+    UpdateRunning<T>(running_mean, running_var, stats.mean, var, stats.count, options.momentum);
   } else {
     for (int64_t c = 0; c < l.channels; ++c) {
       stats.mean.push_back(running_mean.data<T>()[c]);
@@ -155,6 +194,7 @@ struct BnSaved {
   BnStats stats;
   BnLayout layout;
   bool training, x_grad, w_grad, b_grad;
+  std::shared_ptr<BatchNormSync> sync;  // training under SyncBatchNorm only
 };
 
 // Per channel: sum(dy) and sum(dy xhat), xhat = (x - mean) invstd (in double, each plane's
@@ -209,47 +249,65 @@ DDPKIT_VECTOR_CLONES void BnGradInputFloat(const float* x, const float* g, const
   BnGradInputOf(x, g, l, coefficients, dx);
 }
 
-// With xhat = (x - mean) invstd: dweight = sum(dy xhat), dbias = sum(dy), and
-// dx = weight invstd (dy - [training] (sum(dy) + xhat sum(dy xhat)) / count).
+// This rank's per-channel sums: [sum(dy) (C), sum(dy xhat) (C)].
 template <typename T>
-TensorList BnBackward(const BnSaved& s, const Tensor& dy) {
+std::vector<double> GradientSums(const BnSaved& s, const Tensor& dy) {
   const BnLayout& l = s.layout;
+  std::vector<double> sums(2 * l.channels, 0.0);
   const T* x = s.x.data<T>();
   const T* g = dy.data<T>();
   const double* mean = s.stats.mean.data();
   const double* invstd = s.stats.invstd.data();
-  std::vector<double> sum_dy(l.channels, 0.0), sum_dy_xhat(l.channels, 0.0);
-  constexpr bool kFloat = std::is_same_v<T, float>;
-  if constexpr (kFloat) {
-    BnGradSumsFloat(x, g, l, mean, invstd, sum_dy.data(), sum_dy_xhat.data());
+  if constexpr (std::is_same_v<T, float>) {
+    BnGradSumsFloat(x, g, l, mean, invstd, sums.data(), sums.data() + l.channels);
   } else {
-    BnGradSumsOf(x, g, l, mean, invstd, sum_dy.data(), sum_dy_xhat.data());
+    BnGradSumsOf(x, g, l, mean, invstd, sums.data(), sums.data() + l.channels);
   }
-  Tensor dx, dw, db;
-  if (s.x_grad) {
-    dx = Tensor::Uninitialized(s.x.shape(), dy.dtype(), Device::Cpu());
-    std::vector<T> coefficients(kBnCoefficients * l.channels);
-    const double count = static_cast<double>(l.count());
-    for (int64_t c = 0; c < l.channels; ++c) {
-      const double scale = invstd[c] * (s.weight.defined() ? s.weight.data<T>()[c] : 1.0);
-      T* k = coefficients.data() + kBnCoefficients * c;
-      k[0] = T(mean[c]);
-      k[1] = T(invstd[c]);
-      k[2] = T(scale);
-      k[3] = T(s.training ? scale * sum_dy[c] / count : 0.0);
-      k[4] = T(s.training ? scale * sum_dy_xhat[c] / count : 0.0);
-    }
-    if constexpr (kFloat) {
-      BnGradInputFloat(x, g, l, coefficients.data(), dx.data<T>());
-    } else {
-      BnGradInputOf(x, g, l, coefficients.data(), dx.data<T>());
-    }
+  return sums;
+}
+
+// dx = weight invstd (dy - [training] (sum(dy) + xhat sum(dy xhat)) / count), `sums` as
+// GradientSums' (every rank's under SyncBatchNorm, with the count every rank's too).
+template <typename T>
+Tensor InputGradient(const BnSaved& s, const Tensor& dy, const std::vector<double>& sums) {
+  const BnLayout& l = s.layout;
+  Tensor dx = Tensor::Uninitialized(s.x.shape(), dy.dtype(), Device::Cpu());
+  std::vector<T> coefficients(kBnCoefficients * l.channels);
+  for (int64_t c = 0; c < l.channels; ++c) {
+    const double invstd = s.stats.invstd[c];
+    const double scale = invstd * (s.weight.defined() ? s.weight.data<T>()[c] : 1.0);
+    T* k = coefficients.data() + kBnCoefficients * c;
+    k[0] = T(s.stats.mean[c]);
+    k[1] = T(invstd);
+    k[2] = T(scale);
+    k[3] = T(s.training ? scale * sums[c] / s.stats.count : 0.0);
+    k[4] = T(s.training ? scale * sums[l.channels + c] / s.stats.count : 0.0);
   }
-  auto channel_tensor = [&](const std::vector<double>& v) {
-    return Tensor::FromVector<T>(std::vector<T>(v.begin(), v.end()), {l.channels});
+  if constexpr (std::is_same_v<T, float>) {
+    BnGradInputFloat(s.x.data<T>(), dy.data<T>(), l, coefficients.data(), dx.data<T>());
+  } else {
+    BnGradInputOf(s.x.data<T>(), dy.data<T>(), l, coefficients.data(), dx.data<T>());
+  }
+  return dx;
+}
+
+// dweight = sum(dy xhat) and dbias = sum(dy), this rank's own (DDP averages them); dx from the
+// sums over every rank when synced.
+template <typename T>
+TensorList BnBackward(const BnSaved& s, const Tensor& dy) {
+  const int64_t C = s.layout.channels;
+  std::vector<double> sums = GradientSums<T>(s, dy);
+  auto channel_tensor = [&](int64_t first) {
+    return Tensor::FromVector<T>(std::vector<T>(sums.begin() + first, sums.begin() + first + C),
+                                 {C});
   };
-  if (s.w_grad) dw = channel_tensor(sum_dy_xhat);
-  if (s.b_grad) db = channel_tensor(sum_dy);
+  Tensor dx, dw, db;
+  if (s.w_grad) dw = channel_tensor(C);
+  if (s.b_grad) db = channel_tensor(0);
+  if (s.x_grad) {
+    if (s.sync) s.sync->SumAcrossRanks(sums, "the gradient sums (sum dy, sum dy*xhat per channel)");
+    dx = InputGradient<T>(s, dy, sums);
+  }
   return {dx, dw, db};
 }
 
@@ -275,7 +333,8 @@ Tensor BatchNorm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         .training = options.training,
                         .x_grad = x.requires_grad(),
                         .w_grad = weight.defined() && weight.requires_grad(),
-                        .b_grad = bias.defined() && bias.requires_grad()}](const Tensor& dy) {
+                        .b_grad = bias.defined() && bias.requires_grad(),
+                        .sync = options.training ? options.sync : nullptr}](const Tensor& dy) {
              return DispatchFloating(dy.dtype(), "batch_norm_backward",
                                      [&]<typename T>() { return BnBackward<T>(s, dy); });
            });

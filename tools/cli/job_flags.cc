@@ -20,6 +20,11 @@ ABSL_FLAG(std::string, model, "mlp:32,64,64,10",
           "its model.py, lm_head tied to transformer.wte), token rows in, a prediction at every "
           "position (train --text FILE trains it on a text's characters)");
 ABSL_FLAG(std::string, weights, "", "initial weights: a safetensors state dict");
+ABSL_FLAG(bool, sync_batchnorm, false,
+          "train and join: convert every BatchNorm2d of a resnet model to SyncBatchNorm "
+          "(PyTorch's convert_sync_batchnorm: batch statistics over every rank's batch, one "
+          "allreduce in each BatchNorm's forward and one in its backward); Join cannot shadow "
+          "those allreduces (docs/join.md)");
 ABSL_FLAG(std::string, device, "cpu",
           "where the work runs: cpu, cuda or cuda:N (threads: every rank on that GPU, each on its "
           "own stream; nccl: each rank on cuda:LOCAL_RANK)");
@@ -59,9 +64,9 @@ ABSL_FLAG(std::string, trace, "",
 namespace ddpkit::cli {
 
 const std::vector<std::string> kDdpTrainingFlagNames = [] {
-  std::vector<std::string> names = {"model",        "weights",   "batch_size", "lr",
-                                    "momentum",     "optimizer", "loss",       "seed",
-                                    "save_weights", "json",      "trace",      "device"};
+  std::vector<std::string> names = {
+      "model", "weights",      "batch_size", "lr",    "momentum", "optimizer",     "loss",
+      "seed",  "save_weights", "json",       "trace", "device",   "sync_batchnorm"};
   names.insert(names.end(), kCommFlagNames.begin(), kCommFlagNames.end());
   names.insert(names.end(), kDdpFlagNames.begin(), kDdpFlagNames.end());
   return names;
@@ -105,6 +110,7 @@ absl::Status DdpTrainingFromFlags(jobs::DdpTrainingConfig& config) {
   config.loss = absl::GetFlag(FLAGS_loss);
   config.seed = absl::GetFlag(FLAGS_seed);
   config.trace_path = absl::GetFlag(FLAGS_trace);
+  config.sync_batchnorm = absl::GetFlag(FLAGS_sync_batchnorm);
   return absl::OkStatus();
 }
 

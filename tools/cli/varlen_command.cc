@@ -198,7 +198,7 @@ Subcommand VarlenSubcommand() {
       "length_buckets", "max_tokens", "lr_scaling",  "ref_batch_size", "grad_weighting",
       "sort_samples",   "epochs",     "dump_shards", "no_join",        "out"};
   for (const std::string& name : kDdpTrainingFlagNames) {
-    if (name != "trace" && name != "weights") flags.push_back(name);
+    if (name != "trace" && name != "weights" && name != "sync_batchnorm") flags.push_back(name);
   }
   return {.name = "varlen",
           .summary =

@@ -8,6 +8,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "autograd/safetensors.h"
+#include "comm/sync_batch_norm.h"
 #include "reducer/extras/named_comm_hook.h"
 
 namespace ddpkit::jobs {
@@ -23,6 +24,12 @@ absl::StatusOr<models::ModelSpec> ValidateDdpTraining(const DdpTrainingConfig& c
   }
   if (reducer::IsPowerSgdHookName(config.comm_hook)) {
     DDPKIT_RETURN_IF_ERROR(reducer::ValidatePowerSgdOptions(config.powersgd));
+  }
+  if (config.sync_batchnorm && spec.family != "resnet") {
+    return absl::InvalidArgumentError(
+        StrCat("--sync-batchnorm: the model ", config.model,
+               " has no BatchNorm layer to synchronise; SyncBatchNorm converts the BatchNorm2d "
+               "layers of a resnet:... model"));
   }
   if (config.loss == "mse" && spec.io.per_position) {
     return absl::InvalidArgumentError(
@@ -102,6 +109,9 @@ Device RankDevice(Device requested, const comm::ProcessGroup& group) {
 
 absl::StatusOr<std::shared_ptr<reducer::DistributedDataParallel>> WrapInDdp(
     const DdpTrainingConfig& config, std::shared_ptr<nn::Module> model, comm::ProcessGroup& group) {
+  if (config.sync_batchnorm && comm::ConvertSyncBatchNorm(*model, group) == 0) {
+    return absl::InvalidArgumentError("--sync-batchnorm: the model has no BatchNorm2d layer");
+  }
   DDPKIT_ASSIGN_OR_RETURN(std::shared_ptr<reducer::DistributedDataParallel> ddp,
                           reducer::DistributedDataParallel::Create(model, group, config.ddp));
   if (!config.comm_hook.empty()) {

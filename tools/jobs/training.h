@@ -35,12 +35,15 @@ struct DdpTrainingConfig {
   std::string comm_hook;              // empty, allreduce, fp16, bf16, powersgd or batched_powersgd
   reducer::PowerSgdOptions powersgd;  // for the PowerSGD hooks
   std::string trace_path;             // a Chrome trace of the run (tools/trace/) when set
+  // Every BatchNorm2d becomes a SyncBatchNorm over the group before DDP wraps the model
+  // (comm/sync_batch_norm.h); refused for a model without BatchNorm.
+  bool sync_batchnorm = false;
   // Where the model computes. With nccl, a GPU config means the rank's own GPU (the group's).
   Device device = Device::Cpu();
 };
 
 // The parsed model spec; InvalidArgument for a bad model spec, batch size, learning rate,
-// optimizer, loss or comm hook.
+// optimizer, loss or comm hook, or --sync-batchnorm on a model without BatchNorm.
 absl::StatusOr<models::ModelSpec> ValidateDdpTraining(const DdpTrainingConfig& config);
 
 // --- Bounds: a size a user typed that cannot run is refused at once, before any allocation --
@@ -66,7 +69,8 @@ absl::StatusOr<std::shared_ptr<nn::Module>> BuildModel(const DdpTrainingConfig& 
 // The rank's device: `requested`, except that a GPU request on a GPU backend (nccl) means the
 // group's own GPU (cuda:LOCAL_RANK).
 Device RankDevice(Device requested, const comm::ProcessGroup& group);
-// DDP around `model` with the config's options and comm hook (collective: every rank calls it).
+// DDP around `model` with the config's options and comm hook, its BatchNorms converted to
+// SyncBatchNorm first when the config says so (collective: every rank calls it).
 absl::StatusOr<std::shared_ptr<reducer::DistributedDataParallel>> WrapInDdp(
     const DdpTrainingConfig& config, std::shared_ptr<nn::Module> model, comm::ProcessGroup& group);
 

@@ -64,6 +64,9 @@ TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
                            "join --inputs 2,2 --optimizer adam",
                            "join --inputs 2,2 --no-join --throw-on-early-termination",
                            "train --optimizer zero",
+                           "train --sync-batchnorm",
+                           "join --inputs 2,2 --model gpt:layers=1,heads=1,dim=4,ctx=4,vocab=5 "
+                           "--sync-batchnorm",
                            "contrastive --gather mean",
                            "contrastive --layout diag",
                            "contrastive --optimizer zero-sgd",
@@ -339,6 +342,23 @@ TEST(CliTest, JoinWithoutJoinFailsWithTheDiagnosis) {
   r = RunDdpkit("join --inputs 2,2 --batch-size 4 --model mlp:6,8,3 --no-join --json");
   ASSERT_EQ(r.status, 0) << r.err;  // even inputs need no Join
   EXPECT_EQ(nlohmann::json::parse(r.out)["models_identical"], true);
+}
+
+// SyncBatchNorm's allreduce cannot be shadowed: plain Join fails naming the collective and the
+// rank that joined; throw mode stops every rank in the iteration the first ran out at.
+TEST(CliTest, JoinWithSyncBatchNormNeedsThrowMode) {
+  const std::string job =
+      "join --inputs 2,1 --batch-size 2 --model resnet:1,1,1,1,width=2,in=1,classes=3,stem=small "
+      "--sync-batchnorm --timeout 20";
+  Result r = RunDdpkit(job);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(absl::StrContains(r.err, "sync_batch_norm")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "rank 1 ran out of inputs after 1 iterations")) << r.err;
+  r = RunDdpkit(job + " --throw-on-early-termination --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["stopped_at_iteration"], 1);
+  EXPECT_EQ(report["models_identical"], true);
 }
 
 TEST(CliTest, JoinReadsPerRankFilesAndSavesTheFinalWeights) {

@@ -204,6 +204,19 @@ void TrainLoop(const JoinRunConfig& config, Rank& rank) {
   if (rank.trace != nullptr) rank.trace->SetIteration(rank.rows.iterations);
 }
 
+// Why a SyncBatchNorm run under plain Join failed: which ranks had joined, and the way out.
+std::string SyncBatchNormUnderJoin(const Rank& rank) {
+  std::string joined;
+  for (int r = 0; r < static_cast<int>(rank.inputs.size()); ++r) {
+    if (rank.inputs[r] == rank.fewest()) absl::StrAppend(&joined, joined.empty() ? "" : ", ", r);
+  }
+  return StrCat(
+      "\n--sync-batchnorm under Join: rank ", joined, " ran out of inputs after ", rank.fewest(),
+      " iterations and joined; a joined rank shadows DDP's collectives but never runs the model, "
+      "so SyncBatchNorm's allreduce in the other ranks' forward cannot be matched (PyTorch hangs "
+      "there). Use --throw-on-early-termination to stop every rank when the first runs out");
+}
+
 // The loop inside Join: DDP, then the ZeRO optimizer, then a recorder whose hook logs what the
 // other two shadowed. Throw mode's stop (kAborted, every rank in one iteration) is recorded.
 void RunUnderJoin(const JoinRunConfig& config, Rank& rank, JoinReport& report) {
@@ -222,6 +235,10 @@ void RunUnderJoin(const JoinRunConfig& config, Rank& rank, JoinReport& report) {
     join::Join::Run(joinables, {.throw_on_early_termination = config.throw_on_early_termination},
                     [&] { TrainLoop(config, rank); });
   } catch (const Error& e) {
+    if (config.sync_batchnorm && !config.throw_on_early_termination &&
+        rank.fewest() != rank.most()) {
+      throw Error(StrCat(e.what(), SyncBatchNormUnderJoin(rank)), e.code());
+    }
     if (!config.throw_on_early_termination || e.code() != absl::StatusCode::kAborted) throw;
     // Every rank stops in the iteration the first rank ran out at.
     const int stop = rank.fewest();
