@@ -90,17 +90,18 @@ absl::Status VerifySameModelOnAllRanks(const NamedTensors& params, comm::Process
   return absl::OkStatus();
 }
 
-// Rank 0's values to every rank, in place.
-absl::Status BroadcastFromRankZero(const NamedTensors& tensors, comm::ProcessGroup& group,
-                                   std::string_view kind) {
+// Rank `root`'s values to every rank, in place.
+absl::Status BroadcastFromRank(const NamedTensors& tensors, comm::ProcessGroup& group,
+                               std::string_view kind, int root = 0) {
   comm::ScopedCollectiveTag tag(
       {.purpose = kind == "buffer" ? "buffer_broadcast" : "model_broadcast"});
   std::vector<std::shared_ptr<comm::Work>> works;
-  for (const auto& [name, t] : tensors) works.push_back(group.Broadcast(t.Detach().Flatten(), 0));
+  for (const auto& [name, t] : tensors)
+    works.push_back(group.Broadcast(t.Detach().Flatten(), root));
   for (size_t i = 0; i < works.size(); ++i) {
-    DDPKIT_RETURN_IF_ERROR(
-        WaitFor(works[i], StrCat("broadcasting ", kind, " '", tensors[i].first, "' from rank 0"),
-                group.rank()));
+    DDPKIT_RETURN_IF_ERROR(WaitFor(
+        works[i], StrCat("broadcasting ", kind, " '", tensors[i].first, "' from rank ", root),
+        group.rank()));
   }
   return absl::OkStatus();
 }
@@ -166,8 +167,8 @@ absl::StatusOr<std::shared_ptr<DistributedDataParallel>> DistributedDataParallel
         {pytorch_phrase::kNoTrainableParameter}));
   }
   DDPKIT_RETURN_IF_ERROR(VerifySameModelOnAllRanks(params, group));
-  DDPKIT_RETURN_IF_ERROR(BroadcastFromRankZero(params, group, "parameter"));
-  DDPKIT_RETURN_IF_ERROR(BroadcastFromRankZero(module->NamedBuffers(), group, "buffer"));
+  DDPKIT_RETURN_IF_ERROR(BroadcastFromRank(params, group, "parameter"));
+  DDPKIT_RETURN_IF_ERROR(BroadcastFromRank(module->NamedBuffers(), group, "buffer"));
 
   std::shared_ptr<DistributedDataParallel> ddp(
       new DistributedDataParallel(std::move(module), group, std::move(options)));
@@ -209,9 +210,10 @@ void DistributedDataParallel::RegisterBuiltinCommHook(BuiltinCommHook hook) {
                              std::string(BuiltinCommHookName(hook)));
 }
 
-void DistributedDataParallel::SyncBuffers() {
+void DistributedDataParallel::SyncBuffers(int root) {
   // Forward cannot return a Status: the broadcast's failure is thrown (autograd/error.h, tier 4).
-  if (absl::Status s = BroadcastFromRankZero(module_->NamedBuffers(), group_, "buffer"); !s.ok()) {
+  if (absl::Status s = BroadcastFromRank(module_->NamedBuffers(), group_, "buffer", root);
+      !s.ok()) {
     ThrowStatus(s);
   }
 }
@@ -224,19 +226,21 @@ Tensor DistributedDataParallel::Forward(const Tensor& input) {
   const bool sync_buffers =
       require_forward_param_sync_ && options_.broadcast_buffers && !module_->NamedBuffers().empty();
   Tensor active_ranks;
+  int buffer_root = 0;  // without Join rank 0's buffers are the authoritative copy
   if (std::shared_ptr<comm::Work> count = join::Join::NotifyJoinContext(*this, &active_ranks)) {
     // Joined ranks are shadowing: tell them what this iteration issues, in the order below.
     reducer_->SetJoinCountWork(count, active_ranks, divide_by_initial_world_size_);
-    AllreduceJoinPlan((sync ? kSync : 0) |
-                      (sync && reducer_->static_graph_first_iteration() ? kStaticFirst : 0) |
-                      (grad_enabled && reducer_->rebuild_pending() ? kRebuild : 0) |
-                      (sync_buffers ? kBuffers : 0));
+    const int64_t plan = AllreduceJoinPlan(
+        (sync ? kSync : 0) | (sync && reducer_->static_graph_first_iteration() ? kStaticFirst : 0) |
+        (grad_enabled && reducer_->rebuild_pending() ? kRebuild : 0) |
+        (sync_buffers ? kBuffers : 0) | (int64_t{group_.rank()} << kRankShift));
+    buffer_root = static_cast<int>(plan >> kRankShift);
   }
   if (grad_enabled) {
     reducer_->EnsurePriorReductionFinished();
     reducer_->RebuildBuckets();
   }
-  if (sync_buffers) SyncBuffers();
+  if (sync_buffers) SyncBuffers(buffer_root);
   if (grad_enabled && !sync) reducer_->NoteNoSyncForward();
   Tensor output = module_->Forward(input);
   if (!sync) {
@@ -256,7 +260,10 @@ Tensor DistributedDataParallel::Forward(const Tensor& input) {
 // active ranks share: whether they are under no_sync (DDP requires it of every rank alike),
 // their synced-iteration count (static graph's first, the rebuild), the options and the
 // buffers — and a joined rank sends 0. Active ranks whose plans differed would already issue
-// different collectives from each other, which no combination of bits could repair.
+// different collectives from each other, which no combination of bits could repair. Above the
+// bits each active rank puts its rank, so the MAX also names the highest active rank: the
+// buffers' source under Join, as PyTorch's _find_common_rank (rank 0 may have joined already,
+// with stale statistics).
 int64_t DistributedDataParallel::AllreduceJoinPlan(int64_t plan) {
   comm::ScopedCollectiveTag tag({.purpose = "join_plan"});
   Tensor t = Tensor::Full({1}, static_cast<double>(plan), DType::kInt64);
@@ -277,7 +284,7 @@ class DdpJoinHook final : public join::JoinHook {
     using D = DistributedDataParallel;
     const int64_t plan = ddp_.AllreduceJoinPlan(0);  // 0: this rank adds nothing to the plan
     if (plan & D::kRebuild) ddp_.reducer_->RebuildBucketsForJoin();
-    if (plan & D::kBuffers) ddp_.SyncBuffers();
+    if (plan & D::kBuffers) ddp_.SyncBuffers(static_cast<int>(plan >> D::kRankShift));
     if (plan & D::kSync) ddp_.reducer_->ShadowBackward((plan & D::kStaticFirst) != 0);
   }
 
@@ -291,10 +298,9 @@ class DdpJoinHook final : public join::JoinHook {
     DDPKIT_INTERNAL_CHECK(authoritative >= 0, "[ddp] rank ", group.rank(),
                           ": no rank reported being a last joiner (Join's post-hooks)");
     ddp_.authoritative_rank_ = authoritative;
+    // Buffers too, whatever broadcast_buffers says (PyTorch's _sync_final_model).
     NamedTensors state = ddp_.reducer_->parameters();
-    if (ddp_.options_.broadcast_buffers) {
-      for (auto& b : ddp_.module_->NamedBuffers()) state.push_back(b);
-    }
+    for (auto& b : ddp_.module_->NamedBuffers()) state.push_back(b);
     std::vector<std::shared_ptr<comm::Work>> works;
     for (const auto& [name, t] : state)
       works.push_back(group.Broadcast(t.Detach().Flatten(), authoritative));

@@ -87,7 +87,8 @@ class DistributedDataParallel : public nn::Module, public join::Joinable {
   DistributedDataParallel(std::shared_ptr<nn::Module> module, comm::ProcessGroup& group,
                           DdpOptions options);
   std::string Describe() const override { return "DistributedDataParallel"; }
-  void SyncBuffers();
+  // Rank `root`'s buffers to every rank: 0, or under Join the highest active rank.
+  void SyncBuffers(int root);
 
   std::shared_ptr<nn::Module> module_;
   comm::ProcessGroup& group_;
@@ -95,8 +96,10 @@ class DistributedDataParallel : public nn::Module, public join::Joinable {
   std::unique_ptr<Reducer> reducer_;
   friend class DdpJoinHook;
   // Under Join, an active rank tells the joined ones what this iteration will issue: a set of
-  // these bits, combined across ranks by AllreduceJoinPlan (see there for why MAX is right).
+  // these bits, combined across ranks by AllreduceJoinPlan (see there for why MAX is right),
+  // with the sender's rank above them.
   static constexpr int64_t kSync = 1, kStaticFirst = 2, kRebuild = 4, kBuffers = 8;
+  static constexpr int kRankShift = 8;
   int64_t AllreduceJoinPlan(int64_t plan);
 
   bool require_backward_grad_sync_ = true;
