@@ -57,22 +57,23 @@ def check_manifest(folder):
     return manifest
 
 
-def read_header(path):
+def read_header(path, require_pt=True):
     with open(path, "rb") as f:
         data = f.read()
     (length,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + length])
-    assert header.get("__metadata__", {}).get("format") == "pt", header.get("__metadata__")
+    if require_pt:  # a state dict; --save-grads files carry no metadata
+        assert header.get("__metadata__", {}).get("format") == "pt", header.get("__metadata__")
     return data, 8 + length, header
 
 
-def load_with_torch(path):
+def load_with_torch(path, require_pt=True):
     import torch  # noqa: PLC0415 (optional)
     try:
         from safetensors.torch import load_file  # noqa: PLC0415
         return load_file(path), "safetensors.torch.load_file"
     except ImportError:
-        data, start, header = read_header(path)
+        data, start, header = read_header(path, require_pt)
         dtypes = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64}
         state = {}
         for name, info in header.items():

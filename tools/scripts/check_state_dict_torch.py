@@ -101,7 +101,7 @@ def check(name, spec, make_batch, binary, tmp):
     logits = model(x)
     loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
     loss.backward()
-    ddpkit_grads, _ = load_with_torch(grads)
+    ddpkit_grads, _ = load_with_torch(grads, require_pt=False)
     after, _ = load_with_torch(w2)
     grad_diff = max(max_diff(p.grad, ddpkit_grads[k]) for k, p in model.named_parameters())
     buffers = dict(model.named_buffers())
