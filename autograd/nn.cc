@@ -76,6 +76,18 @@ NamedTensors Module::NamedParameterAliases() const {
   return aliases;
 }
 
+NamedTensors Module::StateDict() const {
+  NamedTensors out;
+  AppendStateDict("", out);
+  return out;
+}
+
+void Module::AppendStateDict(const std::string& prefix, NamedTensors& out) const {
+  for (const auto& [name, tensor] : parameters_) out.emplace_back(prefix + name, tensor);
+  for (const auto& [name, tensor] : buffers_) out.emplace_back(prefix + name, tensor);
+  for (const auto& [name, child] : children_) child->AppendStateDict(prefix + name + ".", out);
+}
+
 NamedTensors Module::NamedBuffers() const {
   NamedTensors out;
   std::vector<const TensorImpl*> seen;

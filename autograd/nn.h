@@ -49,6 +49,10 @@ class Module {
   // The other names of a parameter registered more than once (a tied weight: a GPT's
   // "lm_head.weight", whose first name is "transformer.wte.weight"), each with the tensor.
   NamedTensors NamedParameterAliases() const;
+  // PyTorch's state_dict(): this module's own parameters, then its own buffers, then each
+  // child's under "<child>.", recursively. A tied parameter is listed under every name it has
+  // (nanoGPT's lists transformer.wte.weight and, last, lm_head.weight), unlike NamedParameters.
+  NamedTensors StateDict() const;
   // Moves every parameter and buffer (this module's and its children's) to `device` in place,
   // as PyTorch's module.to(device): each keeps its Tensor identity, so handles held elsewhere
   // (an optimizer's, a DDP reducer's) see the new storage, and a parameter stays a leaf that
@@ -89,6 +93,7 @@ class Module {
   void CollectNamed(const std::string& prefix, bool parameters, NamedTensors& out,
                     std::vector<const TensorImpl*>& seen) const;
   void AppendDebugString(const std::string& indent, std::string& out) const;
+  void AppendStateDict(const std::string& prefix, NamedTensors& out) const;
 
   bool training_ = true;
   NamedTensors parameters_;

@@ -226,9 +226,7 @@ absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tenso
 }
 
 absl::Status SaveStateDict(const nn::Module& module, const std::string& path) {
-  NamedTensors state = module.NamedParameters();
-  for (auto& buffer : module.NamedBuffers()) state.push_back(std::move(buffer));
-  return WriteSafetensors(path, state, {{"format", "pt"}});
+  return WriteSafetensors(path, module.StateDict(), {{"format", "pt"}});
 }
 
 namespace {

@@ -39,7 +39,8 @@ std::string SerializeSafetensors(const NamedTensors& tensors,
 absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 
-// A module's parameters and buffers, keyed by their names.
+// A module's parameters and buffers, keyed and ordered as PyTorch's state_dict() (Module::
+// StateDict: module by module, parameters then buffers; a tied weight under each of its names).
 absl::Status SaveStateDict(const nn::Module& module, const std::string& path);
 // Copies every tensor of the file into the module's parameter or buffer of the same name.
 // Strict, as PyTorch's load_state_dict: a missing or unexpected name, or a shape mismatch, is an

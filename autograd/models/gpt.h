@@ -3,7 +3,8 @@
 //
 // Parameter names and order are nanoGPT's named_parameters(): transformer.wte.weight,
 // transformer.wpe.weight, transformer.h.0.ln_1.weight, ..., transformer.ln_f.weight (and .bias);
-// lm_head.weight is tied to transformer.wte.weight and listed once, under that first name.
+// lm_head.weight is tied to transformer.wte.weight and listed once, under that first name;
+// StateDict() lists it under both, lm_head.weight last, as nanoGPT's state_dict().
 // So are the autograd graph's shape and, with it, DDP's gradient-ready order (PyTorch 1.13's,
 // checked by tests/autograd/gpt_test.cc against tools/scripts/golden/make_gpt_golden.py).
 #pragma once

@@ -2,7 +2,11 @@
 // tools/scripts/golden/make_gpt_golden.py (a re-statement of nanoGPT's model.py).
 #include "autograd/models/gpt.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -10,7 +14,9 @@
 #include "autograd/accumulate_grad.h"
 #include "autograd/ops.h"
 #include "autograd/safetensors.h"
+#include "nlohmann/json.hpp"
 #include "tests/autograd/test_util.h"
+#include "tests/state_dict_compare.h"
 
 namespace ddpkit {
 namespace {
@@ -75,6 +81,35 @@ TEST(GptGoldenTest, NamesShapesAndOrderAreNanoGpts) {
   EXPECT_EQ(params.front().first, "transformer.wte.weight");
   EXPECT_EQ(params[4].first, "transformer.h.0.attn.c_attn.weight");
   EXPECT_EQ(params.back().first, "transformer.ln_f.bias");
+}
+
+// A saved GPT lists what nanoGPT's state_dict() lists, in its order: the tied table twice,
+// as transformer.wte.weight first and lm_head.weight last (tests/testdata/
+// nanogpt_state_dict_names.json, from make_gpt_golden.py names), and reloads.
+TEST(GptGoldenTest, SavedStateDictIsNanoGptsInOrderWithTheTiedTableTwice) {
+  std::ifstream file(TestDataPath("nanogpt_state_dict_names.json"));
+  const nlohmann::json golden = nlohmann::json::parse(file);
+  const std::string path =
+      testing::TempDir() + "/gpt_state_dict_" + std::to_string(::getpid()) + ".safetensors";
+  for (const auto& [spec, expected] : golden.items()) {
+    auto model = models::MakeGpt(*models::ParseGptSpec(spec), /*seed=*/3);
+    ASSERT_TRUE(SaveStateDict(*model, path).ok());
+    nlohmann::json saved = nlohmann::json::array();
+    const NamedTensors state = model->StateDict();
+    const std::vector<std::pair<std::string, std::string>> header =
+        testing_util::SafetensorsHeader(path);
+    ASSERT_EQ(header.size(), state.size()) << spec;
+    for (size_t i = 0; i < header.size(); ++i) {
+      EXPECT_EQ(header[i].first, state[i].first) << spec;
+      EXPECT_EQ(header[i].second, "F32") << header[i].first;
+      saved.push_back({header[i].first, "torch.float32", state[i].second.shape()});
+    }
+    EXPECT_EQ(saved, expected) << spec;
+    auto fresh = models::MakeGpt(*models::ParseGptSpec(spec), /*seed=*/4);
+    ASSERT_TRUE(LoadStateDict(*fresh, path).ok());
+    EXPECT_TRUE(AllClose(fresh->NamedParameters()[0].second, state[0].second, 0, 0));
+  }
+  std::remove(path.c_str());
 }
 
 TEST(GptGoldenTest, LogitsLossAndEveryGradientMatchPyTorch) {

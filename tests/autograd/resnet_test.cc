@@ -4,6 +4,9 @@
 // (tools/scripts/golden/make_vision_golden.py).
 #include "autograd/models/resnet.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -11,6 +14,7 @@
 #include "autograd/random.h"
 #include "nlohmann/json.hpp"
 #include "tests/autograd/test_util.h"
+#include "tests/state_dict_compare.h"
 
 namespace ddpkit {
 namespace {
@@ -74,6 +78,31 @@ TEST(ResNetTest, NamesAndShapesAreTorchvisions) {
     EXPECT_EQ(Listing(model->NamedParameters()), expected["parameters"]) << spec;
     EXPECT_EQ(Listing(model->NamedBuffers()), expected["buffers"]) << spec;
   }
+}
+
+// PyTorch's state_dict() order, not named_parameters() then named_buffers(): module by module,
+// each one's parameters then its buffers (bn1.weight, bn1.bias, bn1.running_mean, ...). A saved
+// file's header is in that order, num_batches_tracked int64, for both stems.
+TEST(ResNetTest, StateDictAndSavedFileAreInTorchvisionsStateDictOrder) {
+  std::ifstream file(TestDataPath("torchvision_resnet_names.json"));
+  const nlohmann::json golden = nlohmann::json::parse(file);
+  const std::string path =
+      testing::TempDir() + "/resnet_state_dict_" + std::to_string(::getpid()) + ".safetensors";
+  for (const auto& [spec, expected] : golden.items()) {
+    auto model = nn::MakeResNet(Parse(spec), /*seed=*/1);
+    nlohmann::json names = nlohmann::json::array();
+    for (const auto& [name, t] : model->StateDict()) names.push_back(name);
+    EXPECT_EQ(names, expected["state_dict"]) << spec;
+    if (spec == "resnet:2,2,2,2") continue;  // 47 MB: the names above suffice
+    ASSERT_TRUE(SaveStateDict(*model, path).ok());
+    nlohmann::json saved = nlohmann::json::array();
+    for (const auto& [name, dtype] : testing_util::SafetensorsHeader(path)) {
+      saved.push_back(name);
+      EXPECT_EQ(dtype, name.ends_with(".num_batches_tracked") ? "I64" : "F32") << name;
+    }
+    EXPECT_EQ(saved, expected["state_dict"]) << spec;
+  }
+  std::remove(path.c_str());
 }
 
 TEST(ResNetTest, InitialisationIsTorchvisions) {

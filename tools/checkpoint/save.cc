@@ -25,9 +25,9 @@ std::vector<std::pair<std::string, std::string>> RankFiles(const CheckpointSubje
   std::vector<std::pair<std::string, std::string>> files;
   if (rank == 0) {
     files.emplace_back(kStateFileName, SerializeCheckpointState(state));
-    NamedTensors weights = subject.model.NamedParameters();
-    for (auto& buffer : subject.model.NamedBuffers()) weights.push_back(std::move(buffer));
-    files.emplace_back(kModelFileName, SerializeSafetensors(weights, {{"format", "pt"}}));
+    // The file --save-weights writes: PyTorch's state_dict, buffers included.
+    files.emplace_back(kModelFileName,
+                       SerializeSafetensors(subject.model.StateDict(), {{"format", "pt"}}));
   }
   if (rank == 0 || subject.sharded_optimizer) {
     files.emplace_back(OptimizerFileName(subject.sharded_optimizer, rank),

@@ -6,8 +6,10 @@ same checksum ddpkit writes) and the safetensors header of model.safetensors (8-
 little-endian length, JSON header, __metadata__ format "pt", one entry per parameter).
 With PyTorch (Debian's python3-torch; an oracle for developers, never needed by the build or
 CI): loads the weights — through safetensors.torch.load_file when the safetensors package is
-installed, else by reading the same layout with torch.frombuffer — into the nn.Sequential the
-checkpoint's --model describes, with load_state_dict(strict=True).
+installed, else by reading the same layout with torch.frombuffer — into the PyTorch model the
+checkpoint's --model describes (an MLP's nn.Sequential, torchvision's ResNet with its BatchNorm
+buffers, nanoGPT's GPT), with load_state_dict(strict=True), after checking the header lists
+that model's state_dict() keys in its order.
 
 Usage: tools/scripts/check_checkpoint_torch.py DIR/step-00000040
 """
@@ -18,6 +20,28 @@ import sys
 import zlib
 
 import torch_mlp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden"))
+
+
+def torch_model_of(spec):
+    """The PyTorch model a ddpkit --model spec names (imports torch and torchvision)."""
+    family, _, args = spec.partition(":")
+    if family == "mlp":
+        return torch_mlp.sequential(torch_mlp.widths_of(spec))
+    options = dict(a.split("=") for a in args.split(",") if "=" in a)
+    if family == "resnet":
+        from make_vision_golden import SpecResNet  # noqa: PLC0415
+        blocks = [int(a) for a in args.split(",") if "=" not in a]
+        return SpecResNet(blocks, width=int(options.get("width", 64)),
+                          in_channels=int(options.get("in", 3)),
+                          classes=int(options.get("classes", 1000)),
+                          small=options.get("stem") == "small")
+    if family == "gpt":
+        from make_gpt_golden import GPT  # noqa: PLC0415
+        return GPT(**{k: int(options[k]) for k in ("layers", "heads", "dim", "ctx", "vocab")},
+                   bias=options.get("bias", "1") == "1")
+    raise ValueError(f"no PyTorch twin for --model {spec}")
 
 
 def check_manifest(folder):
@@ -33,22 +57,23 @@ def check_manifest(folder):
     return manifest
 
 
-def read_header(path):
+def read_header(path, require_pt=True):
     with open(path, "rb") as f:
         data = f.read()
     (length,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + length])
-    assert header.get("__metadata__", {}).get("format") == "pt", header.get("__metadata__")
+    if require_pt:  # a state dict; --save-grads files carry no metadata
+        assert header.get("__metadata__", {}).get("format") == "pt", header.get("__metadata__")
     return data, 8 + length, header
 
 
-def load_with_torch(path):
+def load_with_torch(path, require_pt=True):
     import torch  # noqa: PLC0415 (optional)
     try:
         from safetensors.torch import load_file  # noqa: PLC0415
         return load_file(path), "safetensors.torch.load_file"
     except ImportError:
-        data, start, header = read_header(path)
+        data, start, header = read_header(path, require_pt)
         dtypes = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64}
         state = {}
         for name, info in header.items():
@@ -67,17 +92,19 @@ def main():
     check_manifest(folder)
     model_path = os.path.join(folder, "model.safetensors")
     _, _, header = read_header(model_path)
-    names = sorted(n for n in header if n != "__metadata__")
-    print(f"model.safetensors: header ok, tensors {', '.join(names)}")
+    names = [n for n in header if n != "__metadata__"]
+    print(f"model.safetensors: header ok, {len(names)} tensors: {', '.join(names)}")
     with open(os.path.join(folder, "state.json")) as f:
         state = json.load(f)
     try:
         import torch  # noqa: F401, PLC0415
     except ImportError:
-        print("torch not installed: skipped loading into nn.Sequential")
+        print("torch not installed: skipped loading into the PyTorch model")
         return
     weights, how = load_with_torch(model_path)
-    model = torch_mlp.sequential(torch_mlp.widths_of(state["settings"]["--model"]))
+    model = torch_model_of(state["settings"]["--model"])
+    expected = list(model.state_dict().keys())
+    assert names == expected, f"header order {names} is not state_dict()'s {expected}"
     model.load_state_dict(weights, strict=True)
     print(f"loaded into {state['settings']['--model']} with load_state_dict(strict=True) via {how}")
 

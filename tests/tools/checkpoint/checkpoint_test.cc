@@ -60,24 +60,33 @@ std::vector<std::string> Entries(const std::string& dir) {
 
 // The proof: S steps in one go, or k steps, a stop, and a resume up to S, end with the same
 // bits — weights, momentum (it shapes every later step) and data position all restored.
+// The ResNet carries BatchNorm buffers (running stats, num_batches_tracked) and the GPT a tied
+// table: both must come back bitwise too.
+constexpr char kMlp[] = "mlp:8,16,16,4";
+constexpr char kResNet[] = "resnet:1,1,1,1,width=2,in=1,classes=4,stem=small";
+constexpr char kGpt[] = "gpt:layers=1,heads=2,dim=8,ctx=8,vocab=11";
+
 struct RestartCase {
   std::string optimizer;
   int grad_accum;
+  std::string model = kMlp;
   friend void PrintTo(const RestartCase& c, std::ostream* os) {
-    *os << c.optimizer << ", grad_accum " << c.grad_accum;
+    *os << c.optimizer << ", grad_accum " << c.grad_accum << ", " << c.model;
   }
 };
 
 class RestartTest : public testing::TestWithParam<RestartCase> {};
 
 TEST_P(RestartTest, StoppedAndResumedEqualsUninterruptedBitwise) {
-  const std::string dir = FreshDir("restart_" + GetParam().optimizer);
+  const std::string dir =
+      FreshDir("restart_" + GetParam().optimizer + GetParam().model.substr(0, 3));
   const std::string straight = dir + "_straight.safetensors",
                     resumed = dir + "_resumed.safetensors";
   constexpr int kSteps = 7, kStopAt = 3;
 
   TrainConfig full = SmallRun(GetParam().optimizer, kSteps);
   full.grad_accum = GetParam().grad_accum;
+  full.model = GetParam().model;
   full.save_weights_path = straight;
   absl::StatusOr<TrainReport> uninterrupted = Train(full);
   ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
@@ -112,10 +121,14 @@ TEST_P(RestartTest, StoppedAndResumedEqualsUninterruptedBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, RestartTest,
                          testing::Values(RestartCase{"sgd", 1}, RestartCase{"zero-sgd", 1},
-                                         RestartCase{"sgd", 2}),
+                                         RestartCase{"sgd", 2}, RestartCase{"sgd", 2, kResNet},
+                                         RestartCase{"zero-sgd", 1, kResNet},
+                                         RestartCase{"sgd", 1, kGpt}),
                          [](const auto& info) {
                            std::string name = info.param.optimizer + "_accum" +
                                               std::to_string(info.param.grad_accum);
+                           if (info.param.model != kMlp)
+                             name += "_" + info.param.model.substr(0, 3);
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
@@ -159,6 +172,55 @@ TEST(CheckpointLayoutTest, FilesManifestAndAPyTorchLoadableModel) {
   EXPECT_EQ(s["step"], 2);
   EXPECT_EQ(s["next_micro_batch"], 2);
   EXPECT_EQ(s["settings"]["--lr"], "0.1");
+  fs::remove_all(dir);
+}
+
+// A ResNet's checkpoint holds its BatchNorm buffers beside the parameters, in PyTorch's
+// state_dict order (rank 0's: DDP broadcasts them before every forward), num_batches_tracked as
+// int64; the manifest's CRC covers them, so one flipped byte in a running_var is detected and
+// the resume falls back to the checkpoint before.
+TEST(CheckpointLayoutTest, BatchNormBuffersAreSavedAndACorruptedOneIsDetected) {
+  const std::string dir = FreshDir("buffers");
+  TrainConfig config = SmallRun("sgd", 3);
+  config.model = kResNet;
+  ASSERT_TRUE(TrainWithCheckpoints(config, dir).ok());
+  const std::string model = dir + "/step-00000003/model.safetensors";
+  const auto header = testing_util::SafetensorsHeader(model);
+  ASSERT_GE(header.size(), 6u);
+  const std::vector<std::pair<std::string, std::string>> stem(header.begin(), header.begin() + 6);
+  EXPECT_EQ(stem,
+            (std::vector<std::pair<std::string, std::string>>{{"conv1.weight", "F32"},
+                                                              {"bn1.weight", "F32"},
+                                                              {"bn1.bias", "F32"},
+                                                              {"bn1.running_mean", "F32"},
+                                                              {"bn1.running_var", "F32"},
+                                                              {"bn1.num_batches_tracked", "I64"}}));
+  absl::StatusOr<SafetensorsFile> saved = ReadSafetensors(model);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->Find("layer1.0.bn2.num_batches_tracked")->item(), 3);  // one per forward
+  EXPECT_NE(saved->Find("layer1.0.bn1.running_var")->at(0), 1.0);         // moved off its init
+
+  absl::StatusOr<std::string> bytes = ReadFileToString(model);
+  ASSERT_TRUE(bytes.ok());
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = length << 8 | static_cast<uint8_t>((*bytes)[i]);
+  const nlohmann::json json = nlohmann::json::parse(bytes->substr(8, length));
+  const uint64_t at =
+      8 + length + json["layer1.0.bn1.running_var"]["data_offsets"][0].get<uint64_t>();
+  {
+    std::fstream f(model, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at + 1));
+    f.put(static_cast<char>((*bytes)[at + 1] ^ 0x10));
+  }
+  const absl::Status verified = checkpoint::VerifyCheckpoint(dir + "/step-00000003").status();
+  EXPECT_EQ(verified.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(
+      absl::StrContains(verified.message(), "'model.safetensors' does not match its CRC-32"))
+      << verified;
+  config.steps = 4;
+  absl::StatusOr<TrainReport> resumed = TrainWithCheckpoints(config, dir);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->resumed_from_step(), 2);
   fs::remove_all(dir);
 }
 

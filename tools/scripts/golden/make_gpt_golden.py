@@ -14,7 +14,12 @@ Files:
   torch_gpt_weights.safetensors  the small GPT's parameters, as named_parameters() lists them
   torch_gpt_case.safetensors     its input, targets, logits, loss, every gradient, and DDP's
                                  prev_iteration_grad_ready_order_indices (bias=1 and bias=0)
+  nanogpt_state_dict_names.json  per ddpkit spec, state_dict()'s keys with dtype and shape, in
+                                 order: the tied table under both names, lm_head.weight last
+
+    /usr/bin/python3 tools/scripts/golden/make_gpt_golden.py names   # only the names file
 """
+import json
 import math
 import os
 import sys
@@ -26,7 +31,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_torch_golden import write_safetensors  # noqa: E402
+from make_torch_golden import OUT, write_safetensors  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -189,7 +194,29 @@ def model_case(bias):
     return weights, case
 
 
+# ddpkit spec -> GPT arguments, for the state dict's key order.
+NAMES_CASES = {
+    "gpt:layers=2,heads=2,dim=8,ctx=8,vocab=11": dict(layers=2, heads=2, dim=8, ctx=8, vocab=11,
+                                                      bias=True),
+    "gpt:layers=1,heads=2,dim=8,ctx=4,vocab=5,bias=0": dict(layers=1, heads=2, dim=8, ctx=4,
+                                                            vocab=5, bias=False),
+}
+
+
+def write_names():
+    listing = {spec: [[k, str(v.dtype), list(v.shape)] for k, v in GPT(**kw).state_dict().items()]
+               for spec, kw in NAMES_CASES.items()}
+    path = os.path.join(OUT, "nanogpt_state_dict_names.json")
+    with open(path, "w") as f:
+        json.dump(listing, f, indent=1)
+        f.write("\n")
+    print(f"wrote {os.path.normpath(path)}")
+
+
 def main():
+    write_names()
+    if sys.argv[1:] == ["names"]:
+        return 0
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29563")
     dist.init_process_group("gloo", rank=0, world_size=1)
