@@ -111,7 +111,7 @@ struct BatchNormOptions {
   // summed across ranks before the mean and variance are taken, and in backward the two
   // per-channel sums dx needs (weight's and bias's gradients stay this rank's own). This rank's
   // input may hold any number of rows; the global count must exceed 1.
-  std::shared_ptr<BatchNormSync> sync;
+  std::shared_ptr<BatchNormSync> sync{};
 };
 // x [N, C, *]; weight, bias [C] or undefined (no affine); running_mean, running_var [C] or
 // undefined (needed in evaluation). Training normalises with the batch's mean and biased

@@ -172,7 +172,9 @@ TEST(TraceTest, ResNetAndGptTracesNameEveryGradientAndCountTheBuckets) {
     const trace::TraceStatsReport stats = trace::ComputeTraceStats(*view);
     ASSERT_EQ(stats.iterations_size(), 2 * config.steps);  // both ranks
     for (const trace::IterationStats& s : stats.iterations()) {
-      if (s.iteration() > 0) EXPECT_EQ(s.buckets_size(), buckets) << "iteration " << s.iteration();
+      if (s.iteration() > 0) {
+        EXPECT_EQ(s.buckets_size(), buckets) << "iteration " << s.iteration();
+      }
     }
     std::filesystem::remove(path);
   }

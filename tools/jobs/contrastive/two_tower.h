@@ -51,7 +51,7 @@ class TwoTowerModel : public nn::Module {
 // For the real towers: images [rows, C, H, W] and int64 token rows [rows, T] of shared classes.
 struct PairedData {
   Tensor image, text;  // MLP: [rows, in] each
-  Tensor labels;       // int64 [rows] (real towers: a pair's class); undefined: every pair unique
+  Tensor labels{};     // int64 [rows] (real towers: a pair's class); undefined: every pair unique
   // Rows [start, start + count) of both, as the model's input (see TwoTowerModel).
   Tensor Views(int64_t start, int64_t count) const;
   // Rows [begin, end) of each.
