@@ -112,7 +112,7 @@ void ProcessGroup::DeadlineLoop() {
       continue;
     }
     running_->overdue = true;
-    const Collective c = running_->collective;
+    const Collective c = *running_->collective;  // copied only when overdue
     const std::shared_ptr<Work> work = running_->work;
     lock.unlock();
     const std::optional<absl::Status> status = Overdue(c);
@@ -236,7 +236,7 @@ void ProcessGroup::CommLoop() {
 void ProcessGroup::SetRunning(const Collective& c, const std::shared_ptr<Work>& work) {
   if (!watch_deadlines_) return;
   std::lock_guard<std::mutex> lock(mu_);
-  running_ = Running{.collective = c, .work = work, .since = std::chrono::steady_clock::now()};
+  running_ = Running{.collective = &c, .work = work, .since = std::chrono::steady_clock::now()};
 }
 
 void ProcessGroup::ClearRunning() {

@@ -186,7 +186,7 @@ class ProcessGroup {
   std::thread comm_thread_;
   // The collective on the comm thread, for WatchDeadlines (guarded by mu_).
   struct Running {
-    Collective collective;
+    const Collective* collective;  // the comm thread's; valid until ClearRunning (under mu_)
     std::shared_ptr<Work> work;
     std::chrono::steady_clock::time_point since;
     bool overdue = false;  // the deadline watch is failing it (or asked the backend)
