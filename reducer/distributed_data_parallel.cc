@@ -7,6 +7,7 @@
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "autograd/log.h"
+#include "reducer/broadcast_coalesced.h"
 #include "reducer/reducer_errors.h"
 
 namespace ddpkit::reducer {
@@ -90,20 +91,13 @@ absl::Status VerifySameModelOnAllRanks(const NamedTensors& params, comm::Process
   return absl::OkStatus();
 }
 
-// Rank `root`'s values to every rank, in place.
+// Rank `root`'s values to every rank, in place, in 250 MiB buckets as PyTorch's
+// _sync_module_states and _sync_buffers.
 absl::Status BroadcastFromRank(const NamedTensors& tensors, comm::ProcessGroup& group,
                                std::string_view kind, int root = 0) {
   comm::ScopedCollectiveTag tag(
       {.purpose = kind == "buffer" ? "buffer_broadcast" : "model_broadcast"});
-  std::vector<std::shared_ptr<comm::Work>> works;
-  for (const auto& [name, t] : tensors)
-    works.push_back(group.Broadcast(t.Detach().Flatten(), root));
-  for (size_t i = 0; i < works.size(); ++i) {
-    DDPKIT_RETURN_IF_ERROR(WaitFor(
-        works[i], StrCat("broadcasting ", kind, " '", tensors[i].first, "' from rank ", root),
-        group.rank()));
-  }
-  return absl::OkStatus();
+  return BroadcastCoalesced(tensors, group, root, kind);
 }
 
 // Static graph's first backward: an identity node on the output whose backward — the first
@@ -167,8 +161,11 @@ absl::StatusOr<std::shared_ptr<DistributedDataParallel>> DistributedDataParallel
         {pytorch_phrase::kNoTrainableParameter}));
   }
   DDPKIT_RETURN_IF_ERROR(VerifySameModelOnAllRanks(params, group));
-  DDPKIT_RETURN_IF_ERROR(BroadcastFromRank(params, group, "parameter"));
-  DDPKIT_RETURN_IF_ERROR(BroadcastFromRank(module->NamedBuffers(), group, "buffer"));
+  // Parameters and buffers in one list, as PyTorch's _sync_module_states: a float32 model is
+  // one broadcast.
+  NamedTensors state = params;
+  for (auto& b : module->NamedBuffers()) state.push_back(b);
+  DDPKIT_RETURN_IF_ERROR(BroadcastFromRank(state, group, "model state"));
 
   std::shared_ptr<DistributedDataParallel> ddp(
       new DistributedDataParallel(std::move(module), group, std::move(options)));
@@ -301,13 +298,8 @@ class DdpJoinHook final : public join::JoinHook {
     // Buffers too, whatever broadcast_buffers says (PyTorch's _sync_final_model).
     NamedTensors state = ddp_.reducer_->parameters();
     for (auto& b : ddp_.module_->NamedBuffers()) state.push_back(b);
-    std::vector<std::shared_ptr<comm::Work>> works;
-    for (const auto& [name, t] : state)
-      works.push_back(group.Broadcast(t.Detach().Flatten(), authoritative));
-    for (const auto& w : works) {
-      if (absl::Status s = w->Wait(); !s.ok())
-        ThrowCommFailure(group.rank(), StrCat("taking rank ", authoritative, "'s model"), s);
-    }
+    if (absl::Status s = BroadcastCoalesced(state, group, authoritative, "model state"); !s.ok())
+      ThrowStatus(s);
   }
 
  private:
