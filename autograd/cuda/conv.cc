@@ -30,10 +30,10 @@ struct ConvDescriptors {
   FilterDescriptor w;
   ConvolutionDescriptor conv;
   explicit ConvDescriptors(const blas::ConvArgs& a, DType dtype)
-      : x(dtype, a.n, a.c, a.h, a.w),
-        y(dtype, a.n, a.o, a.ho, a.wo),
-        w(dtype, a.o, a.c, a.kh, a.kw),
-        conv(dtype, a.stride, a.padding) {}
+      : x(MakeTensorDescriptor(dtype, a.n, a.c, a.h, a.w)),
+        y(MakeTensorDescriptor(dtype, a.n, a.o, a.ho, a.wo)),
+        w(MakeFilterDescriptor(dtype, a.o, a.c, a.kh, a.kw)),
+        conv(MakeConvolutionDescriptor(dtype, a.stride, a.padding)) {}
 };
 
 // What every call needs: the GPU current for the scope, this thread's handle, the descriptors.
@@ -93,31 +93,43 @@ struct Scale {
 };
 constexpr Scale kOne{1.0f, 1.0}, kZero{0.0f, 0.0};
 
+// The algorithm for one call — cuDNN's ranked candidates from `rank`, then Choose — and its
+// workspace, sized by `size`. Both take the handle and the call's descriptors `descs` first.
+template <typename Algo>
+struct Plan {
+  Algo algo;
+  Workspace workspace;
+};
+template <typename Perf, typename Algo, typename Rank, typename Size, typename... Descs>
+Plan<Algo> PlanCall(const ConvCall& c, std::string_view name, Algo fallback, Rank rank, Size size,
+                    Descs... descs) {
+  Perf candidates[kMaxCandidates];
+  int count = 0;
+  CheckCudnn(rank(c.handle, descs..., kMaxCandidates, &count, candidates),
+             StrCat(name, ": ranking its algorithms"));
+  const Algo algo = Choose(candidates, count, fallback);
+  size_t nbytes = 0;
+  CheckCudnn(size(c.handle, descs..., algo, &nbytes), StrCat(name, ": its workspace size"));
+  return {algo, Workspace(c.device, nbytes)};
+}
+
 }  // namespace
 
 void Conv2dForward(const blas::ConvArgs& a, const Tensor& x, const Tensor& weight,
                    const Tensor& bias, const Tensor& out) {
   const ConvCall c(a, x);
   const ConvDescriptors& d = c.d;
-  cudnnConvolutionFwdAlgoPerf_t candidates[kMaxCandidates];
-  int count = 0;
-  CheckCudnn(cudnnGetConvolutionForwardAlgorithm_v7(c.handle, d.x.get(), d.w.get(), d.conv.get(),
-                                                    d.y.get(), kMaxCandidates, &count, candidates),
-             "cudnnGetConvolutionForwardAlgorithm_v7");
-  const cudnnConvolutionFwdAlgo_t algo =
-      Choose(candidates, count, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
-  size_t nbytes = 0;
-  CheckCudnn(cudnnGetConvolutionForwardWorkspaceSize(c.handle, d.x.get(), d.w.get(), d.conv.get(),
-                                                     d.y.get(), algo, &nbytes),
-             "cudnnGetConvolutionForwardWorkspaceSize");
-  const Workspace ws(c.device, nbytes);
+  const auto [algo, ws] = PlanCall<cudnnConvolutionFwdAlgoPerf_t>(
+      c, "cudnnConvolutionForward", CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+      cudnnGetConvolutionForwardAlgorithm_v7, cudnnGetConvolutionForwardWorkspaceSize, d.x.get(),
+      d.w.get(), d.conv.get(), d.y.get());
   CheckCudnn(cudnnConvolutionForward(c.handle, kOne.For(c.dtype), d.x.get(), x.raw_data(),
                                      d.w.get(), weight.raw_data(), d.conv.get(), algo, ws.ptr(),
                                      ws.size(), kZero.For(c.dtype), d.y.get(), out.raw_data()),
              "cudnnConvolutionForward");
   if (!bias.defined()) return;
   // out[n, o, :, :] += bias[o], the bias seen as a [1, O, 1, 1] tensor that cuDNN broadcasts.
-  const TensorDescriptor b(c.dtype, 1, a.o, 1, 1);
+  const TensorDescriptor b = MakeTensorDescriptor(c.dtype, 1, a.o, 1, 1);
   CheckCudnn(cudnnAddTensor(c.handle, kOne.For(c.dtype), b.get(), bias.raw_data(),
                             kOne.For(c.dtype), d.y.get(), out.raw_data()),
              "cudnnAddTensor");
@@ -127,19 +139,10 @@ void Conv2dBackwardData(const blas::ConvArgs& a, const Tensor& dy, const Tensor&
                         const Tensor& dx) {
   const ConvCall c(a, dy);
   const ConvDescriptors& d = c.d;
-  cudnnConvolutionBwdDataAlgoPerf_t candidates[kMaxCandidates];
-  int count = 0;
-  CheckCudnn(
-      cudnnGetConvolutionBackwardDataAlgorithm_v7(c.handle, d.w.get(), d.y.get(), d.conv.get(),
-                                                  d.x.get(), kMaxCandidates, &count, candidates),
-      "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-  const cudnnConvolutionBwdDataAlgo_t algo =
-      Choose(candidates, count, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
-  size_t nbytes = 0;
-  CheckCudnn(cudnnGetConvolutionBackwardDataWorkspaceSize(c.handle, d.w.get(), d.y.get(),
-                                                          d.conv.get(), d.x.get(), algo, &nbytes),
-             "cudnnGetConvolutionBackwardDataWorkspaceSize");
-  const Workspace ws(c.device, nbytes);
+  const auto [algo, ws] = PlanCall<cudnnConvolutionBwdDataAlgoPerf_t>(
+      c, "cudnnConvolutionBackwardData", CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+      cudnnGetConvolutionBackwardDataAlgorithm_v7, cudnnGetConvolutionBackwardDataWorkspaceSize,
+      d.w.get(), d.y.get(), d.conv.get(), d.x.get());
   CheckCudnn(cudnnConvolutionBackwardData(c.handle, kOne.For(c.dtype), d.w.get(), weight.raw_data(),
                                           d.y.get(), dy.raw_data(), d.conv.get(), algo, ws.ptr(),
                                           ws.size(), kZero.For(c.dtype), d.x.get(), dx.raw_data()),
@@ -150,19 +153,10 @@ void Conv2dBackwardWeight(const blas::ConvArgs& a, const Tensor& x, const Tensor
                           const Tensor& dw) {
   const ConvCall c(a, dy);
   const ConvDescriptors& d = c.d;
-  cudnnConvolutionBwdFilterAlgoPerf_t candidates[kMaxCandidates];
-  int count = 0;
-  CheckCudnn(
-      cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.handle, d.x.get(), d.y.get(), d.conv.get(),
-                                                    d.w.get(), kMaxCandidates, &count, candidates),
-      "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-  const cudnnConvolutionBwdFilterAlgo_t algo =
-      Choose(candidates, count, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
-  size_t nbytes = 0;
-  CheckCudnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(c.handle, d.x.get(), d.y.get(),
-                                                            d.conv.get(), d.w.get(), algo, &nbytes),
-             "cudnnGetConvolutionBackwardFilterWorkspaceSize");
-  const Workspace ws(c.device, nbytes);
+  const auto [algo, ws] = PlanCall<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      c, "cudnnConvolutionBackwardFilter", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+      cudnnGetConvolutionBackwardFilterAlgorithm_v7, cudnnGetConvolutionBackwardFilterWorkspaceSize,
+      d.x.get(), d.y.get(), d.conv.get(), d.w.get());
   CheckCudnn(
       cudnnConvolutionBackwardFilter(c.handle, kOne.For(c.dtype), d.x.get(), x.raw_data(),
                                      d.y.get(), dy.raw_data(), d.conv.get(), algo, ws.ptr(),
@@ -173,7 +167,7 @@ void Conv2dBackwardWeight(const blas::ConvArgs& a, const Tensor& x, const Tensor
 // db[o] = the sum of dy[:, o, :, :].
 void Conv2dBackwardBias(const blas::ConvArgs& a, const Tensor& dy, const Tensor& db) {
   const ConvCall c(a, dy);
-  const TensorDescriptor b(c.dtype, 1, a.o, 1, 1);
+  const TensorDescriptor b = MakeTensorDescriptor(c.dtype, 1, a.o, 1, 1);
   CheckCudnn(cudnnConvolutionBackwardBias(c.handle, kOne.For(c.dtype), c.d.y.get(), dy.raw_data(),
                                           kZero.For(c.dtype), b.get(), db.raw_data()),
              "cudnnConvolutionBackwardBias");

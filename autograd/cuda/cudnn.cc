@@ -1,9 +1,8 @@
 // The CUDA build of cudnn.h.
 #include "autograd/cuda/cudnn.h"
 
-#include <array>
-
 #include "autograd/cuda/runtime.h"
+#include "autograd/cuda/thread_handles.h"
 #include "autograd/error.h"
 
 namespace ddpkit::cuda {
@@ -22,19 +21,8 @@ void CheckCudnn(cudnnStatus_t status, std::string_view what) {
 }
 
 cudnnHandle_t CudnnHandle(Device device) {
-  struct Handles {
-    std::array<cudnnHandle_t, 16> by_device{};
-    ~Handles() {
-      for (cudnnHandle_t h : by_device) {
-        if (h != nullptr) cudnnDestroy(h);
-      }
-    }
-  };
-  thread_local Handles handles;
-  cudnnHandle_t& handle = handles.by_device.at(device.index);
-  if (handle == nullptr) CheckCudnn(cudnnCreate(&handle), "cudnnCreate");
-  CheckCudnn(cudnnSetStream(handle, CurrentStream(device)), "cudnnSetStream");
-  return handle;
+  thread_local ThreadHandles<cudnnHandle_t, &cudnnCreate, &cudnnDestroy, &cudnnSetStream> handles;
+  return handles.For(device, CheckCudnn);
 }
 
 cudnnDataType_t CudnnType(DType dtype) {
@@ -43,30 +31,36 @@ cudnnDataType_t CudnnType(DType dtype) {
   return dtype == DType::kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 }
 
-TensorDescriptor::TensorDescriptor(DType dtype, int64_t n, int64_t c, int64_t h, int64_t w) {
-  CheckCudnn(cudnnCreateTensorDescriptor(&desc_), "cudnnCreateTensorDescriptor");
-  CheckCudnn(cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, CudnnType(dtype), Dim(n), Dim(c),
+TensorDescriptor MakeTensorDescriptor(DType dtype, int64_t n, int64_t c, int64_t h, int64_t w) {
+  cudnnTensorDescriptor_t desc;
+  CheckCudnn(cudnnCreateTensorDescriptor(&desc), "cudnnCreateTensorDescriptor");
+  TensorDescriptor owned(desc);
+  CheckCudnn(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, CudnnType(dtype), Dim(n), Dim(c),
                                         Dim(h), Dim(w)),
              "cudnnSetTensor4dDescriptor");
+  return owned;
 }
-TensorDescriptor::~TensorDescriptor() { cudnnDestroyTensorDescriptor(desc_); }
 
-FilterDescriptor::FilterDescriptor(DType dtype, int64_t o, int64_t c, int64_t kh, int64_t kw) {
-  CheckCudnn(cudnnCreateFilterDescriptor(&desc_), "cudnnCreateFilterDescriptor");
-  CheckCudnn(cudnnSetFilter4dDescriptor(desc_, CudnnType(dtype), CUDNN_TENSOR_NCHW, Dim(o), Dim(c),
+FilterDescriptor MakeFilterDescriptor(DType dtype, int64_t o, int64_t c, int64_t kh, int64_t kw) {
+  cudnnFilterDescriptor_t desc;
+  CheckCudnn(cudnnCreateFilterDescriptor(&desc), "cudnnCreateFilterDescriptor");
+  FilterDescriptor owned(desc);
+  CheckCudnn(cudnnSetFilter4dDescriptor(desc, CudnnType(dtype), CUDNN_TENSOR_NCHW, Dim(o), Dim(c),
                                         Dim(kh), Dim(kw)),
              "cudnnSetFilter4dDescriptor");
+  return owned;
 }
-FilterDescriptor::~FilterDescriptor() { cudnnDestroyFilterDescriptor(desc_); }
 
-ConvolutionDescriptor::ConvolutionDescriptor(DType dtype, int64_t stride, int64_t padding) {
-  CheckCudnn(cudnnCreateConvolutionDescriptor(&desc_), "cudnnCreateConvolutionDescriptor");
+ConvolutionDescriptor MakeConvolutionDescriptor(DType dtype, int64_t stride, int64_t padding) {
+  cudnnConvolutionDescriptor_t desc;
+  CheckCudnn(cudnnCreateConvolutionDescriptor(&desc), "cudnnCreateConvolutionDescriptor");
+  ConvolutionDescriptor owned(desc);
   const int pad = padding == 0 ? 0 : Dim(padding);
-  CheckCudnn(cudnnSetConvolution2dDescriptor(desc_, pad, pad, Dim(stride), Dim(stride), 1, 1,
+  CheckCudnn(cudnnSetConvolution2dDescriptor(desc, pad, pad, Dim(stride), Dim(stride), 1, 1,
                                              CUDNN_CROSS_CORRELATION, CudnnType(dtype)),
              "cudnnSetConvolution2dDescriptor");
-  CheckCudnn(cudnnSetConvolutionMathType(desc_, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  CheckCudnn(cudnnSetConvolutionMathType(desc, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  return owned;
 }
-ConvolutionDescriptor::~ConvolutionDescriptor() { cudnnDestroyConvolutionDescriptor(desc_); }
 
 }  // namespace ddpkit::cuda

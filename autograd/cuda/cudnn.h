@@ -22,44 +22,34 @@ cudnnHandle_t CudnnHandle(Device device);
 // float32 or float64 as cuDNN names it.
 cudnnDataType_t CudnnType(DType dtype);
 
+// A cuDNN descriptor that destroys itself (movable, not copyable).
+template <typename Desc, auto Destroy>
+class Descriptor {
+ public:
+  explicit Descriptor(Desc desc) : desc_(desc) {}
+  Descriptor(Descriptor&& other) noexcept : desc_(other.desc_) { other.desc_ = nullptr; }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  Descriptor& operator=(Descriptor&&) = delete;
+  ~Descriptor() {
+    if (desc_ != nullptr) Destroy(desc_);
+  }
+  Desc get() const { return desc_; }
+
+ private:
+  Desc desc_;
+};
+using TensorDescriptor = Descriptor<cudnnTensorDescriptor_t, &cudnnDestroyTensorDescriptor>;
+using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, &cudnnDestroyFilterDescriptor>;
+using ConvolutionDescriptor =
+    Descriptor<cudnnConvolutionDescriptor_t, &cudnnDestroyConvolutionDescriptor>;
+
 // A dense NCHW tensor [n, c, h, w].
-class TensorDescriptor {
- public:
-  TensorDescriptor(DType dtype, int64_t n, int64_t c, int64_t h, int64_t w);
-  ~TensorDescriptor();
-  TensorDescriptor(const TensorDescriptor&) = delete;
-  TensorDescriptor& operator=(const TensorDescriptor&) = delete;
-  cudnnTensorDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnTensorDescriptor_t desc_ = nullptr;
-};
-
+TensorDescriptor MakeTensorDescriptor(DType dtype, int64_t n, int64_t c, int64_t h, int64_t w);
 // A filter [o, c, kh, kw] in NCHW order (PyTorch's weight layout).
-class FilterDescriptor {
- public:
-  FilterDescriptor(DType dtype, int64_t o, int64_t c, int64_t kh, int64_t kw);
-  ~FilterDescriptor();
-  FilterDescriptor(const FilterDescriptor&) = delete;
-  FilterDescriptor& operator=(const FilterDescriptor&) = delete;
-  cudnnFilterDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnFilterDescriptor_t desc_ = nullptr;
-};
-
+FilterDescriptor MakeFilterDescriptor(DType dtype, int64_t o, int64_t c, int64_t kh, int64_t kw);
 // A 2-D cross-correlation (PyTorch's conv2d), one stride and padding for both axes, dilation 1,
 // computed in the data's own precision with FMA math only: no TF32 for float32, as Gemm.
-class ConvolutionDescriptor {
- public:
-  ConvolutionDescriptor(DType dtype, int64_t stride, int64_t padding);
-  ~ConvolutionDescriptor();
-  ConvolutionDescriptor(const ConvolutionDescriptor&) = delete;
-  ConvolutionDescriptor& operator=(const ConvolutionDescriptor&) = delete;
-  cudnnConvolutionDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnConvolutionDescriptor_t desc_ = nullptr;
-};
+ConvolutionDescriptor MakeConvolutionDescriptor(DType dtype, int64_t stride, int64_t padding);
 
 }  // namespace ddpkit::cuda
