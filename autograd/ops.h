@@ -82,7 +82,8 @@ Tensor Concat(const TensorList& parts);                     // along dim 0
 Tensor Slice(const Tensor& x, int64_t begin, int64_t end);  // rows [begin, end), a view
 Tensor Reshape(const Tensor& x, const Shape& shape);        // a view
 
-// --- Vision: NCHW images (ops/conv.cc, ops/batch_norm.cc, ops/pool.cc; host only) ----------
+// --- Vision: NCHW images (ops/conv.cc, ops/batch_norm.cc, ops/pool.cc) ----------------------
+// On a GPU: cuda/conv.cc (cuDNN), cuda/batch_norm.cu, cuda/pool.cu; SyncBatchNorm is host only.
 // Each backward node has PyTorch 1.13's edges in its order (convolution: input, weight, bias;
 // native_batch_norm: input, weight, bias), so gradients become ready in PyTorch's order.
 struct Conv2dOptions {

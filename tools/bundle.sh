@@ -10,7 +10,7 @@
 #                     the target's other programs, Python among them, keep their own
 #                     libraries), DIR/libexec the stripped binaries, DIR/lib the libraries
 #   --tar             also write DIR.tar.gz
-#   --with-cuda-libs  pack cuBLAS, cudart and NCCL too (over 800 MB); by default the target's
+#   --with-cuda-libs  pack cuBLAS, cuDNN, cudart and NCCL too (over 800 MB); by default the target's
 #                     own CUDA 13 libraries are used (CUDA_HOME/lib64, or those of its PyTorch)
 #
 # On the target:  source DIR/env.sh && ddpkit train --device cuda   (or run DIR/bin/ddpkit)
@@ -46,7 +46,7 @@ is_system() {
 }
 is_cuda_toolkit() {
   case "$(basename "$1")" in
-    libcublas*|libcublasLt*|libcudart*|libnccl*|libnvrtc*|libnvJitLink*) return 0 ;;
+    libcublas*|libcublasLt*|libcudart*|libcudnn*|libnccl*|libnvrtc*|libnvJitLink*) return 0 ;;
   esac
   return 1
 }

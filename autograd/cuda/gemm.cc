@@ -5,11 +5,10 @@
 // materialised. float32 runs in full float32 (no TF32), as PyTorch's default for matmul.
 #include <cublas_v2.h>
 
-#include <array>
-
 #include "autograd/cuda/cuda_check.h"
 #include "autograd/cuda/kernels.h"
 #include "autograd/cuda/runtime.h"
+#include "autograd/cuda/thread_handles.h"
 
 namespace ddpkit::cuda {
 namespace {
@@ -19,21 +18,10 @@ void CheckBlas(cublasStatus_t status, std::string_view what) {
                cublasGetStatusString(status));
 }
 
-// One handle per thread and GPU (a handle is not meant to be shared between threads).
 cublasHandle_t HandleFor(Device device) {
-  struct Handles {
-    std::array<cublasHandle_t, 16> by_device{};
-    ~Handles() {
-      for (cublasHandle_t h : by_device) {
-        if (h != nullptr) cublasDestroy(h);
-      }
-    }
-  };
-  thread_local Handles handles;
-  cublasHandle_t& handle = handles.by_device.at(device.index);
-  if (handle == nullptr) CheckBlas(cublasCreate(&handle), "cublasCreate");
-  CheckBlas(cublasSetStream(handle, CurrentStream(device)), "cublasSetStream");
-  return handle;
+  thread_local ThreadHandles<cublasHandle_t, &cublasCreate, &cublasDestroy, &cublasSetStream>
+      handles;
+  return handles.For(device, CheckBlas);
 }
 
 }  // namespace

@@ -11,6 +11,9 @@
 
 namespace ddpkit {
 struct AdamUpdate;
+namespace blas {
+struct ConvArgs;
+}  // namespace blas
 }  // namespace ddpkit
 
 namespace ddpkit::cuda {
@@ -94,6 +97,48 @@ void CopyHeads(const Tensor& rows, int64_t col, const Tensor& heads, bool into_h
 void AddTrailing(const Tensor& x, const Tensor& y, const Tensor& out);
 // out [m] <- the sum of g's blocks of m elements, in block order.
 void SumBlocks(const Tensor& g, const Tensor& out);
+
+// --- conv.cc: cuDNN (autograd/cuda/cudnn.h), NCHW, the geometry ops/conv.cc checked -------
+// out = conv2d(x, weight) + bias (bias undefined: none).
+void Conv2dForward(const blas::ConvArgs& args, const Tensor& x, const Tensor& weight,
+                   const Tensor& bias, const Tensor& out);
+// dx = the input gradient of dy; dw = the weight gradient; db [o] = dy's per-channel sums. Each
+// output is written in full (no accumulation); a batch of zero images is the caller's.
+void Conv2dBackwardData(const blas::ConvArgs& args, const Tensor& dy, const Tensor& weight,
+                        const Tensor& dx);
+void Conv2dBackwardWeight(const blas::ConvArgs& args, const Tensor& x, const Tensor& dy,
+                          const Tensor& dw);
+void Conv2dBackwardBias(const blas::ConvArgs& args, const Tensor& dy, const Tensor& db);
+
+// --- batch_norm.cu --------------------------------------------------------------------------
+// x [N, C, *]. mean and invstd: float64 [C] on x's GPU. Training: the batch mean and
+// 1 / sqrt(biased var + eps), running_mean / running_var (either undefined) moved by momentum,
+// the variance unbiased; evaluation: from the running statistics.
+void BatchNormStatistics(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                         bool training, double momentum, double eps, const Tensor& mean,
+                         const Tensor& invstd);
+// out = (x - mean) invstd weight + bias per channel (weight, bias undefined: 1, 0).
+void BatchNormApply(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                    const Tensor& invstd, const Tensor& out);
+// dw = sum(dy xhat), db = sum(dy) per channel; dx = weight invstd (dy - [training] (sum(dy) +
+// xhat sum(dy xhat)) / count). Undefined outputs are skipped.
+void BatchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& weight, const Tensor& mean,
+                       const Tensor& invstd, bool training, const Tensor& dx, const Tensor& dw,
+                       const Tensor& db);
+
+// --- pool.cu ------------------------------------------------------------------------------
+// planes = N * C planes of h x w pooled to ho x wo (kernel, stride, padding: max pool only).
+struct Pool2dGeometry {
+  int64_t planes = 0, h = 0, w = 0, ho = 0, wo = 0, kernel = 0, stride = 0, padding = 0;
+};
+// out and argmax (int64, each output's flat in-plane index; the first maximum, NaN wins).
+void MaxPool2d(const Tensor& x, const Pool2dGeometry& g, const Tensor& out, const Tensor& argmax);
+// dx [planes, h, w] (written in full) <- each dy summed into its argmax.
+void MaxPool2dBackward(const Tensor& dy, const Tensor& argmax, const Pool2dGeometry& g,
+                       const Tensor& dx);
+// PyTorch's adaptive average windows; dx written in full.
+void AdaptiveAvgPool2d(const Tensor& x, const Pool2dGeometry& g, const Tensor& out);
+void AdaptiveAvgPool2dBackward(const Tensor& dy, const Pool2dGeometry& g, const Tensor& dx);
 
 // --- optim.cu -----------------------------------------------------------------------------
 // One Adam step on every element of param (grad, exp_avg, exp_avg_sq alike on its GPU).

@@ -7,7 +7,7 @@ namespace {
 
 constexpr std::string_view kWhy =
     "ddpkit was built without CUDA (configure with -DDDPKIT_CUDA=ON on a machine with the CUDA "
-    "toolkit and NCCL, or CUDA_HOME pointing at them)";
+    "toolkit, NCCL and cuDNN, or CUDA_HOME pointing at them)";
 
 [[noreturn]] void Unavailable(Device device) {
   throw Error(StrCat("[cuda] ", device.ToString(), " is not usable: ", kWhy));

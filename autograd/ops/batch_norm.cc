@@ -3,13 +3,15 @@
 // unbiased estimate, as PyTorch; in evaluation, normalised by the running statistics. Statistics
 // are accumulated in double, as PyTorch's CPU kernel does for float32. With a BatchNormSync
 // (SyncBatchNorm) the batch is every rank's: forward sums each channel's sum, sum of squares and
-// count across ranks, backward the two sums dx needs.
+// count across ranks, backward the two sums dx needs. On a GPU the same formulas run as CUDA
+// kernels (autograd/cuda/batch_norm.cu); SyncBatchNorm stays on the host there.
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <type_traits>
 #include <vector>
 
+#include "autograd/cuda/ops.h"
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
@@ -45,7 +47,11 @@ BnLayout CheckBatchNorm(const Tensor& x, const TensorList& channel_vectors,
   op_util::CheckFloating("batch_norm", x);
   DDPKIT_CHECK(x.dim() >= 2, "[batch_norm] input must be [N, C, ...], got ",
                ShapeString(x.shape()));
-  DDPKIT_CHECK(!x.is_cuda(), "[batch_norm] runs on the host only (no CUDA kernel yet)");
+  DDPKIT_CHECK(!x.is_cuda() || !options.training || !options.sync,
+               "[sync_batch_norm] runs on the host only: its cross-rank sums are host vectors and "
+               "the GPU path has no such step yet; train SyncBatchNorm with --device cpu, or "
+               "plain BatchNorm2d on ",
+               x.device().ToString());
   const char* names[] = {"weight", "bias", "running_mean", "running_var"};
   for (size_t i = 0; i < channel_vectors.size(); ++i) {
     CheckChannelVector(names[i], channel_vectors[i], x);
@@ -191,7 +197,8 @@ void Normalize(const Tensor& x, const Tensor& weight, const Tensor& bias, const 
 
 struct BnSaved {
   Tensor x, weight;
-  BnStats stats;
+  BnStats stats;        // on the host
+  Tensor mean, invstd;  // on a GPU instead: float64 [C] there
   BnLayout layout;
   bool training, x_grad, w_grad, b_grad;
   std::shared_ptr<BatchNormSync> sync;  // training under SyncBatchNorm only
@@ -311,6 +318,33 @@ TensorList BnBackward(const BnSaved& s, const Tensor& dy) {
   return {dx, dw, db};
 }
 
+// The GPU path's statistics (float64 [C] on x's GPU), with the running ones updated in training,
+// and the output.
+std::pair<Tensor, Tensor> GpuForward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                     const Tensor& running_mean, const Tensor& running_var,
+                                     const BatchNormOptions& options, const Tensor& out) {
+  Tensor mean = Tensor::Uninitialized({x.size(1)}, DType::kFloat64, x.device());
+  Tensor invstd = Tensor::Uninitialized({x.size(1)}, DType::kFloat64, x.device());
+  if constexpr (kWithCuda) {
+    cuda::BatchNormStatistics(x, running_mean, running_var, options.training, options.momentum,
+                              options.eps, mean, invstd);
+    cuda::BatchNormApply(x, weight, bias, mean, invstd, out);
+  }
+  return {mean, invstd};
+}
+
+TensorList GpuBackward(const BnSaved& s, const Tensor& dy) {
+  const int64_t C = s.layout.channels;
+  const Device device = dy.device();
+  Tensor dx = s.x_grad ? Tensor::Uninitialized(s.x.shape(), dy.dtype(), device) : Tensor();
+  Tensor dw = s.w_grad ? Tensor::Uninitialized({C}, dy.dtype(), device) : Tensor();
+  Tensor db = s.b_grad ? Tensor::Uninitialized({C}, dy.dtype(), device) : Tensor();
+  if constexpr (kWithCuda) {
+    cuda::BatchNormBackward(s.x, dy, s.weight, s.mean, s.invstd, s.training, dx, dw, db);
+  }
+  return {dx, dw, db};
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------- batch_norm
@@ -319,22 +353,32 @@ Tensor BatchNorm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                  const BatchNormOptions& options) {
   const BnLayout layout = CheckBatchNorm(x, {weight, bias, running_mean, running_var}, options);
   Tensor out = Tensor::Uninitialized(x.shape(), x.dtype(), x.device());
-  BnStats stats = DispatchFloating(x.dtype(), "batch_norm", [&]<typename T>() {
-    BnStats s = Statistics<T>(x, running_mean, running_var, layout, options);
-    Normalize<T>(x, weight, bias, s, layout, out);
-    return s;
-  });
+  BnStats stats;
+  stats.count = static_cast<double>(layout.count());
+  Tensor mean, invstd;
+  if (x.is_cuda()) {
+    std::tie(mean, invstd) = GpuForward(x, weight, bias, running_mean, running_var, options, out);
+  } else {
+    stats = DispatchFloating(x.dtype(), "batch_norm", [&]<typename T>() {
+      BnStats s = Statistics<T>(x, running_mean, running_var, layout, options);
+      Normalize<T>(x, weight, bias, s, layout, out);
+      return s;
+    });
+  }
   // PyTorch's NativeBatchNormBackward0 has edges (input, weight, bias).
   RecordOp(out, "NativeBatchNormBackward", {&x, &weight, &bias},
            [s = BnSaved{.x = x.Detach(),
                         .weight = weight.defined() ? weight.Detach() : Tensor(),
                         .stats = std::move(stats),
+                        .mean = mean,
+                        .invstd = invstd,
                         .layout = layout,
                         .training = options.training,
                         .x_grad = x.requires_grad(),
                         .w_grad = weight.defined() && weight.requires_grad(),
                         .b_grad = bias.defined() && bias.requires_grad(),
                         .sync = options.training ? options.sync : nullptr}](const Tensor& dy) {
+             if (dy.is_cuda()) return GpuBackward(s, dy);
              return DispatchFloating(dy.dtype(), "batch_norm_backward",
                                      [&]<typename T>() { return BnBackward<T>(s, dy); });
            });

@@ -2,8 +2,10 @@
 // faster than im2col + GEMM here (docs/performance.md); float64, which they lack, and any shape
 // they refuse run im2col + GEMM image by image (OpenBLAS's or oneDNN's GEMM through
 // autograd/gemm.h) — the path the finite-difference test checks. A 1×1, stride-1, unpadded
-// convolution needs no im2col: the image itself is the column matrix.
+// convolution needs no im2col: the image itself is the column matrix. On a GPU all of it runs
+// through cuDNN (autograd/cuda/conv.cc).
 #include "autograd/blas/backends.h"
+#include "autograd/cuda/ops.h"
 #include "autograd/function.h"
 #include "autograd/gemm.h"
 #include "autograd/ops.h"
@@ -32,7 +34,7 @@ ConvGeometry CheckConv(const Tensor& x, const Tensor& weight, const Tensor& bias
   DDPKIT_CHECK(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
                "[conv2d] input, weight and bias must share one dtype");
   op_util::CheckSameDevice("conv2d", x, weight);
-  DDPKIT_CHECK(!x.is_cuda(), "[conv2d] runs on the host only (no CUDA kernel yet)");
+  if (bias.defined()) op_util::CheckSameDevice("conv2d", x, bias);
   DDPKIT_CHECK(x.size(1) == weight.size(1), "[conv2d] input has ", x.size(1),
                " channels but weight expects ", weight.size(1));
   DDPKIT_CHECK(!bias.defined() || bias.shape() == Shape{weight.size(0)}, "[conv2d] bias must be [",
@@ -198,7 +200,24 @@ bool OneDnnBackward(const ConvSaved& s, const Tensor& dy, TensorList& grads) {
   return true;
 }
 
+// cuDNN's three backward calls; a batch of no images has zero weight and bias gradients.
+TensorList GpuBackward(const ConvSaved& s, const Tensor& dy) {
+  const blas::ConvArgs args = Args(s.g);
+  const Device device = dy.device();
+  Tensor dx = s.x_grad ? Tensor::Uninitialized(s.x.shape(), dy.dtype(), device) : Tensor();
+  Tensor dw = s.w_grad ? Tensor::Zeros(s.w.shape(), dy.dtype(), device) : Tensor();
+  Tensor db = s.b_grad ? Tensor::Zeros({s.g.o}, dy.dtype(), device) : Tensor();
+  if constexpr (kWithCuda) {
+    if (s.g.n == 0) return {dx, dw, db};
+    if (s.x_grad) cuda::Conv2dBackwardData(args, dy, s.w, dx);
+    if (s.w_grad) cuda::Conv2dBackwardWeight(args, s.x, dy, dw);
+    if (s.b_grad) cuda::Conv2dBackwardBias(args, dy, db);
+  }
+  return {dx, dw, db};
+}
+
 TensorList ConvBackward(const ConvSaved& s, const Tensor& dy) {
+  if (dy.is_cuda()) return GpuBackward(s, dy);
   TensorList grads;
   return OneDnnBackward(s, dy, grads) ? grads : Im2ColBackward(s, dy);
 }
@@ -210,7 +229,13 @@ Tensor Conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options) {
   const ConvGeometry g = CheckConv(x, weight, bias, options);
   Tensor out = Tensor::Uninitialized({g.n, g.o, g.ho, g.wo}, x.dtype(), x.device());
-  if (!OneDnnForward(g, x, weight, bias, out)) Im2ColForward(g, x, weight, bias, out);
+  if (x.is_cuda()) {
+    if constexpr (kWithCuda) {
+      if (g.n > 0) cuda::Conv2dForward(Args(g), x, weight, bias, out);
+    }
+  } else if (!OneDnnForward(g, x, weight, bias, out)) {
+    Im2ColForward(g, x, weight, bias, out);
+  }
   // PyTorch's ConvolutionBackward0 has edges (input, weight, bias); no bias is an empty edge.
   RecordOp(out, "ConvolutionBackward", {&x, &weight, &bias},
            [s = ConvSaved{.g = g,

@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "autograd/models/zoo.h"
 #include "autograd/ops.h"
+#include "autograd/optim.h"
 #include "tests/autograd/cuda_test_util.h"
 
 namespace ddpkit {
@@ -188,10 +190,151 @@ TEST_P(CudaOpsTest, TransformerOps) {
                   [](const TensorList& t) { return CausalSelfAttention(t[0], 3); });
 }
 
+TEST_P(CudaOpsTest, Conv2d) {
+  const Tensor x = Rand({2, 3, 9, 7}, 60), w3 = Rand({4, 3, 3, 3}, 61), b = Rand({4}, 62);
+  ExpectSameOnGpu("conv2d 3x3 padding 1 bias", {x, w3, b}, [](const TensorList& t) {
+    return Conv2d(t[0], t[1], t[2], {.stride = 1, .padding = 1});
+  });
+  ExpectSameOnGpu("conv2d 3x3 stride 2 no bias", {x, w3}, [](const TensorList& t) {
+    return Conv2d(t[0], t[1], Tensor(), {.stride = 2, .padding = 0});
+  });
+  // ResNet's downsample: 1x1, stride 2, no bias; and a pointwise one with a bias.
+  const Tensor w1 = Rand({5, 3, 1, 1}, 63), b1 = Rand({5}, 64);
+  ExpectSameOnGpu("conv2d 1x1 stride 2", {x, w1}, [](const TensorList& t) {
+    return Conv2d(t[0], t[1], Tensor(), {.stride = 2, .padding = 0});
+  });
+  ExpectSameOnGpu("conv2d 1x1 bias", {x, w1, b1},
+                  [](const TensorList& t) { return Conv2d(t[0], t[1], t[2]); });
+  // The ImageNet stem: 7x7, stride 2, padding 3.
+  ExpectSameOnGpu("conv2d 7x7 stride 2 padding 3",
+                  {Rand({2, 3, 16, 16}, 65), Rand({4, 3, 7, 7}, 66)}, [](const TensorList& t) {
+                    return Conv2d(t[0], t[1], Tensor(), {.stride = 2, .padding = 3});
+                  });
+}
+
+TEST_P(CudaOpsTest, PoolsAndFlatten) {
+  const Tensor x = Rand({2, 3, 9, 7}, 67);
+  ExpectSameOnGpu("max_pool2d 3 stride 2 padding 1", {x}, [](const TensorList& t) {
+    return MaxPool2d(t[0], {.kernel = 3, .stride = 2, .padding = 1});
+  });
+  // Overlapping windows (stride 1): an input that is the maximum of several outputs gathers
+  // all their gradients.
+  ExpectSameOnGpu("max_pool2d 2 stride 1", {x}, [](const TensorList& t) {
+    return MaxPool2d(t[0], {.kernel = 2, .stride = 1, .padding = 0});
+  });
+  ExpectSameOnGpu("max_pool2d 2 (stride = kernel)", {x},
+                  [](const TensorList& t) { return MaxPool2d(t[0], {.kernel = 2}); });
+  // Ties: the first maximum in the window takes the gradient, as on the host.
+  ExpectSameOnGpu("max_pool2d ties", {Tensor::Full({1, 2, 4, 4}, 0.5, dtype())},
+                  [](const TensorList& t) { return MaxPool2d(t[0], {.kernel = 2, .stride = 1}); });
+  ExpectSameOnGpu("adaptive_avg_pool2d 1x1", {x},
+                  [](const TensorList& t) { return AdaptiveAvgPool2d(t[0], 1, 1); });
+  // 9x7 to 4x3: windows of unequal sizes that overlap.
+  ExpectSameOnGpu("adaptive_avg_pool2d 4x3", {x},
+                  [](const TensorList& t) { return AdaptiveAvgPool2d(t[0], 4, 3); });
+  ExpectSameOnGpu("flatten", {x}, [](const TensorList& t) { return Flatten(t[0]); });
+}
+
+// batch_norm in training (batch statistics, running statistics moved in place) and evaluation
+// (the running ones), with and without the affine parameters, on [N, C, H, W] and [N, C].
+TEST_P(CudaOpsTest, BatchNorm) {
+  for (const Shape& shape : {Shape{4, 3, 5, 6}, Shape{6, 5}}) {
+    const int64_t c = shape[1];
+    const Tensor x = Rand(shape, 70, -2.0, 3.0), w = Rand({c}, 71), b = Rand({c}, 72);
+    for (const bool training : {true, false}) {
+      for (const bool affine : {true, false}) {
+        Tensor mean_cpu = Rand({c}, 73), var_cpu = Rand({c}, 74, 0.5, 1.5);
+        Tensor mean_gpu = mean_cpu.To(kGpu), var_gpu = var_cpu.To(kGpu);
+        const BatchNormOptions options{.training = training, .momentum = 0.3, .eps = 1e-3};
+        const OpFn op = [&](const TensorList& t) {
+          const bool gpu = t[0].is_cuda();
+          return BatchNorm(t[0], affine ? t[1] : Tensor(), affine ? t[2] : Tensor(),
+                           gpu ? mean_gpu : mean_cpu, gpu ? var_gpu : var_cpu, options);
+        };
+        ExpectSameOnGpu(StrCat("batch_norm ", ShapeString(shape), training ? " train" : " eval",
+                               affine ? " affine" : ""),
+                        {x, w, b}, op);
+        EXPECT_TRUE(SameValues(mean_gpu, mean_cpu, Rtol(dtype()))) << "running_mean";
+        EXPECT_TRUE(SameValues(var_gpu, var_cpu, Rtol(dtype()))) << "running_var";
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOpsTest, ::testing::Values(DType::kFloat32, DType::kFloat64),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(DTypeName(info.param));
                          });
+
+// A torchvision-style ResNet (autograd/models/resnet.h) on cuda:0 against the same model on the
+// host: the loss, every parameter's gradient, the BatchNorm buffers after the training forward
+// (num_batches_tracked included), one SGD step with momentum, and an evaluation forward with the
+// updated running statistics. float32 through a dozen layers: a looser tolerance than one op's.
+class CudaResNetTest : public ::testing::TestWithParam<std::string> {};
+
+void ExpectSameNamed(const NamedTensors& gpu, const NamedTensors& cpu, bool grads, double rtol) {
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    SCOPED_TRACE(cpu[i].first);
+    ASSERT_EQ(gpu[i].first, cpu[i].first);
+    const Tensor& g = grads ? gpu[i].second.grad() : gpu[i].second;
+    const Tensor& c = grads ? cpu[i].second.grad() : cpu[i].second;
+    EXPECT_TRUE(SameValues(g.To(Device::Cpu()), c, rtol));
+  }
+}
+
+TEST_P(CudaResNetTest, TrainingStepAndEvaluationMatchTheHost) {
+  DDPKIT_REQUIRE_GPU();
+  const absl::StatusOr<models::ModelSpec> spec = models::ParseModel(GetParam());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::shared_ptr<nn::Module> cpu = models::MakeModel(*spec, 5), gpu = models::MakeModel(*spec, 5);
+  gpu->To(kGpu);
+  const double rtol = 1e-4;
+  const Tensor x = Random({4, 3, 16, 16}, DType::kFloat32, 80);
+  const Tensor labels = Tensor::FromVector<int64_t>({1, 0, 9, 3}, {4});
+  const Tensor loss_cpu = CrossEntropy(cpu->Forward(x), labels);
+  const Tensor loss_gpu = CrossEntropy(gpu->Forward(x.To(kGpu)), labels.To(kGpu));
+  EXPECT_TRUE(SameValues(loss_gpu.To(Device::Cpu()), loss_cpu, rtol)) << "loss";
+  ExpectSameNamed(gpu->NamedBuffers(), cpu->NamedBuffers(), false, rtol);
+  loss_cpu.Backward();
+  loss_gpu.Backward();
+  ExpectSameNamed(gpu->NamedParameters(), cpu->NamedParameters(), true, rtol);
+
+  const SgdOptions sgd{.lr = 0.1, .momentum = 0.9};
+  Sgd(cpu->Parameters(), sgd).Step();
+  Sgd(gpu->Parameters(), sgd).Step();
+  ExpectSameNamed(gpu->NamedParameters(), cpu->NamedParameters(), false, rtol);
+  cpu->Eval();
+  gpu->Eval();
+  EXPECT_TRUE(SameValues(gpu->Forward(x.To(kGpu)).To(Device::Cpu()), cpu->Forward(x), rtol))
+      << "evaluation logits";
+}
+
+INSTANTIATE_TEST_SUITE_P(Stems, CudaResNetTest,
+                         ::testing::Values("resnet:1,1,1,1,width=8,in=3,classes=10,stem=small",
+                                           "resnet:1,1,1,1,width=8,in=3,classes=10,stem=imagenet"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param.find("imagenet") != std::string::npos
+                                      ? std::string("ImagenetStem")
+                                      : std::string("SmallStem");
+                         });
+
+// SyncBatchNorm's hook is host only: on a GPU tensor it is refused, saying so.
+TEST(CudaOpsErrorsTest, SyncBatchNormIsRefusedOnTheGpu) {
+  DDPKIT_REQUIRE_GPU();
+  struct NoSync : BatchNormSync {
+    void SumAcrossRanks(std::vector<double>& /*values*/, std::string_view /*what*/) override {}
+  };
+  const Tensor x = Random({4, 2, 3, 3}, DType::kFloat32, 81).To(kGpu);
+  try {
+    BatchNorm(x, Tensor(), Tensor(), Tensor(), Tensor(), {.sync = std::make_shared<NoSync>()});
+    ADD_FAILURE() << "a synced batch_norm ran on the GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[sync_batch_norm] runs on the host only"),
+              std::string::npos)
+        << e.what();
+  }
+}
 
 // Summing the same tensor twice gives the same bits (fixed-order trees, no atomics).
 TEST(CudaDeterminismTest, SumAndEmbeddingBackwardAreBitwiseRepeatable) {

@@ -31,6 +31,12 @@ absl::StatusOr<models::ModelSpec> ValidateDdpTraining(const DdpTrainingConfig& c
                " has no BatchNorm layer to synchronise; SyncBatchNorm converts the BatchNorm2d "
                "layers of a resnet:... model"));
   }
+  if (config.sync_batchnorm && config.device.is_cuda()) {
+    return absl::InvalidArgumentError(
+        StrCat("--sync-batchnorm runs on the host only (its cross-rank sums have no GPU path "
+               "yet); use --device cpu, or drop --sync-batchnorm to train BatchNorm2d on ",
+               config.device.ToString()));
+  }
   if (config.loss == "mse" && spec.io.per_position) {
     return absl::InvalidArgumentError(
         StrCat("--loss mse: the model ", config.model,

@@ -51,6 +51,11 @@ step ddpkit launch --standalone --nproc-per-node 1 -- \
 step ddpkit train --device cuda --world-size 2 --steps 12 --checkpoint-dir "$out/ckpt" \
   --checkpoint-every 5
 step ddpkit join --inputs 5,8,3,6 --device cuda
+# The vision ops on a GPU (cuDNN conv2d, batch_norm and pool kernels), both ResNet stems.
+step ddpkit train --device cuda --world-size 2 --model resnet:1,1,1,1,width=8,in=3,classes=10 \
+  --steps 12
+step ddpkit train --device cuda --model resnet:1,1,1,1,width=8,in=3,classes=10,stem=small \
+  --steps 12
 step ddpkit contrastive --device cuda --world-size 4 --steps 100
 step ddpkit launch --standalone --nproc-per-node 1 -- \
   ddpkit bench allreduce --backend nccl --device cuda --max-bytes $((256 << 20))
