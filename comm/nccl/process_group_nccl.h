@@ -43,8 +43,8 @@ namespace ddpkit::comm {
 // Why --backend nccl is refused in a build without CUDA.
 inline constexpr char kNcclUnavailable[] =
     "--backend nccl: ddpkit was built without CUDA (configure with -DDDPKIT_CUDA=ON on a machine "
-    "with the CUDA toolkit and NCCL, or CUDA_HOME pointing at them); use --backend gloo for "
-    "several processes on the CPU, or --backend threads";
+    "with the CUDA toolkit, cuDNN and NCCL, or CUDA_HOME pointing at them); use --backend gloo "
+    "for several processes on the CPU, or --backend threads";
 
 // Joins `size` ranks through `store` on `device` (a GPU of this process). Fails, on every rank
 // alike, when two ranks use one GPU, and within options.timeout when a rank does not come.
