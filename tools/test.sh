@@ -3,8 +3,8 @@
 #   0. the format check: every C++ file as clang-format writes it (tools/scripts/check_format.sh),
 #      and the README's reading path within its line budget (tools/scripts/reading_path.sh);
 #   1. the normal build (with CUDA, cuDNN and NCCL when /usr/local/cuda or CUDA_HOME has them),
-#      all tests; the GPU tests (label gpu) skip with one line each on a machine without a GPU, and the
-#      network-namespace tests (label netns: test hosts, faults on the wire) without root;
+#      all tests; the GPU tests (label gpu) skip with one line each on a machine without a GPU,
+#      and the network-namespace tests (label netns: test hosts, faults on the wire) without root;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build, all tests but the wire-fault trials
 #      (host code only: ASan's shadow memory and the CUDA driver's address reservations do not
 #      mix, and the GPU code is compiled by the normal build; NetnsChaosTest's trials run jobs for
