@@ -9,26 +9,48 @@
 namespace ddpkit::comm {
 namespace {
 
-// Every rank failed in the same collective, so none is dead or stuck: each waited for data a
-// peer had sent (a lossy, flapping or briefly cut link holds it up past the timeout), or the
-// ranks issued different collectives under one sequence number.
+// Every rank failed in the same collective (or had passed it and failed in the next), so none
+// is dead or stuck: each waited for data a peer had sent (a lossy, flapping or briefly cut link
+// holds it up past the timeout), or the ranks issued different collectives under one sequence
+// number.
 constexpr char kEveryRankArrived[] =
-    "; every rank reached this collective and failed in it (none is dead or stuck): the network "
-    "between them lost or held up its data, or they issued different collectives "
+    "; every rank reached this collective and failed in it or the next (none is dead or stuck): "
+    "the network between them lost or held up its data, or they issued different collectives "
     "(DDPKIT_DEBUG=DETAIL checks)";
 
-// The ranks that have not recorded themselves under `prefix` by `deadline` (nullopt: the store
-// went away). The store has just answered this rank's own record, so each check gets the whole
-// window to be answered.
-std::optional<std::vector<int>> SilentRanks(Store& store, const std::string& prefix, int size,
+// How many later collectives count as "passed": a rank whose part of this one was done (its
+// data sent and received) moves on and fails in the next, while its peers still wait in this.
+// Two, not one: a collective that only needs a rank to send (a broadcast from it) ends for it
+// once its data is in the socket buffers, so it can pass that one as well.
+constexpr uint64_t kLaterCollectives = 2;
+
+std::string FailedKey(uint64_t sequence_number, int rank) {
+  return StrCat("ddpkit/failed/", sequence_number, "/", rank);
+}
+
+// Whether `rank` recorded a failure in this collective or one of the next few (nullopt: the
+// store went away).
+std::optional<bool> Arrived(Store& store, uint64_t sequence_number, int rank,
+                            absl::Duration reply_timeout) {
+  for (uint64_t s = sequence_number; s <= sequence_number + kLaterCollectives; ++s) {
+    absl::StatusOr<bool> there = store.Check({FailedKey(s, rank)}, reply_timeout);
+    if (!there.ok()) return std::nullopt;
+    if (*there) return true;
+  }
+  return false;
+}
+
+// The ranks that have not recorded themselves by `deadline` (nullopt: the store went away). The
+// store has just answered this rank's own record, so each check gets the whole window.
+std::optional<std::vector<int>> SilentRanks(Store& store, uint64_t sequence_number, int size,
                                             absl::Time deadline, absl::Duration reply_timeout) {
   std::vector<int> silent;
   while (true) {
     silent.clear();
     for (int r = 0; r < size; ++r) {
-      absl::StatusOr<bool> there = store.Check({prefix + std::to_string(r)}, reply_timeout);
-      if (!there.ok()) return std::nullopt;  // the store went away: no verdict
-      if (!*there) silent.push_back(r);
+      const std::optional<bool> arrived = Arrived(store, sequence_number, r, reply_timeout);
+      if (!arrived) return std::nullopt;
+      if (!*arrived) silent.push_back(r);
     }
     if (silent.empty() || absl::Now() >= deadline) return silent;
     absl::SleepFor(absl::Milliseconds(50));
@@ -41,11 +63,11 @@ std::string RanksThatDidNotArrive(Store& store, int rank, int size, uint64_t seq
                                   const ProcessGroupOptions& options) {
   const absl::Duration window = DiagnosisTime(options);
   const absl::Time deadline = absl::Now() + window;
-  const std::string prefix = StrCat("ddpkit/failed/", sequence_number, "/");
-  if (!store.Set(prefix + std::to_string(rank), "1", window).ok()) {
+  if (!store.Set(FailedKey(sequence_number, rank), "1", window).ok()) {
     return "; rank 0 did not answer through the store it hosts (dead or stuck)";
   }
-  const std::optional<std::vector<int>> silent = SilentRanks(store, prefix, size, deadline, window);
+  const std::optional<std::vector<int>> silent =
+      SilentRanks(store, sequence_number, size, deadline, window);
   // It answered the record, then went quiet: alive a moment ago, so its link is losing or
   // holding up data (or it has just died).
   if (!silent) {

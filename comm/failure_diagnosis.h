@@ -15,10 +15,10 @@ namespace ddpkit::comm {
 
 // "; rank 2 did not reach this collective (dead, stuck, or issuing something else)", "; rank 0
 // did not answer through the store it hosts (dead or stuck)", "; every rank reached this
-// collective and failed in it ..." when every rank recorded itself (a lossy or flapping link
-// between live ranks), or "; rank 0, which hosts the store, did not answer ..." when the store
-// answered this rank's record and then went quiet (a lossy link to it). Takes at most about
-// DiagnosisTime().
+// collective and failed in it or the next ..." when every rank recorded itself there (a lossy or
+// flapping link between live ranks), or "; rank 0, which hosts the store, did not answer ..." when
+// the store answered this rank's record and then went quiet (a lossy link to it). Takes at most
+// about DiagnosisTime().
 std::string RanksThatDidNotArrive(Store& store, int rank, int size, uint64_t sequence_number,
                                   const ProcessGroupOptions& options);
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "autograd/log.h"
 #include "comm/gloo/process_group_gloo.h"
+#include "comm/mpi/host_address.h"
 #include "comm/mpi/mpi_runtime.h"
 #include "comm/mpi/process_group_mpi.h"
 #include "comm/nccl/process_group_nccl.h"
@@ -248,6 +249,44 @@ absl::Status BroadcastString(std::string& text, int root, absl::Duration timeout
   return run(text.data(), length, MPI_CHAR);
 }
 
+// Rank 0's store for the failure diagnosis, and this rank's client of it.
+struct MpiStore {
+  std::unique_ptr<TcpStoreServer> server;  // rank 0 only
+  std::shared_ptr<TcpStore> client;
+};
+
+// Rank 0 serves the store, on loopback when every rank is on this host, else where the other
+// hosts reach it (not simply the host's name: /etc/hosts may map that to 127.x); it tells the
+// others where through MPI, and each connects and records its arrival.
+absl::StatusOr<MpiStore> JoinMpiStore(int rank, int size, absl::Duration timeout) {
+  MpiStore store;
+  std::string where;  // "host port token", or "" when rank 0 could not start it
+  absl::Status served;
+  if (rank == 0) {
+    const std::string host =
+        mpi::RanksOnThisHost() == size ? "127.0.0.1" : mpi::AddressForOtherHosts();
+    absl::StatusOr<std::string> token = NewStoreToken();
+    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
+        token.ok() ? TcpStoreServer::Start(host, 0, *token)
+                   : absl::StatusOr<std::unique_ptr<TcpStoreServer>>(token.status());
+    served = server.status();
+    if (server.ok()) {
+      store.server = *std::move(server);
+      where = StrCat(host, " ", store.server->port(), " ", *token);
+    }
+  }
+  DDPKIT_RETURN_IF_ERROR(BroadcastString(where, 0, timeout));
+  DDPKIT_RETURN_IF_ERROR(served);
+  std::vector<std::string> parts = absl::StrSplit(where, ' ');
+  int port = 0;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &port)) {
+    return absl::UnavailableError("mpi: rank 0 could not start the job's store (see its error)");
+  }
+  DDPKIT_ASSIGN_OR_RETURN(store.client, TcpStore::Connect(parts[0], port, timeout, parts[2]));
+  DDPKIT_RETURN_IF_ERROR(store.client->Set(ArrivedKey(rank), "1"));
+  return store;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitMpi(
@@ -257,35 +296,18 @@ absl::StatusOr<std::unique_ptr<DistributedWorld>> DistributedWorld::InitMpi(
                round_robin_groups);
   DDPKIT_RETURN_IF_ERROR(mpi::EnsureInitialized());
   const int rank = mpi::WorldRank(), size = mpi::WorldSize();
+  absl::StatusOr<MpiStore> store = JoinMpiStore(rank, size, options.timeout);
+  if (!store.ok()) {
+    // The other ranks may already wait for this one in MPI_Comm_dup below, and MPI_Finalize at
+    // exit would wait for them in turn: end without it, so mpirun ends them.
+    mpi::MarkAbandoned();
+    return store.status();
+  }
   std::unique_ptr<DistributedWorld> world(new DistributedWorld());
   world->world_size_ = size;
   world->timeout_ = options.timeout;
-  // Rank 0's store: on loopback when every rank is on this host, else on the host's name.
-  std::string where;  // "host port token", or "" when rank 0 could not start it
-  absl::Status served;
-  if (rank == 0) {
-    char host[256] = "127.0.0.1";
-    if (mpi::RanksOnThisHost() != size) ::gethostname(host, sizeof(host));
-    absl::StatusOr<std::string> token = NewStoreToken();
-    absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
-        token.ok() ? TcpStoreServer::Start(host, 0, *token)
-                   : absl::StatusOr<std::unique_ptr<TcpStoreServer>>(token.status());
-    served = server.status();
-    if (server.ok()) {
-      world->server_ = *std::move(server);
-      where = StrCat(host, " ", world->server_->port(), " ", *token);
-    }
-  }
-  DDPKIT_RETURN_IF_ERROR(BroadcastString(where, 0, options.timeout));
-  DDPKIT_RETURN_IF_ERROR(served);
-  std::vector<std::string> parts = absl::StrSplit(where, ' ');
-  int port = 0;
-  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &port)) {
-    return absl::UnavailableError("mpi: rank 0 could not start the job's store (see its error)");
-  }
-  DDPKIT_ASSIGN_OR_RETURN(world->store_,
-                          TcpStore::Connect(parts[0], port, options.timeout, parts[2]));
-  DDPKIT_RETURN_IF_ERROR(world->store_->Set(ArrivedKey(rank), "1"));
+  world->server_ = std::move(store->server);
+  world->store_ = std::move(store->client);
   std::vector<std::unique_ptr<ProcessGroup>> groups;
   for (int i = 0; i < round_robin_groups; ++i) {
     std::shared_ptr<Store> own =

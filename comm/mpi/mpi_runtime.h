@@ -25,7 +25,8 @@ int RanksOnThisHost();
 // OK, or an Unavailable error with MPI's own description of `code`, prefixed by `what`.
 absl::Status Check(int code, std::string_view what);
 
-// A collective could not be completed: skip MPI_Finalize at exit (it would wait for it).
+// A collective could not be completed, or this rank failed while the others may wait for it in
+// one: skip MPI_Finalize at exit (it would wait for them).
 void MarkAbandoned();
 
 }  // namespace ddpkit::comm::mpi

@@ -47,5 +47,19 @@ TEST_F(FailureDiagnosisTest, WhenEveryRankFailedInItTheNetworkIsNamed) {
   }
 }
 
+// Under loss a rank whose share of a ring allreduce got through moves on and fails in the next
+// collective (11 + 1) while its peers still wait in this one: it passed, so it is not named; a
+// rank that recorded nothing anywhere still is.
+TEST_F(FailureDiagnosisTest, ARankThatPassedAndFailedInTheNextIsNotNamed) {
+  std::unique_ptr<TcpStore> a = Client(), b = Client();
+  std::string who_b;
+  std::thread ahead([&] { who_b = RanksThatDidNotArrive(*b, 1, 3, 12, options_); });
+  const std::string who_a = RanksThatDidNotArrive(*a, 0, 3, 11, options_);
+  ahead.join();
+  EXPECT_TRUE(absl::StrContains(who_a, "; rank 2 did not reach this collective")) << who_a;
+  // Rank 0 has not reached 12 (nor 13, 14): from rank 1's side it is named beside rank 2.
+  EXPECT_TRUE(absl::StrContains(who_b, "ranks 0, 2 did not reach this collective")) << who_b;
+}
+
 }  // namespace
 }  // namespace ddpkit::comm

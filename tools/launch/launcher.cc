@@ -66,20 +66,25 @@ struct Rendezvous {
 };
 
 // Writes complete lines from `partial` + `data` with the rank prefix; keeps the unfinished tail.
+// All in one write: nodes started apart may share one output file (ddpkit chaos --faults gives
+// every node's launcher the trial's log), and piecewise writes to unbuffered stderr interleaved
+// there mid-prefix ("[rank [rank 3] ...").
 void EmitLines(int rank, std::string& partial, std::string_view data, std::ostream& sink,
                bool flush_all) {
   partial.append(data);
+  const std::string prefix = StrCat("[rank ", rank, "] ");
+  std::string out;
   size_t start = 0, newline;
   while ((newline = partial.find('\n', start)) != std::string::npos) {
-    sink << "[rank " << rank << "] "
-         << std::string_view(partial).substr(start, newline - start + 1);
+    out.append(prefix).append(partial, start, newline - start + 1);
     start = newline + 1;
   }
   partial.erase(0, start);
   if (flush_all && !partial.empty()) {
-    sink << "[rank " << rank << "] " << partial << "\n";
+    out.append(prefix).append(partial).append("\n");
     partial.clear();
   }
+  sink << out;
   sink.flush();
 }
 

@@ -8,6 +8,8 @@
 #   netns_hosts.sh run N [--rate R] [--prefix P] -- CMD...   up, CMD (with DDPKIT_NETNS_PREFIX
 #                                                             set), down: also on failure/signal
 #   netns_hosts.sh exec HOST CMD...       CMD inside host HOST (h0, h1, ... or 0, 1, ...)
+#   netns_hosts.sh rsh HOST CMD...        as ssh runs it: CMD's words joined, run by a shell inside
+#                                         HOST (mpirun --mca plm_rsh_agent "netns_hosts.sh rsh")
 #   netns_hosts.sh addr HOST              the host's address
 #   netns_hosts.sh shape HOST RATE        tbf at RATE both ways on the host's link (e.g. 10gbit)
 #   netns_hosts.sh fault HOST KIND        KIND: link-down | loss PCT | partition | flap [S] | clear
@@ -198,9 +200,10 @@ case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   run) shift; cmd_run "$@" ;;
   exec) shift; ns="$(host_ns "$1")"; shift; exec ip netns exec "$ns" "$@" ;;
+  rsh) shift; ns="$(host_ns "$1")"; shift; exec ip netns exec "$ns" bash -c "$*" ;;
   addr) host_addr "$2" ;;
   shape) cmd_shape "$2" "$3" ;;
   fault) shift; cmd_fault "$@" ;;
   down) teardown "$prefix" ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

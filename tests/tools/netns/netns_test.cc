@@ -90,6 +90,29 @@ TEST(NetnsTest, ThreeHostsJoinUnevenInputsAsOnLoopback) {
   ExpectSameModelAsLoopback(3, " join --inputs 3,5,4 --batch-size 4 --model mlp:6,8,3");
 }
 
+// mpirun inside host 0 starts one rank on each of two hosts through `netns_hosts.sh rsh`. The
+// hosts share the machine's name, which /etc/hosts maps to 127.x, so rank 0 must publish its
+// store where host 1 reaches it (it hung connecting to its own loopback); the model is the
+// one-host run's, bit for bit.
+TEST(NetnsTest, AnMpiJobAcrossTwoHostsTrainsAsOnOneHost) {
+  SKIP_WITHOUT_HOSTS();
+  const std::string dir = TempDir("netns_mpi");
+  const std::string mpirun =
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 mpirun -np 2 ";
+  const std::string job =
+      " " + kDdpkit + " train --steps 6 --batch-size 8 --backend mpi --timeout 20 --save-weights ";
+  const Result across = RunShell(kHosts + " run 2 -- bash -c '" + kHosts + " exec h0 " + mpirun +
+                                 "--host h0,h1 --mca plm_rsh_agent \"" + kHosts + " rsh\"" + job +
+                                 dir + "/hosts.safetensors'");
+  ASSERT_EQ(across.status, 0) << across.out;
+  const Result one_host = RunShell(mpirun + job + dir + "/one.safetensors");
+  ASSERT_EQ(one_host.status, 0) << one_host.out;
+  const std::string a = ReadFile(dir + "/hosts.safetensors"),
+                    b = ReadFile(dir + "/one.safetensors");
+  EXPECT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the final weights across hosts differ from one host's";
+}
+
 // A rank whose store is behind a partition: a blocking connect would wait out the kernel's SYN
 // retries (about two minutes); the store's timeout bounds it instead.
 TEST(NetnsTest, AStoreBehindAPartitionIsGivenUpOnWithinTheTimeout) {
