@@ -23,8 +23,9 @@
 # two and joins the halves with `ddpkit relay` (tools/jobs/relay/packet_relay.h), a user-space
 # process in the switch's namespace that holds each frame --delay MS (default 0) each way;
 # `fault HOST delay MS` changes it while the relay runs, `clear` puts --delay back. The relay is
-# $DDPKIT_BIN, default build/bin/ddpkit beside this script. `up` first removes what an earlier run left behind when its owner process (--owner,
-# default the caller) is gone, so a run killed with SIGKILL is cleaned by the next.
+# $DDPKIT_BIN, default the repository's build/bin/ddpkit. `up` first removes what an earlier
+# run left behind when its owner process (--owner, default the caller) is gone, so a run killed
+# with SIGKILL is cleaned by the next.
 # Exit 77 (with one line saying why) where namespaces cannot be made: no privilege, no iproute2.
 set -euo pipefail
 
