@@ -126,13 +126,14 @@ void Receive(Direction& d, absl::Duration hold, int64_t max_queued) {
   for (int i = 0; i < kReadsPerWake; ++i) {
     const ssize_t n = ::recv(d.from->fd, buffer, sizeof(buffer), MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0) return;  // nothing more (EAGAIN), or an error the next poll reports
-    if (static_cast<size_t>(n) > sizeof(buffer) || d.queued_bytes + n > max_queued) {
+    const size_t size = static_cast<size_t>(n);
+    if (size > sizeof(buffer) || d.queued_bytes + n > max_queued) {
       ++d.stats.dropped;
       continue;
     }
     absl::Time due = absl::Now() + hold;
     if (!d.queue.empty()) due = std::max(due, d.queue.back().due);
-    d.queue.push_back({due, std::string(buffer, n)});
+    d.queue.push_back({due, std::string(buffer, buffer + size)});
     d.queued_bytes += n;
   }
 }
