@@ -26,9 +26,12 @@ ABSL_FLAG(double, slack, 5,
           "the target: every job ends within its --timeout + this many seconds of the signal");
 ABSL_FLAG(std::string, log_dir, "ddpkit_chaos", "each trial's output: LOG_DIR/trial-N.log");
 ABSL_FLAG(std::string, faults, "",
-          "faults on the wire instead of signals, drawn from: link-down, loss, partition, flap "
-          "(each rank on a test host of its own: network namespaces, needs root)");
+          "faults on the wire instead of signals, drawn from: link-down, loss, partition, flap, "
+          "delay (each rank on a test host of its own: network namespaces, needs root)");
 ABSL_FLAG(int32_t, loss_pct, 30, "with --faults loss: the percentage of packets dropped both ways");
+ABSL_FLAG(int32_t, spike_ms, 2000,
+          "with --faults delay: the spike, each frame held this much more each way (for "
+          "--fault-for, default as long as the spike)");
 ABSL_FLAG(double, fault_for, 0,
           "with --faults: seconds until the fault is lifted (0: it lasts until the job ends)");
 ABSL_FLAG(int32_t, wire_steps, 1000, "with --faults: train's steps, and join's most inputs");
@@ -76,6 +79,7 @@ absl::StatusOr<jobs::ChaosConfig> ConfigFromFlags() {
   config.signals = absl::StrSplit(absl::GetFlag(FLAGS_signals), ',', absl::SkipEmpty());
   config.faults = absl::StrSplit(absl::GetFlag(FLAGS_faults), ',', absl::SkipEmpty());
   config.loss_pct = absl::GetFlag(FLAGS_loss_pct);
+  config.spike_ms = absl::GetFlag(FLAGS_spike_ms);
   config.fault_for_s = absl::GetFlag(FLAGS_fault_for);
   config.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   config.wire_steps = absl::GetFlag(FLAGS_wire_steps);
@@ -127,17 +131,17 @@ int RunChaos(const std::vector<std::string>&) {
 }  // namespace
 
 Subcommand ChaosSubcommand() {
-  return {
-      .name = "chaos",
-      .summary = "signal a random rank of gloo jobs at random moments; measure how they end",
-      .usage =
-          "ddpkit chaos [--trials N] [--timeout S] [--ranks 2-4] [--jobs train,join] "
-          "[--signals KILL,STOP,TERM | --faults link-down,loss,partition,flap [--loss-pct P] "
-          "[--fault-for S] [--max-restarts R] [--wire-steps N]] [--max-delay S] [--log-dir DIR]",
-      .flag_names = {"trials", "seed", "timeout", "ranks", "jobs", "signals", "max_delay", "slack",
-                     "log_dir", "json", "faults", "loss_pct", "fault_for", "max_restarts",
-                     "wire_steps", "netns_script"},
-      .run = RunChaos};
+  return {.name = "chaos",
+          .summary = "signal a random rank of gloo jobs at random moments; measure how they end",
+          .usage =
+              "ddpkit chaos [--trials N] [--timeout S] [--ranks 2-4] [--jobs train,join] "
+              "[--signals KILL,STOP,TERM | --faults link-down,loss,partition,flap,delay "
+              "[--loss-pct P] [--spike-ms MS] [--fault-for S] [--max-restarts R] [--wire-steps N]] "
+              "[--max-delay S] [--log-dir DIR]",
+          .flag_names = {"trials", "seed", "timeout", "ranks", "jobs", "signals", "max_delay",
+                         "slack", "log_dir", "json", "faults", "loss_pct", "spike_ms", "fault_for",
+                         "max_restarts", "wire_steps", "netns_script"},
+          .run = RunChaos};
 }
 
 }  // namespace ddpkit::cli

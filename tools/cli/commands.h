@@ -17,5 +17,6 @@ Subcommand ChaosSubcommand();
 Subcommand RecomputeSubcommand();
 Subcommand VarlenSubcommand();
 Subcommand SimulateSubcommand();
+Subcommand RelaySubcommand();
 
 }  // namespace ddpkit::cli

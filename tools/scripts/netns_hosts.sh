@@ -4,23 +4,30 @@
 # nothing is routed out. Host k is 10.77.0.(k+1)/24 on its eth0; the addresses exist only inside
 # the namespaces made here, so parallel runs (each with its own --prefix) do not collide.
 #
-#   netns_hosts.sh up N [--rate 1gbit] [--prefix P] [--owner PID]   prints "hK ADDRESS" per host
-#   netns_hosts.sh run N [--rate R] [--prefix P] -- CMD...   up, CMD (with DDPKIT_NETNS_PREFIX
-#                                                             set), down: also on failure/signal
+#   netns_hosts.sh up N [--rate 1gbit] [--relay HOSTS] [--delay MS] [--prefix P] [--owner PID]
+#                                         prints "hK ADDRESS" per host
+#   netns_hosts.sh run N [UP'S OPTIONS] -- CMD...   up, CMD (with DDPKIT_NETNS_PREFIX set), down:
+#                                                    also on failure/signal
 #   netns_hosts.sh exec HOST CMD...       CMD inside host HOST (h0, h1, ... or 0, 1, ...)
 #   netns_hosts.sh rsh HOST CMD...        as ssh runs it: CMD's words joined, run by a shell inside
 #                                         HOST (mpirun --mca plm_rsh_agent "netns_hosts.sh rsh")
 #   netns_hosts.sh addr HOST              the host's address
 #   netns_hosts.sh shape HOST RATE        tbf at RATE both ways on the host's link (e.g. 10gbit)
-#   netns_hosts.sh fault HOST KIND        KIND: link-down | loss PCT | partition | flap [S] | clear
+#   netns_hosts.sh fault HOST KIND        KIND: link-down | loss PCT | partition | flap [S] |
+#                                         delay MS (a relayed host) | clear
 #   netns_hosts.sh down                   every namespace and process of the prefix gone
 #
 # --prefix defaults to $DDPKIT_NETNS_PREFIX, else "ddpk". What this kernel offers (checked on
 # Debian 12): tc tbf shapes bandwidth; netem is absent, so there is no delay or loss qdisc; loss
 # and partition are nftables rules inside the host (numgen random / drop all); link-down sets the
 # switch's end of the host's veth down; flap toggles that every S seconds (default 1) until
-# cleared. `up` first removes what an earlier run left behind when its owner process (--owner,
-# default the caller) is gone, so a run killed with SIGKILL is cleaned by the next.
+# cleared. Latency: --relay h1,h2 (or --delay MS alone: every host) cuts those hosts' links in
+# two and joins the halves with `ddpkit relay` (tools/jobs/relay/packet_relay.h), a user-space
+# process in the switch's namespace that holds each frame --delay MS (default 0) each way;
+# `fault HOST delay MS` changes it while the relay runs, `clear` puts --delay back. The relay is
+# $DDPKIT_BIN, default the repository's build/bin/ddpkit. `up` first removes what an earlier
+# run left behind when its owner process (--owner, default the caller) is gone, so a run killed
+# with SIGKILL is cleaned by the next.
 # Exit 77 (with one line saying why) where namespaces cannot be made: no privilege, no iproute2.
 set -euo pipefail
 
@@ -72,29 +79,81 @@ sweep_stale() {
   done
 }
 
+relay_bin="${DDPKIT_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/build/bin/ddpkit}"
+
+# The relay between hK's two halves (hKr: the host's side, hKs: the switch's), in the switch's
+# namespace, so `down` ends it with the namespace. Up once it says it is ready.
+start_relay() {
+  local k="$1" delay="$2" dir="$state_root/$prefix" log
+  [ -x "$relay_bin" ] || die "up: no ddpkit at $relay_bin for the relay (set DDPKIT_BIN)"
+  echo "$delay" >"$dir/h$k.delay"
+  echo "$delay" >"$dir/h$k.base-delay"
+  log="$dir/h$k.relay.log"
+  ip netns exec "$(switch_ns)" "$relay_bin" relay --between "h${k}r,h${k}s" --delay "${delay}ms" \
+    --control "$dir/h$k.delay" </dev/null >"$log" 2>&1 &
+  echo $! >"$dir/h$k.relay.pid"
+  disown  # `down` kills it; no "Killed" line from this shell then
+  for _ in $(seq 100); do
+    grep -q ready "$log" && return 0
+    kill -0 "$(cat "$dir/h$k.relay.pid")" 2>/dev/null || break
+    sleep 0.05
+  done
+  local why
+  why="$(cat "$log")"
+  teardown "$prefix"
+  die "up: the relay of h$k did not start: $why"
+}
+
+# A relayed host's link: eth0 <-> hKr, the relay, hKs <-> hK (the bridge's port, as unrelayed).
+add_link() {
+  local k="$1" ns="$2" sw="$3" delay="$4"
+  if [ -z "$delay" ]; then
+    ip -n "$sw" link add "h$k" type veth peer name eth0 netns "$ns"
+  else
+    ip -n "$sw" link add "h${k}r" type veth peer name eth0 netns "$ns"
+    ip -n "$sw" link add "h$k" type veth peer name "h${k}s"
+    ip -n "$sw" link set "h${k}r" up
+    ip -n "$sw" link set "h${k}s" up
+    start_relay "$k" "$delay"
+  fi
+  ip -n "$sw" link set "h$k" master br0 up
+}
+
+# The hosts named in --relay ("h1,h2" or "1,2"; "all"), each with the relay's delay, else "".
+relay_delay() {
+  local k="$1" relay="$2" delay="$3" h
+  [ "$relay" = all ] && { echo "$delay"; return; }
+  for h in ${relay//,/ }; do [ "$(host_index "$h")" = "$k" ] && { echo "$delay"; return; }; done
+  echo ""
+}
+
 add_host() {
-  local k="$1" sw ns
+  local k="$1" delay="$2" sw ns
   sw="$(switch_ns)" ns="$prefix-h$k"
   ip netns add "$ns"
-  ip -n "$sw" link add "h$k" type veth peer name eth0 netns "$ns"
-  ip -n "$sw" link set "h$k" master br0 up
+  add_link "$k" "$ns" "$sw" "$delay"
   ip -n "$ns" addr add "10.77.0.$((k + 1))/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
 }
 
 cmd_up() {
-  local n="$1" rate="" owner="$PPID"
+  local n="$1" rate="" owner="$PPID" relay="" delay=""
   shift
   while (($#)); do
     case "$1" in
       --rate) rate="$2"; shift 2 ;;
+      --relay) relay="$2"; shift 2 ;;
+      --delay) delay="$2"; shift 2 ;;
       --prefix) prefix="$2"; shift 2 ;;
       --owner) owner="$2"; shift 2 ;;
       *) die "up: unknown argument '$1'" ;;
     esac
   done
   [[ "$n" =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 200)) || die "up: need 1..200 hosts, got '$n'"
+  [ -z "$delay" ] || [[ "$delay" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "up: --delay is in ms, got '$delay'"
+  [ -n "$delay" ] && [ -z "$relay" ] && relay=all
+  [ -n "$relay" ] && [ -z "$delay" ] && delay=0
   can_make_namespaces
   mkdir -p "$state_root"
   sweep_stale
@@ -106,7 +165,7 @@ cmd_up() {
   ip -n "$(switch_ns)" link add br0 type bridge
   ip -n "$(switch_ns)" link set br0 up
   for ((k = 0; k < n; ++k)); do
-    add_host "$k"
+    add_host "$k" "$(relay_delay "$k" "$relay" "$delay")"
     [ -n "$rate" ] && cmd_shape "h$k" "$rate"
     echo "h$k $(host_addr "$k")"
   done
@@ -140,6 +199,15 @@ table inet ddpkit_fault {
 EOF
 }
 
+# A relayed host's delay, in ms, from now on (the relay reads its control file on SIGUSR1).
+set_delay() {
+  local port="h$(host_index "$1")" ms="$2" dir="$state_root/$prefix"
+  [[ "$ms" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "fault delay: need milliseconds, got '$ms'"
+  [ -f "$dir/$port.relay.pid" ] || die "fault delay: $port's link has no relay (up --relay $port)"
+  echo "$ms" >"$dir/$port.delay"
+  kill -USR1 "$(cat "$dir/$port.relay.pid")"
+}
+
 cmd_fault() {
   local host="$1" kind="$2" ns sw port dir
   ns="$(host_ns "$host")" sw="$(switch_ns)" port="h$(host_index "$host")"
@@ -160,14 +228,16 @@ cmd_fault() {
          ip -n "$sw" link set "$port" up; sleep "$period"
        done) </dev/null >/dev/null 2>&1 &
       echo $! >"$dir/flap.pid" ;;
+    delay) set_delay "$host" "${3:-}" ;;
     clear)
+      [ -f "$dir/$port.delay" ] && set_delay "$host" "$(cat "$dir/$port.base-delay")"
       if [ -f "$dir/flap.pid" ]; then
         kill "$(cat "$dir/flap.pid")" 2>/dev/null || true
         rm -f "$dir/flap.pid"
       fi
       ip netns exec "$ns" nft delete table inet ddpkit_fault 2>/dev/null || true
       ip -n "$sw" link set "$port" up ;;
-    *) die "fault: KIND is link-down, loss PCT, partition, flap [S] or clear; got '$kind'" ;;
+    *) die "fault: KIND is link-down, loss PCT, partition, flap [S], delay MS or clear; got '$kind'" ;;
   esac
 }
 
@@ -205,5 +275,5 @@ case "${1:-}" in
   shape) cmd_shape "$2" "$3" ;;
   fault) shift; cmd_fault "$@" ;;
   down) teardown "$prefix" ;;
-  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -183,18 +183,14 @@ ChaosTrial RunTrial(const ChaosConfig& config, const TrialPlan& plan, int index,
 
 absl::Status ValidateWire(const ChaosConfig& config) {
   for (const std::string& fault : config.faults) {
-    if (fault == "delay") {
-      return absl::InvalidArgumentError(
-          "--faults delay is not offered: this kernel has no netem, and no delaying relay "
-          "between the test hosts is built (docs/reliability.md)");
-    }
     DDPKIT_RETURN_IF_ERROR(
-        RequireOneOf("--faults", fault, {"link-down", "loss", "partition", "flap"}));
+        RequireOneOf("--faults", fault, {"link-down", "loss", "partition", "flap", "delay"}));
   }
   if (config.faults.empty()) return absl::OkStatus();
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--fault-for", config.fault_for_s, 0));
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--max-restarts", config.max_restarts, 0));
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--wire-steps", config.wire_steps));
+  DDPKIT_RETURN_IF_ERROR(RequirePositive("--spike-ms", config.spike_ms));
   if (config.loss_pct < 0 || config.loss_pct > 100) {
     return absl::InvalidArgumentError(StrCat("--loss-pct must be 0..100, got ", config.loss_pct));
   }

@@ -36,6 +36,7 @@ struct ChaosConfig {
   std::vector<std::string> faults;
   std::string netns_script;  // tools/scripts/netns_hosts.sh
   int loss_pct = 30;         // --faults loss: the share of packets dropped both ways
+  int spike_ms = 2000;       // --faults delay: each frame is held this much more, each way
   double fault_for_s = 0;    // how long a fault lasts; 0: until the job ends
   int max_restarts = 0;      // each node's launcher's --max-restarts (train checkpoints each step)
   int wire_steps = 1000;     // the length of a --faults job: train's steps, join's most inputs

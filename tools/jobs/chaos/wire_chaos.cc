@@ -21,10 +21,11 @@ constexpr char kMasterPort[] = "29500";  // each trial has namespaces, so ports,
 
 std::string HostAddr(int host) { return StrCat("10.77.0.", host + 1); }
 
-// `netns_hosts.sh --prefix P ARGS...`, run to its end.
+// `netns_hosts.sh --prefix P ARGS...`, run to its end, with this ddpkit as its relay.
 absl::StatusOr<CommandOutput> Hosts(const ChaosConfig& config, const std::string& prefix,
                                     std::vector<std::string> args) {
-  args.insert(args.begin(), {config.netns_script, "--prefix", prefix});
+  args.insert(args.begin(), {"env", StrCat("DDPKIT_BIN=", config.program), config.netns_script,
+                             "--prefix", prefix});
   return RunToEnd(args);
 }
 
@@ -84,7 +85,24 @@ std::vector<std::string> NodeArgs(const ChaosConfig& config, const WirePlan& pla
 std::vector<std::string> FaultArgs(const ChaosConfig& config, const WirePlan& plan) {
   std::vector<std::string> args = {"fault", StrCat("h", plan.victim_host), plan.fault};
   if (plan.fault == "loss") args.push_back(std::to_string(config.loss_pct));
+  if (plan.fault == "delay") args.push_back(std::to_string(config.spike_ms));
   return args;
+}
+
+// `up` for the plan: a delay needs the relay in the victim's link from the start (at 0 ms).
+std::vector<std::string> UpArgs(const WirePlan& plan) {
+  std::vector<std::string> args = {"up", std::to_string(plan.hosts), "--owner",
+                                   std::to_string(::getpid())};
+  if (plan.fault == "delay") args.insert(args.end(), {"--relay", StrCat("h", plan.victim_host)});
+  return args;
+}
+
+// How long the fault lasts: --fault-for, else until the job ends; a delay spike, when not given,
+// lasts as long as it holds each frame (a 2 s spike: frames arriving in 2 s are held 2 s more).
+absl::Time ClearAt(const ChaosConfig& config, const WirePlan& plan, absl::Time fault_at) {
+  double seconds = config.fault_for_s;
+  if (seconds == 0 && plan.fault == "delay") seconds = config.spike_ms / 1000.0;
+  return seconds > 0 ? fault_at + absl::Seconds(seconds) : absl::InfiniteFuture();
 }
 
 struct NodeRun {
@@ -136,7 +154,7 @@ bool Crashed(const std::string& line) {
 // loss or a flapping link every rank may still reach the collective (none is unreachable, the
 // data is late): then an error saying so names the fault.
 std::vector<int> SilentSurvivors(const std::vector<std::string>& lines, const WirePlan& plan) {
-  const bool intermittent = plan.fault == "loss" || plan.fault == "flap";
+  const bool intermittent = plan.fault == "loss" || plan.fault == "flap" || plan.fault == "delay";
   const std::regex names_victim(StrCat("ranks? ([0-9]+, )*", plan.victim_host,
                                        "(, [0-9]+)*(, which hosts the store,)? did not",
                                        intermittent ? "|every rank reached this collective" : ""));
@@ -256,8 +274,7 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
   const std::string weights = StrCat(base, ".safetensors");
   const std::string checkpoints =
       config.max_restarts > 0 && plan.job == "train" ? StrCat(base, ".ckpt") : "";
-  absl::StatusOr<CommandOutput> up = Hosts(
-      config, prefix, {"up", std::to_string(plan.hosts), "--owner", std::to_string(::getpid())});
+  absl::StatusOr<CommandOutput> up = Hosts(config, prefix, UpArgs(plan));
   if (!up.ok() || up->exit_code != 0) {
     row.set_diagnosis(StrCat("no test hosts: ", up.ok() ? up->output : up.status().ToString()));
     return row;
@@ -274,10 +291,9 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
   const absl::Time fault_at = absl::Now();
   (void)Hosts(config, prefix, FaultArgs(config, plan));
   row.set_signal_at_s(absl::ToDoubleSeconds(fault_at - start));
-  const absl::Time clear_at = config.fault_for_s > 0 ? fault_at + absl::Seconds(config.fault_for_s)
-                                                     : absl::InfiniteFuture();
-  const absl::Duration cap =
-      absl::Seconds(config.timeout_s * (config.max_restarts + 1) + 60 + config.fault_for_s);
+  const absl::Time clear_at = ClearAt(config, plan, fault_at);
+  const absl::Duration cap = absl::Seconds(config.timeout_s * (config.max_restarts + 1) + 60 +
+                                           config.fault_for_s + config.spike_ms / 1000.0);
   row.set_hung(!WaitForNodes(nodes, fault_at + cap, clear_at, [&] {
     (void)Hosts(config, prefix, {"fault", StrCat("h", plan.victim_host), "clear"});
   }));

@@ -2,12 +2,13 @@
 // (network namespaces on a bridge, made by tools/scripts/netns_hosts.sh), starts `ddpkit launch
 // --nnodes N --node-rank k` inside host k, and at a random moment breaks one host's link: cut
 // (link-down), partitioned (nftables drops everything), lossy (nftables drops a random share),
-// or flapping (down and up every second). A clear ending is one of:
+// flapping (down and up every second), or slow (a delay spike: the host's link runs through
+// `ddpkit relay`, which holds every frame --spike-ms more for a while). A clear ending is one of:
 //   - the job completes, rank 0's final weights bitwise equal to the same job's over loopback
 //     (also after --max-restarts resumed it from its last checkpoint);
 //   - every launcher exits non-zero, no rank crashed, and every rank on the other hosts printed
 //     an error naming the unreachable rank and the collective (or rendezvous) it failed in.
-// Delay is not offered: the kernel has no netem, and a delaying relay between hosts is not built.
+// The kernel has no netem, hence the relay (tools/jobs/relay/packet_relay.h) for the delay.
 #pragma once
 
 #include <cstdint>
