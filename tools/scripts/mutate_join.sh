@@ -78,6 +78,7 @@ build_and_test() {
 run_mutation() {
   local name=$1 file=$2 script=$3 what=$4
   sed -i "$script" "$file"
+  # shellcheck disable=SC2064  # expanded now: $file is local, gone when the trap fires
   trap "git checkout -- '$file'" EXIT
   if git diff --quiet -- "$file"; then
     git checkout -- "$file"
@@ -101,12 +102,16 @@ main() {
     esac
     shift
   done
+  local n
+  for n in "${names[@]}"; do
+    list | grep -q "^$n " || die "no mutation named $n (see --list)"
+  done
   [[ -z $(git status --porcelain --untracked-files=no) ]] || die "the tree is dirty; commit or stash first"
   [[ -d $BUILD_DIR ]] || die "no build dir $BUILD_DIR (configure one first)"
   local baseline
   baseline=$(build_and_test)
   echo "baseline (no mutation): $baseline"
-  [[ $baseline == 0/* ]] || die "the Join tests fail without a mutation"
+  [[ $baseline == 0/[0-9]* ]] || die "the Join tests fail without a mutation"
 
   echo "| mutation | what it models | failed/total | tests that failed |"
   echo "| --- | --- | --- | --- |"
