@@ -29,7 +29,7 @@ MUTATIONS=(
   "divide-ignores-active~reducer/reducer.cc~s/if (!join_count_work_ || divide_by_initial_world_size_) return/if (true) return/~divide_by_initial_world_size=false still divides by the world size"
   "divide-ignores-initial~reducer/reducer.cc~s/if (!join_count_work_ || divide_by_initial_world_size_) return/if (!join_count_work_) return/~divide_by_initial_world_size=true (PyTorch's default) divides by the active ranks"
   "buffers-from-rank0~reducer/distributed_data_parallel.cc~s/static_cast<int>(plan >> \(D::\)\{0,1\}kRankShift)/0/~buffers broadcast from rank 0 (maybe joined, stale) instead of the highest active rank"
-  "no-final-sync~reducer/distributed_data_parallel.cc~s/works.push_back(group.Broadcast(t.Detach().Flatten(), authoritative/if (false) &/~the post hook skips the final model broadcast"
+  "no-final-sync~reducer/distributed_data_parallel.cc~s/\(const int authoritative = static_cast<int>(rank.data<int64_t>()\[0\]);\)/\1 ddp_.authoritative_rank_ = authoritative; return;/~the post hook skips the final model broadcast"
   "final-sync-no-buffers~reducer/distributed_data_parallel.cc~/for (auto\& b : ddp_.module_->NamedBuffers()) state.push_back(b);/d~the final model broadcast leaves the buffers out"
   "last-joiner-always~join/join.cc~/is_last_joiner = false;/d~every rank reports itself a last joiner (the authoritative rank becomes the highest rank)"
   "count-off-by-one~join/join.cc~s/if (active == 0) break;/if (active <= 1) break;/~joined ranks stop shadowing while one rank is still active"
