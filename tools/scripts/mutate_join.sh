@@ -104,7 +104,7 @@ main() {
   done
   local n
   for n in "${names[@]}"; do
-    list | grep -q "^$n " || die "no mutation named $n (see --list)"
+    [[ $(list) == *$'\n'"$n "* || $(list) == "$n "* ]] || die "no mutation named $n (see --list)"
   done
   [[ -z $(git status --porcelain --untracked-files=no) ]] || die "the tree is dirty; commit or stash first"
   [[ -d $BUILD_DIR ]] || die "no build dir $BUILD_DIR (configure one first)"
