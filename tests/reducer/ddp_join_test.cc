@@ -338,6 +338,42 @@ TEST(DdpJoinTest, StaticGraphKeepsEachActiveRanksOwnHookCounts) {
   });
 }
 
+// find_unused_parameters records use under no_sync too (the synced step must count it). A rank
+// whose last iteration was a no_sync one on layer "a" leaves that use in its map; when it joins,
+// it must shadow with an empty map, or "a" counts as used in the other ranks' synced steps and
+// gets zeros where it should get no .grad (mutation stale-shadow-used-map, mutate_join.sh).
+TEST(DdpJoinTest, ARankThatEndsInNoSyncShadowsWithAnEmptyUsedMap) {
+  const std::vector<int> inputs = {2, 3};  // odd iterations under no_sync
+  RunWorld(2, [&](comm::ProcessGroup& group) {
+    const int rank = group.rank();
+    auto model = std::make_shared<BranchyNet>(3);
+    auto ddp = MakeDdp(model, group, {.find_unused_parameters = true});
+    join::Join::Run({ddp.get()}, {}, [&] {
+      for (int t = 0; t < inputs[rank]; ++t) {
+        if (t % 2 == 0) {
+          for (const Tensor& p : model->Parameters()) p.set_grad(Tensor());
+        }
+        model->use_a = rank == 0 && t == 1;  // rank 0's last, no_sync, iteration uses "a"
+        auto step = [&] {
+          CrossEntropy(ddp->Forward(Rows(rank, t, 0)), Targets(rank, t)).Backward();
+        };
+        if (t % 2 == 1) {
+          auto no_sync = ddp->NoSync();
+          step();
+        } else {
+          step();
+        }
+      }
+    });
+    // Iteration 2: rank 1 alone on "b"; rank 0 shadows it.
+    std::vector<std::string> with_grad;
+    for (const auto& [name, values] : GradsOf(*model)) with_grad.push_back(name);
+    EXPECT_EQ(with_grad,
+              (std::vector<std::string>{"b.bias", "b.weight", "trunk.bias", "trunk.weight"}))
+        << "rank " << rank;
+  });
+}
+
 TEST(DdpJoinTest, ThrowOnEarlyTerminationStopsEveryRankInTheSameIteration) {
   std::mutex mu;
   std::vector<int> stopped_at(3, -1);
