@@ -4,8 +4,7 @@
 # through the relay holding each frame D ms each way; ping's round trip h1 -> h0, then `ddpkit
 # bench allreduce` on one gloo rank per host (latency at 4 KiB, bus bandwidth at 16 MiB) and the
 # relay's CPU time over the bench. Prints a markdown table. Needs root (and installs ping if it is
-# missing); run it holding the build
-# lock with nothing else measuring.
+# missing); run it holding the build lock with nothing else measuring.
 #   tools/scripts/netns_relay_bench.sh [CASE...]    (default: none 0 1 10; a case is none or D)
 # Environment: DDPKIT (build/bin/ddpkit), REPEATS (1), PINGS (20).
 set -euo pipefail
