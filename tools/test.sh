@@ -11,7 +11,9 @@
 #      tens of seconds that ASan makes three times longer, through code the other tests cover);
 #   3. a ThreadSanitizer build of only the threaded tests (labels comm, join, reducer: the
 #      tests_<label> targets of tests/CMakeLists.txt) and those tests; not gloo, because Debian's
-#      libgloo is not TSan-instrumented and its own threads would be misreported;
+#      libgloo is not TSan-instrumented and its own threads would be misreported (what the
+#      tests reach of two other uninstrumented libraries, oneDNN's primitive cache and
+#      absl::Status's reference count, is suppressed: tools/scripts/tsan_suppressions.txt);
 #   4. the fuzzers: the parsers of untrusted bytes under libFuzzer, 30 s each, one per core
 #      (tools/scripts/fuzz.sh; a clang build of only what they need, in build-fuzz/).
 # The test builds keep line tables only (a backtrace's file:line, at a fraction of full debug
@@ -49,7 +51,7 @@ if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
     bash "$root/tools/scripts/build.sh" "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug \
     -DDDPKIT_SANITIZE=thread -DDDPKIT_BUILD_BENCHMARKS=OFF -DDDPKIT_CUDA=OFF \
     -DDDPKIT_DEBUG_INFO=LINES -DDDPKIT_TEST_PCH=ON
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tools/scripts/tsan_suppressions.txt" \
     ctest --test-dir "$root/build-tsan" -L 'comm|join|reducer' --output-on-failure --parallel "$jobs"
 fi
 
