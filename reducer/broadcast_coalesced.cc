@@ -15,12 +15,13 @@ struct BucketBroadcast {
   std::shared_ptr<comm::Work> work;
 };
 
-// The bucket's tensors end to end; only the root's values matter, so the others leave it empty.
+// The bucket's tensors end to end; only the root's values matter, so the others leave it unset
+// (the broadcast overwrites all of it).
 Tensor Flatten(const NamedTensors& tensors, const std::vector<size_t>& members, bool is_root) {
   int64_t total = 0;
   for (size_t i : members) total += tensors[i].second.numel();
   const Tensor& first = tensors[members.front()].second;
-  Tensor flat = Tensor::Empty({total}, first.dtype(), first.device());
+  Tensor flat = Tensor::Uninitialized({total}, first.dtype(), first.device());
   if (!is_root) return flat;
   int64_t offset = 0;
   for (size_t i : members) {
