@@ -1,7 +1,5 @@
 // Gloo's event-loop thread runs under SCHED_BATCH (comm/gloo/loop_scheduling.h), and the thread
 // that made the device keeps its own policy.
-#include "comm/gloo/loop_scheduling.h"
-
 #include <sched.h>
 #include <stdlib.h>
 
@@ -10,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "comm/gloo/loop_scheduling.h"
 #include "gtest/gtest.h"
 
 namespace ddpkit::comm {
