@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "autograd/error.h"
 #include "autograd/file_util.h"
@@ -33,6 +35,23 @@ std::vector<std::string> Environment(pid_t pid) {
   absl::StatusOr<std::string> text = ReadFileToString(StrCat("/proc/", pid, "/environ"));
   if (!text.ok()) return {};
   return absl::StrSplit(*text, '\0', absl::SkipEmpty());
+}
+
+// Every thread's kernel stack (/proc/PID/task/TID/stack; root only) and where it sleeps.
+std::string KernelStacks(pid_t pid) {
+  std::string out;
+  DIR* tasks = ::opendir(StrCat("/proc/", pid, "/task").c_str());
+  if (tasks == nullptr) return out;
+  while (dirent* entry = ::readdir(tasks)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string dir = StrCat("/proc/", pid, "/task/", entry->d_name);
+    StrAppend(&out, "-- thread ", entry->d_name, " (",
+              absl::StripTrailingAsciiWhitespace(ReadFileToString(dir + "/comm").value_or("?")),
+              "), waiting in ", ReadFileToString(dir + "/wchan").value_or("?"), "\n",
+              ReadFileToString(dir + "/stack").value_or("(no kernel stack)\n"));
+  }
+  ::closedir(tasks);
+  return out;
 }
 
 }  // namespace
@@ -102,6 +121,22 @@ int SweepLeftovers(const std::string& mark) {
   }
   for (pid_t pid : left) ::kill(pid, SIGKILL);
   return static_cast<int>(left.size());
+}
+
+void DumpStacks(const std::string& mark, const std::string& path) {
+  std::string out;
+  for (pid_t pid : TrialProcesses(mark)) {
+    std::string command = ReadFileToString(StrCat("/proc/", pid, "/cmdline")).value_or("");
+    std::replace(command.begin(), command.end(), '\0', ' ');
+    StrAppend(&out, "==== pid ", pid, ": ", command, "\n", KernelStacks(pid));
+    const std::string name = std::string(absl::StripTrailingAsciiWhitespace(
+        ReadFileToString(StrCat("/proc/", pid, "/comm")).value_or("")));
+    if (name != "ddpkit" || !EnvValue(pid, "RANK")) continue;
+    absl::StatusOr<CommandOutput> gdb =
+        RunToEnd({"gdb", "-p", std::to_string(pid), "-batch", "-nx", "-ex", "thread apply all bt"});
+    StrAppend(&out, "-- gdb:\n", gdb.ok() ? gdb->output : gdb.status().ToString(), "\n");
+  }
+  (void)WriteFileAtomically(path, out);
 }
 
 absl::StatusOr<CommandOutput> RunToEnd(const std::vector<std::string>& argv) {

@@ -112,9 +112,9 @@ struct NodeRun {
 };
 
 // Waits for every node's launcher until `deadline`, lifting the fault at `clear_at`. False when
-// some launcher was still running at the deadline (then it is killed).
+// some launcher was still running at the deadline (then `cut_off` runs, and it is killed).
 bool WaitForNodes(std::vector<NodeRun>& nodes, absl::Time deadline, absl::Time clear_at,
-                  const std::function<void()>& clear) {
+                  const std::function<void()>& clear, const std::function<void()>& cut_off) {
   bool cleared = false;
   while (true) {
     bool running = false;
@@ -134,6 +134,7 @@ bool WaitForNodes(std::vector<NodeRun>& nodes, absl::Time deadline, absl::Time c
     if (absl::Now() >= deadline) break;
     absl::SleepFor(absl::Milliseconds(10));
   }
+  cut_off();
   for (NodeRun& node : nodes) {
     if (node.status) continue;
     ::kill(-node.pid, SIGKILL);
@@ -156,7 +157,9 @@ bool Crashed(const std::string& line) {
 std::vector<int> SilentSurvivors(const std::vector<std::string>& lines, const WirePlan& plan) {
   const bool intermittent = plan.fault == "loss" || plan.fault == "flap" || plan.fault == "delay";
   const std::regex names_victim(StrCat("ranks? ([0-9]+, )*", plan.victim_host,
-                                       "(, [0-9]+)*(, which hosts the store,)? did not",
+                                       "(, [0-9]+)*(, which hosts the store,)? did not|could not "
+                                       "reach (one of )?ranks? ([0-9]+, )*",
+                                       plan.victim_host, "\\b",
                                        intermittent ? "|every rank reached this collective" : ""));
   const std::regex names_collective(
       "allreduce|all_reduce|broadcast|allgather|all_gather|barrier|reduce_scatter|alltoall|"
@@ -294,9 +297,13 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
   const absl::Time clear_at = ClearAt(config, plan, fault_at);
   const absl::Duration cap = absl::Seconds(config.timeout_s * (config.max_restarts + 1) + 60 +
                                            config.fault_for_s + config.spike_ms / 1000.0);
-  row.set_hung(!WaitForNodes(nodes, fault_at + cap, clear_at, [&] {
-    (void)Hosts(config, prefix, {"fault", StrCat("h", plan.victim_host), "clear"});
-  }));
+  const std::string stacks = StrCat(base, ".stacks");  // slow or stuck: what each rank was doing
+  row.set_hung(!WaitForNodes(
+      nodes, fault_at + cap, clear_at,
+      [&] {
+        (void)Hosts(config, prefix, {"fault", StrCat("h", plan.victim_host), "clear"});
+      },
+      [&] { DumpStacks(mark, stacks); }));
   absl::Time last = start;
   for (const NodeRun& node : nodes) last = std::max(last, std::min(node.ended, absl::Now()));
   row.set_ended_after_s(absl::ToDoubleSeconds(last - fault_at));
@@ -313,7 +320,7 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
   JudgeWire(lines, nodes, weights, clean_weights, plan, row);
   if (row.hung()) {
     row.set_clear_error(false);
-    row.set_diagnosis(StrCat("hung; killed: ", row.diagnosis()));
+    row.set_diagnosis(StrCat("hung; killed (stacks in ", stacks, "): ", row.diagnosis()));
   }
   return row;
 }
