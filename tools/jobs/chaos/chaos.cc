@@ -191,6 +191,11 @@ absl::Status ValidateWire(const ChaosConfig& config) {
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--max-restarts", config.max_restarts, 0));
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--wire-steps", config.wire_steps));
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--spike-ms", config.spike_ms));
+  DDPKIT_RETURN_IF_ERROR(RequireOneOf("--fault-when", config.fault_when, {"any", "checkpoint"}));
+  if (config.fault_when == "checkpoint" && config.jobs != std::vector<std::string>{"train"}) {
+    return absl::InvalidArgumentError(
+        "--fault-when checkpoint needs --jobs train (join writes no checkpoints)");
+  }
   if (config.loss_pct < 0 || config.loss_pct > 100) {
     return absl::InvalidArgumentError(StrCat("--loss-pct must be 0..100, got ", config.loss_pct));
   }

@@ -11,7 +11,9 @@
 #include <cstring>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "autograd/error.h"
 #include "autograd/file_util.h"
 
@@ -51,6 +53,32 @@ std::string KernelStacks(pid_t pid) {
               ReadFileToString(dir + "/stack").value_or("(no kernel stack)\n"));
   }
   ::closedir(tasks);
+  return out;
+}
+
+// rchar + wchar of /proc/PID/io: every byte its system calls read or wrote, sockets included.
+int64_t BytesMoved(pid_t pid) {
+  int64_t total = 0;
+  const std::string io = ReadFileToString(StrCat("/proc/", pid, "/io")).value_or("");
+  for (absl::string_view line : absl::StrSplit(io, '\n')) {
+    int64_t n = 0;
+    if ((absl::ConsumePrefix(&line, "rchar: ") || absl::ConsumePrefix(&line, "wchar: ")) &&
+        absl::SimpleAtoi(line, &n)) {
+      total += n;
+    }
+  }
+  return total;
+}
+
+// Slow or stuck: the bytes each process moved over one second.
+std::string Progress(const std::vector<pid_t>& pids) {
+  std::vector<int64_t> before;
+  for (pid_t pid : pids) before.push_back(BytesMoved(pid));
+  absl::SleepFor(absl::Seconds(1));
+  std::string out = "bytes each process read and wrote over one second (rchar + wchar):\n";
+  for (size_t i = 0; i < pids.size(); ++i) {
+    StrAppend(&out, "  pid ", pids[i], ": ", BytesMoved(pids[i]) - before[i], "\n");
+  }
   return out;
 }
 
@@ -124,8 +152,9 @@ int SweepLeftovers(const std::string& mark) {
 }
 
 void DumpStacks(const std::string& mark, const std::string& path) {
-  std::string out;
-  for (pid_t pid : TrialProcesses(mark)) {
+  const std::vector<pid_t> pids = TrialProcesses(mark);
+  std::string out = Progress(pids);
+  for (pid_t pid : pids) {
     std::string command = ReadFileToString(StrCat("/proc/", pid, "/cmdline")).value_or("");
     std::replace(command.begin(), command.end(), '\0', ' ');
     StrAppend(&out, "==== pid ", pid, ": ", command, "\n", KernelStacks(pid));

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <regex>
 
 #include "absl/strings/str_join.h"
@@ -12,6 +13,7 @@
 #include "autograd/error.h"
 #include "autograd/file_util.h"
 #include "comm/store/token.h"
+#include "tools/jobs/chaos/checkpoint_fault.h"
 #include "tools/jobs/chaos/trial_processes.h"
 
 namespace ddpkit::jobs {
@@ -80,6 +82,19 @@ std::vector<std::string> NodeArgs(const ChaosConfig& config, const WirePlan& pla
                                    "--"};
   for (std::string& arg : JobArgs(config, plan, weights, checkpoints)) argv.push_back(arg);
   return argv;
+}
+
+// Brings the fault on. A cut aimed at a checkpoint must land within its few milliseconds, so it
+// runs `ip` itself (the script's names: the switch PREFIX-sw, the host's port hV) rather than
+// through the script, whose bash alone takes longer than a checkpoint.
+void StartFault(const ChaosConfig& config, const WirePlan& plan, const std::string& prefix,
+                const std::vector<std::string>& fault_args) {
+  if (config.fault_when == "checkpoint" && plan.fault == "link-down") {
+    (void)RunToEnd(
+        {"ip", "-n", StrCat(prefix, "-sw"), "link", "set", StrCat("h", plan.victim_host), "down"});
+    return;
+  }
+  (void)Hosts(config, prefix, fault_args);
 }
 
 std::vector<std::string> FaultArgs(const ChaosConfig& config, const WirePlan& plan) {
@@ -275,8 +290,10 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
   row.set_log(StrCat(base, ".log"));
   const std::string prefix = StrCat("dkc", ::getpid(), "t", index);
   const std::string weights = StrCat(base, ".safetensors");
-  const std::string checkpoints =
-      config.max_restarts > 0 && plan.job == "train" ? StrCat(base, ".ckpt") : "";
+  const bool at_checkpoint = config.fault_when == "checkpoint";
+  const std::string checkpoints = (config.max_restarts > 0 || at_checkpoint) && plan.job == "train"
+                                      ? StrCat(base, ".ckpt")
+                                      : "";
   absl::StatusOr<CommandOutput> up = Hosts(config, prefix, UpArgs(plan));
   if (!up.ok() || up->exit_code != 0) {
     row.set_diagnosis(StrCat("no test hosts: ", up.ok() ? up->output : up.status().ToString()));
@@ -291,8 +308,16 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
     if (pid.ok()) nodes[host].pid = *pid;
   }
   absl::SleepFor(absl::Seconds(plan.delay_s));
+  const std::optional<std::string> in_flight =
+      at_checkpoint ? WaitForCheckpointInFlight(checkpoints, absl::Now() + absl::Seconds(10))
+                    : std::nullopt;
+  const int64_t committed_at_fault = at_checkpoint ? NewestCommittedStep(checkpoints) : -1;
   const absl::Time fault_at = absl::Now();
-  (void)Hosts(config, prefix, FaultArgs(config, plan));
+  StartFault(config, plan, prefix, FaultArgs(config, plan));
+  // Mid-checkpoint only if the folder being written outlived the fault's taking effect.
+  if (in_flight && std::filesystem::exists(StrCat(checkpoints, "/", *in_flight))) {
+    row.set_checkpoint_in_flight(*in_flight);
+  }
   row.set_signal_at_s(absl::ToDoubleSeconds(fault_at - start));
   const absl::Time clear_at = ClearAt(config, plan, fault_at);
   const absl::Duration cap = absl::Seconds(config.timeout_s * (config.max_restarts + 1) + 60 +
@@ -318,6 +343,7 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
   const std::vector<std::string> lines = absl::StrSplit(log_text.ok() ? *log_text : "", '\n');
   row.set_restarts(CountRestarts(lines));
   JudgeWire(lines, nodes, weights, clean_weights, plan, row);
+  if (at_checkpoint) JudgeCheckpoints(checkpoints, lines, committed_at_fault, row);
   if (row.hung()) {
     row.set_clear_error(false);
     row.set_diagnosis(StrCat("hung; killed (stacks in ", stacks, "): ", row.diagnosis()));
