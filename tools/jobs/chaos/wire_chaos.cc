@@ -120,6 +120,16 @@ absl::Time ClearAt(const ChaosConfig& config, const WirePlan& plan, absl::Time f
   return seconds > 0 ? fault_at + absl::Seconds(seconds) : absl::InfiniteFuture();
 }
 
+// How long after the fault a trial may run before it is cut off (and its stacks dumped): each
+// run's timeout, the fault's own length, and room for a job the fault slows down — a minute, or
+// eight times the clean run's length when that is more (under a flapping link a 4-rank join ran
+// up to 70 s after the fault, against 13.6 s for its clean run; docs/reliability.md).
+absl::Duration TrialCap(const ChaosConfig& config, const CleanRun& clean) {
+  return absl::Seconds(config.timeout_s * (config.max_restarts + 1) + config.fault_for_s +
+                       config.spike_ms / 1000.0) +
+         std::max(absl::Seconds(60), 8 * clean.took);
+}
+
 struct NodeRun {
   pid_t pid = -1;
   std::optional<int> status;
@@ -261,7 +271,7 @@ absl::Status CheckHostsAvailable(const ChaosConfig& config) {
                                               absl::StripTrailingAsciiWhitespace(up.output)));
 }
 
-absl::StatusOr<std::string> CleanWeights(const ChaosConfig& config, const WirePlan& plan) {
+absl::StatusOr<CleanRun> RunClean(const ChaosConfig& config, const WirePlan& plan) {
   const std::string weights =
       StrCat(config.log_dir, "/clean-", plan.job, "-", plan.hosts, ".safetensors");
   std::vector<std::string> argv = {config.program,
@@ -271,15 +281,16 @@ absl::StatusOr<std::string> CleanWeights(const ChaosConfig& config, const WirePl
                                    std::to_string(plan.hosts),
                                    "--"};
   for (std::string& arg : JobArgs(config, plan, weights, "")) argv.push_back(arg);
+  const absl::Time start = absl::Now();
   DDPKIT_ASSIGN_OR_RETURN(CommandOutput run, RunToEnd(argv));
   if (run.exit_code != 0) {
     return absl::InternalError(StrCat("the clean run over loopback failed: ", run.output));
   }
-  return weights;
+  return CleanRun{.weights = weights, .took = absl::Now() - start};
 }
 
 ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int index,
-                        const std::string& mark, const std::string& clean_weights) {
+                        const std::string& mark, const CleanRun& clean) {
   ChaosTrial row;
   row.set_trial(index);
   row.set_job(plan.job);
@@ -320,8 +331,7 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
   }
   row.set_signal_at_s(absl::ToDoubleSeconds(fault_at - start));
   const absl::Time clear_at = ClearAt(config, plan, fault_at);
-  const absl::Duration cap = absl::Seconds(config.timeout_s * (config.max_restarts + 1) + 60 +
-                                           config.fault_for_s + config.spike_ms / 1000.0);
+  const absl::Duration cap = TrialCap(config, clean);
   const std::string stacks = StrCat(base, ".stacks");  // slow or stuck: what each rank was doing
   row.set_hung(!WaitForNodes(
       nodes, fault_at + cap, clear_at,
@@ -342,7 +352,7 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
   absl::StatusOr<std::string> log_text = ReadFileToString(row.log());
   const std::vector<std::string> lines = absl::StrSplit(log_text.ok() ? *log_text : "", '\n');
   row.set_restarts(CountRestarts(lines));
-  JudgeWire(lines, nodes, weights, clean_weights, plan, row);
+  JudgeWire(lines, nodes, weights, clean.weights, plan, row);
   if (at_checkpoint) JudgeCheckpoints(checkpoints, lines, committed_at_fault, row);
   if (row.hung()) {
     row.set_clear_error(false);
