@@ -18,7 +18,9 @@
 #include <optional>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "comm/failure_diagnosis.h"
+#include "comm/gloo/connect_diagnosis.h"
 #include "comm/gloo/loop_scheduling.h"
 #include "comm/reduce.h"
 #include "comm/widen.h"
@@ -46,7 +48,13 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
             const std::chrono::milliseconds& timeout) override {
     std::vector<std::string> prefixed;
     for (const std::string& k : keys) prefixed.push_back("gloo/" + k);
-    Check(store_->Wait(prefixed, absl::FromChrono(timeout)));
+    const absl::Status waited = store_->Wait(prefixed, absl::FromChrono(timeout));
+    // Gloo's full-mesh keys are the ranks: say whose addresses never came.
+    if (!waited.ok()) {
+      throw std::runtime_error(StrCat(waited.message(), "; rank ", absl::StrJoin(keys, ", "),
+                                      " did not publish its Gloo addresses in time (dead, stuck, "
+                                      "or cut off from the store)"));
+    }
   }
 
  private:
@@ -331,7 +339,8 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(int rank, i
         new ProcessGroupGloo(rank, size, std::move(context), std::move(store), options, algorithm));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
-        StrCat("gloo: rank ", rank, " of ", size, " could not connect to its peers: ", e.what()));
+        StrCat("gloo: rank ", rank, " of ", size, " could not connect to its peers: ", e.what(),
+               NameUnreachablePeer(*store, rank, size, e.what(), DiagnosisTime(options))));
   }
 }
 

@@ -34,6 +34,10 @@ ABSL_FLAG(int32_t, spike_ms, 2000,
           "--fault-for, default as long as the spike)");
 ABSL_FLAG(double, fault_for, 0,
           "with --faults: seconds until the fault is lifted (0: it lasts until the job ends)");
+ABSL_FLAG(std::string, fault_when, "any",
+          "with --faults: when the fault comes: any (a random moment within --max-delay) or "
+          "checkpoint (the first checkpoint being written after that moment; --jobs train, which "
+          "then checkpoints every step)");
 ABSL_FLAG(int32_t, wire_steps, 1000, "with --faults: train's steps, and join's most inputs");
 ABSL_FLAG(std::string, netns_script, DDPKIT_NETNS_SCRIPT,
           "with --faults: the script that makes the test hosts");
@@ -83,6 +87,7 @@ absl::StatusOr<jobs::ChaosConfig> ConfigFromFlags() {
   config.fault_for_s = absl::GetFlag(FLAGS_fault_for);
   config.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   config.wire_steps = absl::GetFlag(FLAGS_wire_steps);
+  config.fault_when = absl::GetFlag(FLAGS_fault_when);
   config.netns_script = absl::GetFlag(FLAGS_netns_script);
   return config;
 }
@@ -136,11 +141,13 @@ Subcommand ChaosSubcommand() {
           .usage =
               "ddpkit chaos [--trials N] [--timeout S] [--ranks 2-4] [--jobs train,join] "
               "[--signals KILL,STOP,TERM | --faults link-down,loss,partition,flap,delay "
-              "[--loss-pct P] [--spike-ms MS] [--fault-for S] [--max-restarts R] [--wire-steps N]] "
+              "[--loss-pct P] [--spike-ms MS] [--fault-for S] [--fault-when any|checkpoint] "
+              "[--max-restarts R] "
+              "[--wire-steps N]] "
               "[--max-delay S] [--log-dir DIR]",
           .flag_names = {"trials", "seed", "timeout", "ranks", "jobs", "signals", "max_delay",
                          "slack", "log_dir", "json", "faults", "loss_pct", "spike_ms", "fault_for",
-                         "max_restarts", "wire_steps", "netns_script"},
+                         "fault_when", "max_restarts", "wire_steps", "netns_script"},
           .run = RunChaos};
 }
 

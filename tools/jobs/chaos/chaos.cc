@@ -191,6 +191,11 @@ absl::Status ValidateWire(const ChaosConfig& config) {
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--max-restarts", config.max_restarts, 0));
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--wire-steps", config.wire_steps));
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--spike-ms", config.spike_ms));
+  DDPKIT_RETURN_IF_ERROR(RequireOneOf("--fault-when", config.fault_when, {"any", "checkpoint"}));
+  if (config.fault_when == "checkpoint" && config.jobs != std::vector<std::string>{"train"}) {
+    return absl::InvalidArgumentError(
+        "--fault-when checkpoint needs --jobs train (join writes no checkpoints)");
+  }
   if (config.loss_pct < 0 || config.loss_pct > 100) {
     return absl::InvalidArgumentError(StrCat("--loss-pct must be 0..100, got ", config.loss_pct));
   }
@@ -208,11 +213,11 @@ WirePlan DrawWire(const ChaosConfig& config, std::mt19937_64& rng) {
 
 // A trial of --faults: the clean run of its job and world size first, once.
 absl::StatusOr<ChaosTrial> WireTrial(const ChaosConfig& config, int index, std::mt19937_64& rng,
-                                     std::map<std::string, std::string>& clean) {
+                                     std::map<std::string, CleanRun>& clean) {
   const WirePlan plan = DrawWire(config, rng);
   const std::string key = StrCat(plan.job, "-", plan.hosts);
   if (!clean.contains(key)) {
-    DDPKIT_ASSIGN_OR_RETURN(clean[key], CleanWeights(config, plan));
+    DDPKIT_ASSIGN_OR_RETURN(clean[key], RunClean(config, plan));
   }
   const std::string mark = StrCat(::getpid(), "-", index, "-", rng());
   return RunWireTrial(config, plan, index, mark, clean[key]);
@@ -263,7 +268,7 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosConfig& given, const ChaosObserv
   report.set_slack_s(Seconds(config.slack));
   const double deadline = config.timeout_s + Seconds(config.slack);
   if (!config.faults.empty()) DDPKIT_RETURN_IF_ERROR(CheckHostsAvailable(config));
-  std::map<std::string, std::string> clean;  // "job-hosts": the clean run's final weights
+  std::map<std::string, CleanRun> clean;  // "job-hosts": its clean run
   for (int t = 1; t <= config.trials; ++t) {
     ChaosTrial row;
     if (config.faults.empty()) {

@@ -40,6 +40,10 @@ struct ChaosConfig {
   double fault_for_s = 0;    // how long a fault lasts; 0: until the job ends
   int max_restarts = 0;      // each node's launcher's --max-restarts (train checkpoints each step)
   int wire_steps = 1000;     // the length of a --faults job: train's steps, join's most inputs
+  // When the fault comes: "any" moment within --max-delay, or "checkpoint": the first moment
+  // after that one at which the job is writing a checkpoint (train only; it checkpoints every
+  // step; checkpoint_fault.h).
+  std::string fault_when = "any";
 };
 
 // Called after each trial, in order (the CLI prints a row).

@@ -6,10 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "autograd/error.h"
 #include "autograd/file_util.h"
 
@@ -33,6 +37,49 @@ std::vector<std::string> Environment(pid_t pid) {
   absl::StatusOr<std::string> text = ReadFileToString(StrCat("/proc/", pid, "/environ"));
   if (!text.ok()) return {};
   return absl::StrSplit(*text, '\0', absl::SkipEmpty());
+}
+
+// Every thread's kernel stack (/proc/PID/task/TID/stack; root only) and where it sleeps.
+std::string KernelStacks(pid_t pid) {
+  std::string out;
+  DIR* tasks = ::opendir(StrCat("/proc/", pid, "/task").c_str());
+  if (tasks == nullptr) return out;
+  while (dirent* entry = ::readdir(tasks)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string dir = StrCat("/proc/", pid, "/task/", entry->d_name);
+    StrAppend(&out, "-- thread ", entry->d_name, " (",
+              absl::StripTrailingAsciiWhitespace(ReadFileToString(dir + "/comm").value_or("?")),
+              "), waiting in ", ReadFileToString(dir + "/wchan").value_or("?"), "\n",
+              ReadFileToString(dir + "/stack").value_or("(no kernel stack)\n"));
+  }
+  ::closedir(tasks);
+  return out;
+}
+
+// rchar + wchar of /proc/PID/io: every byte its system calls read or wrote, sockets included.
+int64_t BytesMoved(pid_t pid) {
+  int64_t total = 0;
+  const std::string io = ReadFileToString(StrCat("/proc/", pid, "/io")).value_or("");
+  for (absl::string_view line : absl::StrSplit(io, '\n')) {
+    int64_t n = 0;
+    if ((absl::ConsumePrefix(&line, "rchar: ") || absl::ConsumePrefix(&line, "wchar: ")) &&
+        absl::SimpleAtoi(line, &n)) {
+      total += n;
+    }
+  }
+  return total;
+}
+
+// Slow or stuck: the bytes each process moved over one second.
+std::string Progress(const std::vector<pid_t>& pids) {
+  std::vector<int64_t> before;
+  for (pid_t pid : pids) before.push_back(BytesMoved(pid));
+  absl::SleepFor(absl::Seconds(1));
+  std::string out = "bytes each process read and wrote over one second (rchar + wchar):\n";
+  for (size_t i = 0; i < pids.size(); ++i) {
+    StrAppend(&out, "  pid ", pids[i], ": ", BytesMoved(pids[i]) - before[i], "\n");
+  }
+  return out;
 }
 
 }  // namespace
@@ -102,6 +149,23 @@ int SweepLeftovers(const std::string& mark) {
   }
   for (pid_t pid : left) ::kill(pid, SIGKILL);
   return static_cast<int>(left.size());
+}
+
+void DumpStacks(const std::string& mark, const std::string& path) {
+  const std::vector<pid_t> pids = TrialProcesses(mark);
+  std::string out = Progress(pids);
+  for (pid_t pid : pids) {
+    std::string command = ReadFileToString(StrCat("/proc/", pid, "/cmdline")).value_or("");
+    std::replace(command.begin(), command.end(), '\0', ' ');
+    StrAppend(&out, "==== pid ", pid, ": ", command, "\n", KernelStacks(pid));
+    const std::string name = std::string(absl::StripTrailingAsciiWhitespace(
+        ReadFileToString(StrCat("/proc/", pid, "/comm")).value_or("")));
+    if (name != "ddpkit" || !EnvValue(pid, "RANK")) continue;
+    absl::StatusOr<CommandOutput> gdb =
+        RunToEnd({"gdb", "-p", std::to_string(pid), "-batch", "-nx", "-ex", "thread apply all bt"});
+    StrAppend(&out, "-- gdb:\n", gdb.ok() ? gdb->output : gdb.status().ToString(), "\n");
+  }
+  (void)WriteFileAtomically(path, out);
 }
 
 absl::StatusOr<CommandOutput> RunToEnd(const std::vector<std::string>& argv) {

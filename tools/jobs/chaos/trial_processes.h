@@ -37,6 +37,12 @@ std::optional<int> WaitUntil(pid_t pid, absl::Time deadline);
 // takes the kernel a moment), then kills it so the next trial starts clean.
 int SweepLeftovers(const std::string& mark);
 
+// For a trial cut off at its cap, what each of its processes was doing, written to `path`: the
+// bytes each moved over one second (slow or stuck), its command line, every thread's kernel stack,
+// and for each rank (a ddpkit process with RANK set) gdb's backtrace of every thread where gdb is
+// installed.
+void DumpStacks(const std::string& mark, const std::string& path);
+
 // Runs `argv` to its end: its exit code (-1: killed by a signal) and its output, both streams.
 struct CommandOutput {
   int exit_code = -1;

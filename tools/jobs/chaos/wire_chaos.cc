@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <regex>
 
 #include "absl/strings/str_join.h"
@@ -12,6 +13,7 @@
 #include "autograd/error.h"
 #include "autograd/file_util.h"
 #include "comm/store/token.h"
+#include "tools/jobs/chaos/checkpoint_fault.h"
 #include "tools/jobs/chaos/trial_processes.h"
 
 namespace ddpkit::jobs {
@@ -82,6 +84,19 @@ std::vector<std::string> NodeArgs(const ChaosConfig& config, const WirePlan& pla
   return argv;
 }
 
+// Brings the fault on. A cut aimed at a checkpoint must land within its few milliseconds, so it
+// runs `ip` itself (the script's names: the switch PREFIX-sw, the host's port hV) rather than
+// through the script, whose bash alone takes longer than a checkpoint.
+void StartFault(const ChaosConfig& config, const WirePlan& plan, const std::string& prefix,
+                const std::vector<std::string>& fault_args) {
+  if (config.fault_when == "checkpoint" && plan.fault == "link-down") {
+    (void)RunToEnd(
+        {"ip", "-n", StrCat(prefix, "-sw"), "link", "set", StrCat("h", plan.victim_host), "down"});
+    return;
+  }
+  (void)Hosts(config, prefix, fault_args);
+}
+
 std::vector<std::string> FaultArgs(const ChaosConfig& config, const WirePlan& plan) {
   std::vector<std::string> args = {"fault", StrCat("h", plan.victim_host), plan.fault};
   if (plan.fault == "loss") args.push_back(std::to_string(config.loss_pct));
@@ -105,6 +120,16 @@ absl::Time ClearAt(const ChaosConfig& config, const WirePlan& plan, absl::Time f
   return seconds > 0 ? fault_at + absl::Seconds(seconds) : absl::InfiniteFuture();
 }
 
+// How long after the fault a trial may run before it is cut off (and its stacks dumped): each
+// run's timeout, the fault's own length, and room for a job the fault slows down — a minute, or
+// eight times the clean run's length when that is more (under a flapping link a 4-rank join ran
+// up to 70 s after the fault, against 13.6 s for its clean run; docs/reliability.md).
+absl::Duration TrialCap(const ChaosConfig& config, const CleanRun& clean) {
+  return absl::Seconds(config.timeout_s * (config.max_restarts + 1) + config.fault_for_s +
+                       config.spike_ms / 1000.0) +
+         std::max(absl::Seconds(60), 8 * clean.took);
+}
+
 struct NodeRun {
   pid_t pid = -1;
   std::optional<int> status;
@@ -112,9 +137,9 @@ struct NodeRun {
 };
 
 // Waits for every node's launcher until `deadline`, lifting the fault at `clear_at`. False when
-// some launcher was still running at the deadline (then it is killed).
+// some launcher was still running at the deadline (then `cut_off` runs, and it is killed).
 bool WaitForNodes(std::vector<NodeRun>& nodes, absl::Time deadline, absl::Time clear_at,
-                  const std::function<void()>& clear) {
+                  const std::function<void()>& clear, const std::function<void()>& cut_off) {
   bool cleared = false;
   while (true) {
     bool running = false;
@@ -134,6 +159,7 @@ bool WaitForNodes(std::vector<NodeRun>& nodes, absl::Time deadline, absl::Time c
     if (absl::Now() >= deadline) break;
     absl::SleepFor(absl::Milliseconds(10));
   }
+  cut_off();
   for (NodeRun& node : nodes) {
     if (node.status) continue;
     ::kill(-node.pid, SIGKILL);
@@ -156,7 +182,9 @@ bool Crashed(const std::string& line) {
 std::vector<int> SilentSurvivors(const std::vector<std::string>& lines, const WirePlan& plan) {
   const bool intermittent = plan.fault == "loss" || plan.fault == "flap" || plan.fault == "delay";
   const std::regex names_victim(StrCat("ranks? ([0-9]+, )*", plan.victim_host,
-                                       "(, [0-9]+)*(, which hosts the store,)? did not",
+                                       "(, [0-9]+)*(, which hosts the store,)? did not|could not "
+                                       "reach (one of )?ranks? ([0-9]+, )*",
+                                       plan.victim_host, "\\b",
                                        intermittent ? "|every rank reached this collective" : ""));
   const std::regex names_collective(
       "allreduce|all_reduce|broadcast|allgather|all_gather|barrier|reduce_scatter|alltoall|"
@@ -243,7 +271,7 @@ absl::Status CheckHostsAvailable(const ChaosConfig& config) {
                                               absl::StripTrailingAsciiWhitespace(up.output)));
 }
 
-absl::StatusOr<std::string> CleanWeights(const ChaosConfig& config, const WirePlan& plan) {
+absl::StatusOr<CleanRun> RunClean(const ChaosConfig& config, const WirePlan& plan) {
   const std::string weights =
       StrCat(config.log_dir, "/clean-", plan.job, "-", plan.hosts, ".safetensors");
   std::vector<std::string> argv = {config.program,
@@ -253,15 +281,16 @@ absl::StatusOr<std::string> CleanWeights(const ChaosConfig& config, const WirePl
                                    std::to_string(plan.hosts),
                                    "--"};
   for (std::string& arg : JobArgs(config, plan, weights, "")) argv.push_back(arg);
+  const absl::Time start = absl::Now();
   DDPKIT_ASSIGN_OR_RETURN(CommandOutput run, RunToEnd(argv));
   if (run.exit_code != 0) {
     return absl::InternalError(StrCat("the clean run over loopback failed: ", run.output));
   }
-  return weights;
+  return CleanRun{.weights = weights, .took = absl::Now() - start};
 }
 
 ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int index,
-                        const std::string& mark, const std::string& clean_weights) {
+                        const std::string& mark, const CleanRun& clean) {
   ChaosTrial row;
   row.set_trial(index);
   row.set_job(plan.job);
@@ -272,8 +301,10 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
   row.set_log(StrCat(base, ".log"));
   const std::string prefix = StrCat("dkc", ::getpid(), "t", index);
   const std::string weights = StrCat(base, ".safetensors");
-  const std::string checkpoints =
-      config.max_restarts > 0 && plan.job == "train" ? StrCat(base, ".ckpt") : "";
+  const bool at_checkpoint = config.fault_when == "checkpoint";
+  const std::string checkpoints = (config.max_restarts > 0 || at_checkpoint) && plan.job == "train"
+                                      ? StrCat(base, ".ckpt")
+                                      : "";
   absl::StatusOr<CommandOutput> up = Hosts(config, prefix, UpArgs(plan));
   if (!up.ok() || up->exit_code != 0) {
     row.set_diagnosis(StrCat("no test hosts: ", up.ok() ? up->output : up.status().ToString()));
@@ -288,15 +319,26 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
     if (pid.ok()) nodes[host].pid = *pid;
   }
   absl::SleepFor(absl::Seconds(plan.delay_s));
+  const std::optional<std::string> in_flight =
+      at_checkpoint ? WaitForCheckpointInFlight(checkpoints, absl::Now() + absl::Seconds(10))
+                    : std::nullopt;
+  const int64_t committed_at_fault = at_checkpoint ? NewestCommittedStep(checkpoints) : -1;
   const absl::Time fault_at = absl::Now();
-  (void)Hosts(config, prefix, FaultArgs(config, plan));
+  StartFault(config, plan, prefix, FaultArgs(config, plan));
+  // Mid-checkpoint only if the folder being written outlived the fault's taking effect.
+  if (in_flight && std::filesystem::exists(StrCat(checkpoints, "/", *in_flight))) {
+    row.set_checkpoint_in_flight(*in_flight);
+  }
   row.set_signal_at_s(absl::ToDoubleSeconds(fault_at - start));
   const absl::Time clear_at = ClearAt(config, plan, fault_at);
-  const absl::Duration cap = absl::Seconds(config.timeout_s * (config.max_restarts + 1) + 60 +
-                                           config.fault_for_s + config.spike_ms / 1000.0);
-  row.set_hung(!WaitForNodes(nodes, fault_at + cap, clear_at, [&] {
-    (void)Hosts(config, prefix, {"fault", StrCat("h", plan.victim_host), "clear"});
-  }));
+  const absl::Duration cap = TrialCap(config, clean);
+  const std::string stacks = StrCat(base, ".stacks");  // slow or stuck: what each rank was doing
+  row.set_hung(!WaitForNodes(
+      nodes, fault_at + cap, clear_at,
+      [&] {
+        (void)Hosts(config, prefix, {"fault", StrCat("h", plan.victim_host), "clear"});
+      },
+      [&] { DumpStacks(mark, stacks); }));
   absl::Time last = start;
   for (const NodeRun& node : nodes) last = std::max(last, std::min(node.ended, absl::Now()));
   row.set_ended_after_s(absl::ToDoubleSeconds(last - fault_at));
@@ -310,10 +352,11 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
   absl::StatusOr<std::string> log_text = ReadFileToString(row.log());
   const std::vector<std::string> lines = absl::StrSplit(log_text.ok() ? *log_text : "", '\n');
   row.set_restarts(CountRestarts(lines));
-  JudgeWire(lines, nodes, weights, clean_weights, plan, row);
+  JudgeWire(lines, nodes, weights, clean.weights, plan, row);
+  if (at_checkpoint) JudgeCheckpoints(checkpoints, lines, committed_at_fault, row);
   if (row.hung()) {
     row.set_clear_error(false);
-    row.set_diagnosis(StrCat("hung; killed: ", row.diagnosis()));
+    row.set_diagnosis(StrCat("hung; killed (stacks in ", stacks, "): ", row.diagnosis()));
   }
   return row;
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/time/time.h"
 #include "tools/jobs/chaos/chaos.h"
 
 namespace ddpkit::jobs {
@@ -26,13 +27,19 @@ struct WirePlan {
   double delay_s = 0;  // from the launchers' start to the fault
 };
 
-// One trial; `clean_weights` is the same job's final weights over loopback (CleanWeights).
-ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int index,
-                        const std::string& mark, const std::string& clean_weights);
+// The job of a plan run over loopback, with no fault: where rank 0 saved its final weights (what
+// every completed trial of that job must equal bitwise), and how long it took.
+struct CleanRun {
+  std::string weights;
+  absl::Duration took;
+};
 
-// Runs the job of `plan` over loopback (`ddpkit launch --standalone`) and returns where rank 0
-// saved its final weights: what every completed trial of that job must equal bitwise.
-absl::StatusOr<std::string> CleanWeights(const ChaosConfig& config, const WirePlan& plan);
+// One trial; `clean` is the same job's clean run (RunClean).
+ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int index,
+                        const std::string& mark, const CleanRun& clean);
+
+// Runs the job of `plan` over loopback (`ddpkit launch --standalone`).
+absl::StatusOr<CleanRun> RunClean(const ChaosConfig& config, const WirePlan& plan);
 
 // Whether this machine can make the test hosts: OK, or FailedPrecondition with the script's
 // one line saying why not.
