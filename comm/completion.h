@@ -38,16 +38,16 @@ class Completion {
     return value_;
   }
 
-  // Blocks until complete (a short spin first: comm/spin_wait.h). Wait(timeout): nullopt when
-  // `timeout` passes first.
-  T Wait() const {
-    SpinUntil([this] { return published_.load(std::memory_order_acquire); });
+  // Blocks until complete (a short spin first where `spin`: comm/spin_wait.h). Wait(timeout):
+  // nullopt when `timeout` passes first.
+  T Wait(bool spin = true) const {
+    if (spin) SpinUntil([this] { return published_.load(std::memory_order_acquire); });
     std::unique_lock<std::mutex> lock(mu_);
     completed_cv_.wait(lock, [this] { return value_.has_value(); });
     return *value_;
   }
-  std::optional<T> Wait(absl::Duration timeout) const {
-    SpinUntil([this] { return published_.load(std::memory_order_acquire); });
+  std::optional<T> Wait(absl::Duration timeout, bool spin = true) const {
+    if (spin) SpinUntil([this] { return published_.load(std::memory_order_acquire); });
     std::unique_lock<std::mutex> lock(mu_);
     if (!completed_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
                                 [this] { return value_.has_value(); })) {

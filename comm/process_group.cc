@@ -173,7 +173,7 @@ std::shared_ptr<Work> ProcessGroup::Submit(Collective c) {
   CollectiveListener* listener = listener_.load();
   std::unique_lock<std::mutex> lock(mu_);
   c.sequence_number = next_sequence_number_++;
-  auto work = std::make_shared<Work>(c.op, c.sequence_number);
+  auto work = std::make_shared<Work>(c.op, c.sequence_number, SpinsOnHandOffs());
   recorder_.Queued(c);
   if (listener != nullptr) listener->OnQueued(c);
   if (!broken_.ok()) {
@@ -198,7 +198,8 @@ void ProcessGroup::CommLoop() {
     absl::Status status;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (queue_.empty() && !stopping_) {  // a collective issued right after is common: spin
+      // A collective issued right after is common: spin (where the backend lets us).
+      if (queue_.empty() && !stopping_ && SpinsOnHandOffs()) {
         lock.unlock();
         SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; });
         lock.lock();

@@ -101,6 +101,10 @@ class ProcessGroup {
   virtual bool SupportsDevice(Device device) const { return device.is_cpu(); }
   // Where a barrier (a collective without tensors) runs.
   virtual Device DefaultDevice() const { return Device::Cpu(); }
+  // Whether the communication thread and a Work's Wait poll briefly before they sleep
+  // (comm/spin_wait.h). A backend whose collectives progress on another thread of this process
+  // says no: where ranks' threads outnumber the cores, a poller holds the core that thread needs.
+  virtual bool SpinsOnHandOffs() const { return true; }
 
  protected:
   ProcessGroup(int rank, int size, ProcessGroupOptions options);

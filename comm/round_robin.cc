@@ -75,7 +75,7 @@ std::shared_ptr<Work> ProcessGroupRoundRobin::Submit(Collective c) {
     std::lock_guard<std::mutex> lock(issue_mu_);
     c.tag = ScopedCollectiveTag::Current();
     c.sequence_number = next_sequence_number_++;
-    work = std::make_shared<Work>(c.op, c.sequence_number);
+    work = std::make_shared<Work>(c.op, c.sequence_number, SpinsOnHandOffs());
     recorder_.Queued(c);
     CollectiveListener* listener = listener_.load();
     if (listener != nullptr) listener->OnQueued(c);

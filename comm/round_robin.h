@@ -46,6 +46,7 @@ class ProcessGroupRoundRobin final : public ProcessGroup {
   absl::Status health() const override;
   bool SupportsDevice(Device device) const override { return groups_[0]->SupportsDevice(device); }
   Device DefaultDevice() const override { return groups_[0]->DefaultDevice(); }
+  bool SpinsOnHandOffs() const override { return groups_[0]->SpinsOnHandOffs(); }
 
   int num_groups() const { return static_cast<int>(groups_.size()); }
   const ProcessGroup& group(int i) const { return *groups_.at(i); }

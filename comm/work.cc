@@ -4,14 +4,15 @@
 
 namespace ddpkit::comm {
 
-Work::Work(OpType op, uint64_t sequence_number) : op_(op), sequence_number_(sequence_number) {}
+Work::Work(OpType op, uint64_t sequence_number, bool spin_on_wait)
+    : op_(op), sequence_number_(sequence_number), spin_on_wait_(spin_on_wait) {}
 
 bool Work::IsCompleted() const { return done_.IsCompleted(); }
 
-absl::Status Work::Wait() const { return done_.Wait(); }
+absl::Status Work::Wait() const { return done_.Wait(spin_on_wait_); }
 
 absl::Status Work::Wait(absl::Duration timeout) const {
-  std::optional<absl::Status> status = done_.Wait(timeout);
+  std::optional<absl::Status> status = done_.Wait(timeout, spin_on_wait_);
   if (status) return *status;
   return absl::DeadlineExceededError(StrCat(OpTypeName(op_), " (sequence number ", sequence_number_,
                                             ") did not complete within ",

@@ -18,7 +18,9 @@ namespace ddpkit::comm {
 
 class Work {
  public:
-  Work(OpType op, uint64_t sequence_number);
+  // `spin_on_wait`: whether Wait polls briefly before it sleeps (comm/spin_wait.h); a backend
+  // whose progress needs another of this process's threads turns it off.
+  Work(OpType op, uint64_t sequence_number, bool spin_on_wait = true);
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
 
@@ -47,6 +49,7 @@ class Work {
  private:
   const OpType op_;
   const uint64_t sequence_number_;
+  const bool spin_on_wait_;
   mutable std::mutex mu_;
   std::chrono::steady_clock::time_point started_{};  // guarded by mu_
   Completion<absl::Status> done_;

@@ -19,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "comm/failure_diagnosis.h"
+#include "comm/gloo/loop_scheduling.h"
 #include "comm/reduce.h"
 #include "comm/widen.h"
 
@@ -96,6 +97,9 @@ class ProcessGroupGloo final : public ProcessGroup {
   }
   ~ProcessGroupGloo() override { StopCommThread(); }
   std::string_view backend_name() const override { return BackendName(Backend::kGloo); }
+  // Gloo's loop thread moves every byte; a polling thread here would hold the core it needs
+  // (comm/gloo/loop_scheduling.h; measured in docs/performance.md).
+  bool SpinsOnHandOffs() const override { return false; }
 
  private:
   uint32_t Tag(uint64_t seq) const { return static_cast<uint32_t>(seq & 0x7fffffff); }
@@ -310,6 +314,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(int rank, i
                                                                      const std::string& address,
                                                                      ProcessGroupOptions options) {
   DDPKIT_ASSIGN_OR_RETURN(const GlooAlgorithm algorithm, GlooAlgorithmFromEnv());
+  DDPKIT_ASSIGN_OR_RETURN(const GlooLoopPolicy loop_policy, GlooLoopPolicyFromEnv());
   gloo::transport::tcp::attr attr;
   if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != '\0') {
     attr.iface = iface;
@@ -317,7 +322,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(int rank, i
     attr.hostname = address;
   }
   try {
-    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto device = CreateGlooDevice(attr, loop_policy);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
     GlooStoreAdapter adapter(store, options.timeout);

@@ -108,7 +108,8 @@ void PrintAllreduce(const jobs::BenchAllreduceReport& r) {
   std::cout << absl::StrFormat("# Avg bus bandwidth    : %.3f GB/s\n", r.avg_busbw_gbps());
   if (raw) {
     std::cout << "# ratio = ddpkit time / the raw " << r.raw_reference()
-              << " allreduce's at the same size (target <= 1.10)\n";
+              << " allreduce's at the same size (target <= 1.10); each the median of 5 blocks,\n"
+              << "# the two sides' blocks alternating\n";
   }
 }
 
