@@ -71,7 +71,8 @@ WORKLOADS = {  # key -> (name, spec, batch per rank, steps, image side or 0)
     "gpt": ("GPT 4 layers, dim 128, ctx 64, batch 8", "gpt:layers=4,heads=4,dim=128,ctx=64,vocab=65",
             8, 20, 0),
 }
-MODES = {"world1": "world 1", "threads": "threads", "gloo": "gloo", "mpi": "mpi", "hosts": "2 hosts"}
+MODES = {"world1": "world 1", "threads": "threads", "gloo": "gloo", "mpi": "mpi",
+         "hosts": "2 hosts"}
 TORCH_SETTINGS = {  # name -> (threads per process, extra environment)
     "default": (0, {}),
     "1 thread": (1, {}),

@@ -77,7 +77,8 @@ measure_case() {
   local shape=()
   [ "${case%@*}" = none ] || shape=(--rate "${case%@*}")
   [ "$case" = "${case%@*}" ] || shape+=(--relay h1 --delay "${case#*@}")
-  DDPKIT_BIN="$B" DDPKIT_NETNS_PREFIX="ddpkpaper$$" "$HOSTS_SH" run "$HOSTS" "${shape[@]}" -- bash -c "
+  DDPKIT_BIN="$B" DDPKIT_NETNS_PREFIX="ddpkpaper$$" \
+    "$HOSTS_SH" run "$HOSTS" "${shape[@]}" -- bash -c "
     set -e
     $(declare -f across across_mpi)
     B='$B' HOSTS_SH='$HOSTS_SH' HOSTS=$HOSTS OUT='$OUT' BACKEND=$BACKEND
