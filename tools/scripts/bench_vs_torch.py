@@ -11,6 +11,12 @@ over the repeats, its range, and the ratio of the medians.
   gloo      `ddpkit train --backend gloo` under `ddpkit launch`  vs the same PyTorch job
   mpi       `ddpkit train --backend mpi` under `mpirun -np 2`    vs the same PyTorch job (Debian's
             PyTorch has no MPI backend; its CPU users run gloo)
+  hosts     one gloo rank on each of two test hosts (network namespaces, netns_hosts.sh; run the
+            script under `netns_hosts.sh run 2 ...`, as netns_vs_torch.sh does): `ddpkit launch
+            --nnodes 2` inside each vs PyTorch DDP with MASTER_ADDR host 0's address and
+            GLOO_SOCKET_IFNAME its eth0; one compute thread per process on both sides (each
+            host's cores are the machine's); `bench allreduce` across the hosts before and after
+            the rows says what the link delivered
 
 Each step: zero grads (to none), forward, mean cross-entropy, backward (DDP's allreduces), SGD
 step (mean cross-entropy over every position for the GPT). ddpkit runs with its defaults (the
@@ -65,7 +71,8 @@ WORKLOADS = {  # key -> (name, spec, batch per rank, steps, image side or 0)
     "gpt": ("GPT 4 layers, dim 128, ctx 64, batch 8", "gpt:layers=4,heads=4,dim=128,ctx=64,vocab=65",
             8, 20, 0),
 }
-MODES = {"world1": "world 1", "threads": "threads", "gloo": "gloo", "mpi": "mpi"}
+MODES = {"world1": "world 1", "threads": "threads", "gloo": "gloo", "mpi": "mpi",
+         "hosts": "2 hosts"}
 TORCH_SETTINGS = {  # name -> (threads per process, extra environment)
     "default": (0, {}),
     "1 thread": (1, {}),
@@ -73,6 +80,58 @@ TORCH_SETTINGS = {  # name -> (threads per process, extra environment)
 }
 RUN_TIMEOUT_S = 120  # one run; a hung rendezvous fails the row instead of the whole script
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+HOSTS_SH = os.path.join(ROOT, "tools", "scripts", "netns_hosts.sh")
+HOSTS = 2
+next_port = [29700]  # a fresh port per cross-host run: no wait for the last one's TIME_WAIT
+
+
+def host_addr(k):
+    """Test host k's address (netns_hosts.sh)."""
+    return f"10.77.0.{k + 1}"
+
+
+def on_hosts(commands, env=None):
+    """commands[k] inside test host k (the hosts of $DDPKIT_NETNS_PREFIX), all at once; host 0's
+    stdout. Every process is killed when one fails or the run takes RUN_TIMEOUT_S."""
+    procs = [subprocess.Popen([HOSTS_SH, "exec", f"h{k}"] + c, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+             for k, c in enumerate(commands)]
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    try:
+        outs = [p.communicate(timeout=max(1, deadline - time.monotonic())) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (out, err) in zip(procs, outs):
+        if p.returncode:
+            raise subprocess.CalledProcessError(p.returncode, p.args, out, err)
+    return outs[0][0]
+
+
+def ddpkit_across_hosts(args):
+    """`ddpkit ARGS --backend gloo`, rank k on host k under `ddpkit launch`; rank 0's stdout."""
+    port = next_port[0] = next_port[0] + 1
+    env = {"OMP_NUM_THREADS": "1", "DDPKIT_STORE_TOKEN": f"bench-vs-torch-{os.getpid()}-{port}"}
+    commands = [[DDPKIT, "launch", "--nnodes", str(HOSTS), "--node-rank", str(k),
+                 "--master-addr", host_addr(0), "--master-port", str(port),
+                 "--local-addr", host_addr(k), "--", DDPKIT] + args + ["--backend", "gloo"]
+                for k in range(HOSTS)]
+    out = on_hosts(commands, env)
+    return "\n".join(line.split("] ", 1)[1] for line in out.splitlines()
+                     if line.startswith("[rank 0] "))
+
+
+def link_report():
+    """What the link between the hosts delivers: `ddpkit bench allreduce` across them."""
+    points = json.loads(ddpkit_across_hosts(
+        ["bench", "allreduce", "--min-bytes", "4096", "--max-bytes", "16777216", "--iters", "20",
+         "--warmup-iters", "3", "--json"]))["points"]
+    at = {int(q["bytes"]): q for q in points}
+    return (f"allreduce across the hosts: 4 KiB {at[4096]['time_us']:.0f} us, bus bandwidth "
+            f"1 MiB {at[1 << 20]['busbw_gbps']:.3f} GB/s, 16 MiB {at[1 << 24]['busbw_gbps']:.3f} "
+            f"GB/s")
 
 
 def write_data(path, spec, rows, side):
@@ -100,6 +159,8 @@ def write_data(path, spec, rows, side):
 def ddpkit_step_ms(spec, batch, steps, mode, data):
     train = [DDPKIT, "train", "--model", spec, "--batch-size", str(batch), "--steps", str(steps),
              "--json"] + (["--data", data] if data else [])
+    if mode == "hosts":
+        return json.loads(ddpkit_across_hosts(train[1:]))["median_step_ms"]
     if mode == "mpi":  # each rank's stdout to its own file: mpirun would split the long line
         with tempfile.TemporaryDirectory() as out:
             subprocess.run(["mpirun", "-np", "2", "--output-filename", out] + train +
@@ -136,12 +197,12 @@ def torch_loop(model, spec, batch, steps, side, seed):
     return statistics.median(times[2:])
 
 
-def torch_ddp_rank(rank, world, job, port, threads, result_path):
+def torch_ddp_rank(rank, world, job, addr, port, threads, result_path):
     import torch
     import torch.distributed as dist
     if threads:
         torch.set_num_threads(threads)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     spec, batch, steps, side = job
     model = torch.nn.parallel.DistributedDataParallel(torch_zoo.model_of(spec))
@@ -165,13 +226,26 @@ def torch_worker(mode, job, threads):
         with socket.socket() as probe:  # a free port: a fixed range collides with other jobs
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        mp.spawn(torch_ddp_rank, args=(2, job, port, threads, result.name), nprocs=2)
+        mp.spawn(torch_ddp_rank, args=(2, job, "127.0.0.1", port, threads, result.name), nprocs=2)
         with open(result.name) as f:
             print(json.load(f))
 
 
+def torch_across_hosts(python, job, threads, env):
+    """PyTorch DDP, rank k in test host k (gloo over its eth0); rank 0's median."""
+    port = next_port[0] = next_port[0] + 1
+    with tempfile.NamedTemporaryFile(suffix=".json") as result:  # the hosts share the files
+        on_hosts([[python, os.path.abspath(__file__), "--torch-rank", str(k), str(HOSTS),
+                   host_addr(0), str(port), *map(str, job), str(threads), result.name]
+                  for k in range(HOSTS)], {**env, "GLOO_SOCKET_IFNAME": "eth0"})
+        with open(result.name) as f:
+            return json.load(f)
+
+
 def torch_step_ms(python, job, mode, setting):
     threads, env = TORCH_SETTINGS[setting]
+    if mode == "hosts":
+        return torch_across_hosts(python, job, threads, env)
     spec, batch, steps, side = job
     command = [python, os.path.abspath(__file__), "--torch-worker", mode, spec, str(batch),
                str(steps), str(side), str(threads)]
@@ -225,9 +299,9 @@ def measure_row(key, mode, repeats, torches, data):
 def report_row(name, mode, runs, rows):
     best = min((k for k in runs if k != "ddpkit"), key=lambda k: statistics.median(runs[k]))
     mine, theirs = summary(runs["ddpkit"]), summary(runs[best])
-    rows.append((name, MODES[mode], mine, theirs, f"{best[0]}, {best[1]}"))
     others = "  ".join(f"{k[0]} {k[1]} {statistics.median(r):.3f}" for k, r in runs.items()
                        if k not in ("ddpkit", best))
+    rows.append((name, MODES[mode], mine, theirs, f"{best[0]}, {best[1]}", others))
     print(f"{name:38} {MODES[mode]:8} ddpkit {mine[0]:8.3f} ({mine[1]:.3f}-{mine[2]:.3f})  "
           f"torch[{best[0]}, {best[1]}] {theirs[0]:8.3f} ({theirs[1]:.3f}-{theirs[2]:.3f})  "
           f"ratio {mine[0] / theirs[0]:.2f}   [others: {others}]", flush=True)
@@ -237,7 +311,8 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--markdown", action="store_true", help="also print a markdown table")
-    parser.add_argument("--modes", default=",".join(MODES), help="a subset of " + ",".join(MODES))
+    parser.add_argument("--modes", default="world1,threads,gloo,mpi",
+                        help="a subset of " + ",".join(MODES))
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help="a subset of " + ",".join(WORKLOADS))
     parser.add_argument("--torch-settings", default=",".join(TORCH_SETTINGS),
@@ -254,6 +329,9 @@ def parse_args():
                  f"of {','.join(WORKLOADS)}, --torch-settings of {','.join(TORCH_SETTINGS)}")
     if not os.path.exists(DDPKIT):
         sys.exit(f"bench_vs_torch: {DDPKIT} not found; build first (tools/scripts/build.sh)")
+    if "hosts" in modes and not os.environ.get("DDPKIT_NETNS_PREFIX"):
+        sys.exit("bench_vs_torch: --modes hosts runs across test hosts: start it under "
+                 "`tools/scripts/netns_hosts.sh run 2 --rate 10gbit -- ...` (netns_vs_torch.sh)")
     return args, modes, keys
 
 
@@ -261,6 +339,11 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--torch-worker":
         mode, spec, batch, steps, side, threads = sys.argv[2:8]
         torch_worker(mode, (spec, int(batch), int(steps), int(side)), int(threads))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--torch-rank":  # one rank of a cross-host job
+        rank, world, addr, port, spec, batch, steps, side, threads, result = sys.argv[2:12]
+        torch_ddp_rank(int(rank), int(world), (spec, int(batch), int(steps), int(side)), addr,
+                       int(port), int(threads), result)
         return
     args, modes, keys = parse_args()
     try:
@@ -272,6 +355,8 @@ def main():
           f"{' and '.join(v for v, _ in torches.values())}, {args.repeats} interleaved repeats; "
           f"step medians in ms")
     rows = []
+    if "hosts" in modes:
+        print(f"# before: {link_report()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for key in keys:
             name, spec, batch, _, side = WORKLOADS[key]
@@ -285,13 +370,15 @@ def main():
                                rows)
                 except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
                     print(f"{name:38} {MODES[mode]:8} failed: {e}", flush=True)
+    if "hosts" in modes:
+        print(f"# after: {link_report()}", flush=True)
     if args.markdown:
         print("\n| workload | run | ddpkit ms (range) | PyTorch ms (range) | PyTorch, setting | "
-              "ratio |\n|---|---|---|---|---|---|")
-        for name, mode, mine, theirs, best in rows:
+              "ratio | other PyTorch runs (median ms) |\n|---|---|---|---|---|---|---|")
+        for name, mode, mine, theirs, best, others in rows:
             print(f"| {name} | {mode} | {mine[0]:.3f} ({mine[1]:.3f}-{mine[2]:.3f}) | "
                   f"{theirs[0]:.3f} ({theirs[1]:.3f}-{theirs[2]:.3f}) | {best} | "
-                  f"{mine[0] / theirs[0]:.2f} |")
+                  f"{mine[0] / theirs[0]:.2f} | {others or '—'} |")
 
 
 if __name__ == "__main__":
