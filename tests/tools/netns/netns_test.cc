@@ -99,10 +99,12 @@ TEST(NetnsTest, AnMpiJobAcrossTwoHostsTrainsAsOnOneHost) {
   SKIP_WITHOUT_HOSTS();
   const std::string dir = TempDir("netns_mpi");
   // LSAN_OPTIONS: under ASan, Open MPI's own allocations at exit would fail the ranks (as in
-  // mpi_launch_test.cc); the remote rank inherits it through the rsh agent.
+  // mpi_launch_test.cc); the remote rank inherits it through the rsh agent. rtc_hwloc_vmhole
+  // none: a remote orted once crashed writing its hwloc topology to shared memory
+  // (hwloc_shmem_topology_write, SIGSEGV) in tools/scripts/netns_paper.sh's mpi runs.
   const std::string mpirun =
       "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LSAN_OPTIONS=detect_leaks=0 "
-      "timeout 60 mpirun -np 2 ";
+      "timeout 60 mpirun -np 2 --mca rtc_hwloc_vmhole none ";
   const std::string job =
       " " + kDdpkit + " train --steps 6 --batch-size 8 --backend mpi --timeout 20 --save-weights ";
   const Result across = RunShell(kHosts + " run 2 -- bash -c '" + kHosts + " exec h0 " + mpirun +
