@@ -3,7 +3,8 @@
 //
 //   DIR/step-00000040/                  one committed checkpoint, named by its step
 //       MANIFEST.json                   every other file: name, size, CRC-32 (written last)
-//       state.json                      step, data position, the settings a resume must share
+//       state.json                      step, data position, the settings a resume must share,
+//                                       DDP's rebuilt bucket plan
 //       model.safetensors               the state dict (PyTorch's order, buffers included)
 //       optimizer.safetensors           optimizer state every rank holds alike (SGD momentum)
 //       optimizer.rank-00001.safetensors    ... or each rank's own shard (ZeRO-1)
