@@ -566,6 +566,10 @@ absl::Status Reducer::AdoptRebuiltBuckets(const BucketAssignment& plan) {
 }
 
 std::optional<BucketAssignment> Reducer::RebuiltPlan() const {
+  // A checkpoint after the first step: the resumed run's first step must already use this.
+  if (rebuild_pending()) {
+    return RebuiltBucketAssignment(SpecsOf(params_), rebuilt_param_indices_, options_.limits);
+  }
   if (!has_rebuilt_buckets_) return std::nullopt;
   BucketAssignment plan;
   for (const Bucket& bucket : buckets_) {

@@ -83,7 +83,9 @@ class Reducer {
   // find_unused_parameters) or has iterated; InvalidArgument for a plan that does not fit the
   // parameters (CheckBucketAssignment). Either way the reducer is left as it was.
   absl::Status AdoptRebuiltBuckets(const BucketAssignment& plan);
-  // The plan the rebuild produced (what AdoptRebuiltBuckets takes); nullopt before it.
+  // The plan the rebuild produced or, once the first synced backward recorded the arrival
+  // order, the one the next forward's rebuild will produce (rank 0's is every rank's): what
+  // AdoptRebuiltBuckets takes. nullopt before any order was recorded.
   std::optional<BucketAssignment> RebuiltPlan() const;
   // Arms the hooks for this backward. `outputs`: the forward's outputs, searched for unused
   // parameters in dynamic find_unused_parameters mode (ignored otherwise).
