@@ -1,6 +1,7 @@
 #include "tools/checkpoint/state_file.h"
 
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 
 #include "absl/strings/str_format.h"
@@ -30,8 +31,11 @@ absl::StatusOr<T> Field(const Json& doc, const char* key) {
   if constexpr (std::is_same_v<T, bool>) {
     if (it->is_boolean()) return it->get<bool>();
   } else {
-    if (it->is_number_integer() && it->get<int64_t>() >= 0)
-      return static_cast<T>(it->get<int64_t>());
+    // In T's range: a world size of 2^31 must not read back as a negative int.
+    const int64_t value = it->is_number_integer() ? it->get<int64_t>() : -1;
+    if (value >= 0 && value <= static_cast<int64_t>(std::numeric_limits<T>::max())) {
+      return static_cast<T>(value);
+    }
   }
   return Bad(StrCat("\"", key, "\" has the wrong type"));
 }

@@ -385,6 +385,9 @@ TEST(CheckpointBucketPlanTest, ABadPlanIsAWarningAndAnOldCheckpointResumes) {
   state["ddp_buckets"] = {{"per_bucket_param_indices", {{5}}}};
   EXPECT_EQ(checkpoint::ParseCheckpointState(state.dump()).status().message(),
             "state.json: \"ddp_buckets\" has no \"limits\"");
+  state["world_size"] = int64_t{1} << 31;  // would read back as a negative int
+  EXPECT_EQ(checkpoint::ParseCheckpointState(state.dump()).status().message(),
+            "state.json: \"world_size\" has the wrong type");
   fs::remove_all(dir);
 }
 
