@@ -136,6 +136,36 @@ BucketAssignment RebuiltBucketAssignment(const std::vector<BucketTensorSpec>& te
   return *std::move(rebuilt);
 }
 
+absl::Status CheckBucketAssignment(const std::vector<BucketTensorSpec>& tensors,
+                                   const BucketAssignment& plan) {
+  if (plan.buckets.empty() || plan.limits.size() != plan.buckets.size()) {
+    return absl::InvalidArgumentError(StrCat("the plan has ", plan.buckets.size(), " buckets and ",
+                                             plan.limits.size(), " limits"));
+  }
+  std::vector<bool> seen(tensors.size(), false);
+  for (size_t b = 0; b < plan.buckets.size(); ++b) {
+    const std::vector<size_t>& bucket = plan.buckets[b];
+    if (bucket.empty()) return absl::InvalidArgumentError(StrCat("bucket ", b, " is empty"));
+    for (size_t index : bucket) {
+      if (index >= tensors.size() || seen[index]) {
+        return absl::InvalidArgumentError(
+            StrCat("bucket ", b, " names parameter ", index,
+                   index >= tensors.size() ? StrCat(", but the model has ", tensors.size())
+                                           : std::string(", which an earlier bucket holds")));
+      }
+      seen[index] = true;
+      if (tensors[index].dtype != tensors[bucket[0]].dtype) {
+        return absl::InvalidArgumentError(StrCat("bucket ", b, " mixes dtypes"));
+      }
+    }
+  }
+  const size_t missing = std::find(seen.begin(), seen.end(), false) - seen.begin();
+  if (missing < seen.size()) {
+    return absl::InvalidArgumentError(StrCat("no bucket holds parameter ", missing));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<BucketTensorSpec> SpecsOf(const NamedTensors& parameters) {
   std::vector<BucketTensorSpec> specs;
   for (const auto& [name, p] : parameters) specs.push_back({p.numel(), p.dtype()});

@@ -65,6 +65,12 @@ BucketAssignment RebuiltBucketAssignment(const std::vector<BucketTensorSpec>& te
                                          const std::vector<size_t>& arrival_order,
                                          BucketLimits limits = {});
 
+// InvalidArgument unless `plan` can lay out `tensors`' gradients: as many limits as buckets,
+// every bucket non-empty and of one dtype, and every parameter index in exactly one bucket.
+// For a plan from outside bytes (a checkpoint's, docs/reliability.md); says what is wrong.
+absl::Status CheckBucketAssignment(const std::vector<BucketTensorSpec>& tensors,
+                                   const BucketAssignment& plan);
+
 // Each parameter's element count and dtype, in order.
 std::vector<BucketTensorSpec> SpecsOf(const NamedTensors& parameters);
 

@@ -535,13 +535,48 @@ bool Reducer::RebuildBuckets() {
   BucketAssignment assignment =
       RebuiltBucketAssignment(SpecsOf(params_), rebuilt_param_indices_, options_.limits);
   SyncBucketIndices(assignment);
+  InstallRebuiltBuckets(assignment);
+  TraceIteration(TraceEventType::kRebuild);
+  return true;
+}
+
+void Reducer::InstallRebuiltBuckets(const BucketAssignment& assignment) {
   has_rebuilt_buckets_ = true;
   rebuilt_param_indices_.clear();
   rebuilt_param_indices_.shrink_to_fit();
   InitializeBuckets(assignment);
   LogRebuild(logging_, group_, params_, buckets_, assignment);
-  TraceIteration(TraceEventType::kRebuild);
-  return true;
+}
+
+// The uninterrupted run's layout, so the resumed run's allreduces sum every element in the
+// same order: at >= 3 Gloo ranks the ring's order depends on where an element falls in the flat
+// bucket, and a fresh rebuild after a restart would start from the initial layout instead.
+absl::Status Reducer::AdoptRebuiltBuckets(const BucketAssignment& plan) {
+  if (!ShouldRebuildBuckets()) {
+    return absl::FailedPreconditionError(
+        "this DDP does not rebuild its buckets (find_unused_parameters without static graph, or "
+        "already rebuilt)");
+  }
+  if (num_iterations_ > 0) {
+    return absl::FailedPreconditionError("a rebuilt plan can only be adopted before iterating");
+  }
+  DDPKIT_RETURN_IF_ERROR(CheckBucketAssignment(SpecsOf(params_), plan));
+  InstallRebuiltBuckets(plan);
+  return absl::OkStatus();
+}
+
+std::optional<BucketAssignment> Reducer::RebuiltPlan() const {
+  // A checkpoint after the first step: the resumed run's first step must already use this.
+  if (rebuild_pending()) {
+    return RebuiltBucketAssignment(SpecsOf(params_), rebuilt_param_indices_, options_.limits);
+  }
+  if (!has_rebuilt_buckets_) return std::nullopt;
+  BucketAssignment plan;
+  for (const Bucket& bucket : buckets_) {
+    plan.buckets.push_back(bucket.variable_indices);
+    plan.limits.push_back(bucket.size_limit);
+  }
+  return plan;
 }
 
 // Rank 0's plan wins, so every rank buckets (and launches) identically even when gradients

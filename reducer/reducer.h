@@ -77,6 +77,16 @@ class Reducer {
   // Rebuilds the buckets in gradient-arrival order once, after the first synced iteration
   // (static graph: the second), with rank 0's plan broadcast to all. True when it rebuilt.
   bool RebuildBuckets();
+  // Starts from `plan` as if the rebuild had already happened (a resumed run: docs/reliability.md
+  // "Checkpoints"). Before the first iteration, on every rank alike (no collective); the buckets
+  // then stay as they are. FailedPrecondition when this reducer never rebuilds (dynamic
+  // find_unused_parameters) or has iterated; InvalidArgument for a plan that does not fit the
+  // parameters (CheckBucketAssignment). Either way the reducer is left as it was.
+  absl::Status AdoptRebuiltBuckets(const BucketAssignment& plan);
+  // The plan the rebuild produced or, once the first synced backward recorded the arrival
+  // order, the one the next forward's rebuild will produce (rank 0's is every rank's): what
+  // AdoptRebuiltBuckets takes. nullopt before any order was recorded.
+  std::optional<BucketAssignment> RebuiltPlan() const;
   // Arms the hooks for this backward. `outputs`: the forward's outputs, searched for unused
   // parameters in dynamic find_unused_parameters mode (ignored otherwise).
   void PrepareForBackward(const TensorList& outputs);
@@ -149,6 +159,8 @@ class Reducer {
   // Records that `index` got a gradient on this rank (find_unused / static graph's first pass).
   void RecordLocalUse(size_t index);
   void SyncBucketIndices(BucketAssignment& assignment);
+  // The rebuild's last steps: lay `assignment` out and log it; no rebuild follows.
+  void InstallRebuiltBuckets(const BucketAssignment& assignment);
   // Trace events (trace.h); each does nothing without an observer. An iteration event (forward,
   // rebuild, finalize, ...) names no parameter or bucket; a span passes its `start`.
   void TraceIteration(TraceEventType type, Clock::time_point time = Clock::now(),

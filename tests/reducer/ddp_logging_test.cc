@@ -39,6 +39,68 @@ TEST(DdpPyTorchLoggingTest, PlansInPyTorchsStringForm) {
   });
 }
 
+// A resumed run (docs/reliability.md "Checkpoints") starts from the plan the uninterrupted run
+// rebuilt: its buckets and logging data are that plan's before the first iteration, and it never
+// rebuilds (a plan unlike any rebuild's stays through three iterations).
+TEST(DdpAdoptedPlanTest, StartsFromTheGivenPlanAndNeverRebuilds) {
+  RunWorld(2, [](comm::ProcessGroup& group) {
+    auto straight = MakeDdp(nn::MakeMlp({8, 16, 16, 4}, 1), group, SmallCaps());
+    EXPECT_FALSE(straight->reducer().RebuiltPlan().has_value());
+    TrainMlp(*straight, 1);  // the order is recorded; the rebuild comes at the next forward
+    EXPECT_EQ(BucketsToString(straight->reducer().RebuiltPlan()->buckets),
+              "[[5, 4, 3], [2], [1, 0]]");
+    TrainMlp(*straight, 1);
+    const std::optional<BucketAssignment> rebuilt = straight->reducer().RebuiltPlan();
+    ASSERT_TRUE(rebuilt.has_value());
+    EXPECT_EQ(BucketsToString(rebuilt->buckets), "[[5, 4, 3], [2], [1, 0]]");
+    EXPECT_EQ(rebuilt->limits, (std::vector<size_t>{300, 419, 419}));
+
+    auto resumed = MakeDdp(nn::MakeMlp({8, 16, 16, 4}, 1), group, SmallCaps());
+    ASSERT_TRUE(resumed->reducer().AdoptRebuiltBuckets(*rebuilt).ok());
+    const PyTorchFields& pytorch = resumed->LoggingData().pytorch();
+    EXPECT_EQ(pytorch.rebuilt_per_bucket_param_indices(), "5 4 3, 2, 1 0");
+    EXPECT_EQ(resumed->reducer().buckets().size(), 3u);
+
+    auto odd = MakeDdp(nn::MakeMlp({8, 16, 16, 4}, 1), group, SmallCaps());
+    ASSERT_TRUE(odd->reducer().AdoptRebuiltBuckets({{{0, 1}, {2, 3}, {4, 5}}, {1, 2, 3}}).ok());
+    TrainMlp(*odd, 3);
+    EXPECT_EQ(odd->LoggingData().pytorch().rebuilt_per_bucket_param_indices(), "0 1, 2 3, 4 5");
+    EXPECT_EQ(BucketsToString(odd->reducer().RebuiltPlan()->buckets), "[[0, 1], [2, 3], [4, 5]]");
+  });
+}
+
+// A plan from a checkpoint is outside bytes: one that does not fit the model is refused, saying
+// why, and the reducer goes on as if none had been offered (it rebuilds after its first step).
+TEST(DdpAdoptedPlanTest, APlanThatDoesNotFitIsRefusedAndChangesNothing) {
+  RunWorld(1, [](comm::ProcessGroup& group) {
+    auto ddp = MakeDdp(nn::MakeMlp({8, 16, 16, 4}, 1), group, SmallCaps());
+    auto refusal = [&](const BucketAssignment& plan) {
+      const absl::Status status = ddp->reducer().AdoptRebuiltBuckets(plan);
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+      return std::string(status.message());
+    };
+    EXPECT_EQ(refusal({{{5, 4, 3}, {2}, {1, 0, 0}}, {300, 419, 419}}),
+              "bucket 2 names parameter 0, which an earlier bucket holds");
+    EXPECT_EQ(refusal({{{5, 4, 3, 2, 1, 6}}, {300}}),
+              "bucket 0 names parameter 6, but the model has 6");
+    EXPECT_EQ(refusal({{{5, 4, 3}, {2}}, {300, 419}}), "no bucket holds parameter 0");
+    EXPECT_EQ(refusal({{{5, 4, 3}, {}, {2, 1, 0}}, {1, 2, 3}}), "bucket 1 is empty");
+    EXPECT_EQ(refusal({{{5, 4, 3, 2, 1, 0}}, {}}), "the plan has 1 buckets and 0 limits");
+    EXPECT_EQ(refusal({}), "the plan has 0 buckets and 0 limits");
+    EXPECT_FALSE(ddp->reducer().has_rebuilt_buckets());
+    TrainMlp(*ddp, 2);
+    EXPECT_EQ(ddp->LoggingData().pytorch().rebuilt_per_bucket_param_indices(), "5 4 3, 2, 1 0");
+    const BucketAssignment fits{{{5, 4, 3, 2, 1, 0}}, {300}};
+    EXPECT_EQ(ddp->reducer().AdoptRebuiltBuckets(fits).code(),
+              absl::StatusCode::kFailedPrecondition);  // already rebuilt
+
+    auto unused = MakeDdp(nn::MakeMlp({8, 16, 16, 4}, 1), group,
+                          SmallCaps({.find_unused_parameters = true}));  // never rebuilds
+    EXPECT_EQ(unused->reducer().AdoptRebuiltBuckets(fits).code(),
+              absl::StatusCode::kFailedPrecondition);
+  });
+}
+
 // find_unused_parameters splits the first plan by size (PyTorch >= 1.12) and never rebuilds.
 TEST(DdpPyTorchLoggingTest, FindUnusedPlanInPyTorchsStringForm) {
   RunWorld(2, [](comm::ProcessGroup& group) {

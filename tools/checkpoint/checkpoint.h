@@ -3,7 +3,8 @@
 //
 //   DIR/step-00000040/                  one committed checkpoint, named by its step
 //       MANIFEST.json                   every other file: name, size, CRC-32 (written last)
-//       state.json                      step, data position, the settings a resume must share
+//       state.json                      step, data position, the settings a resume must share,
+//                                       DDP's rebuilt bucket plan
 //       model.safetensors               the state dict (PyTorch's order, buffers included)
 //       optimizer.safetensors           optimizer state every rank holds alike (SGD momentum)
 //       optimizer.rank-00001.safetensors    ... or each rank's own shard (ZeRO-1)
@@ -47,6 +48,14 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& folder);
 // {"--lr", "0.1"}. A difference is refused, naming the flag.
 using CheckpointSettings = std::vector<std::pair<std::string, std::string>>;
 
+// DDP's bucket plan after its rebuild (reducer::BucketAssignment's shape): per bucket its
+// parameter indices in reduction order, and its byte limit. A resumed run starts from it, so
+// its allreduces sum in the uninterrupted run's order (docs/reliability.md "Checkpoints").
+struct BucketPlan {
+  std::vector<std::vector<size_t>> buckets;
+  std::vector<size_t> limits;
+};
+
 // What one rank saves and restores: its live model and optimizer.
 struct CheckpointSubject {
   nn::Module& model;
@@ -55,6 +64,7 @@ struct CheckpointSubject {
   // the same state, rank 0 writes it and every rank reads it.
   bool sharded_optimizer = false;
   CheckpointSettings settings;
+  std::optional<BucketPlan> bucket_plan;  // saved when set (rank 0's); nullopt: not rebuilt yet
 };
 
 // Where training stands: enough to go on as if it had never stopped.
@@ -91,6 +101,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const CheckpointOptions& options,
 struct ResumeOutcome {
   std::optional<TrainingPosition> position;  // nullopt: nothing to resume, start from step 0
   std::string path;                          // the checkpoint restored, when one was
+  std::optional<BucketPlan> bucket_plan;     // the checkpoint's, unchecked: outside bytes
   std::vector<std::string> warnings;         // rank 0's: leftovers removed, checkpoints skipped
 };
 

@@ -103,9 +103,9 @@ absl::StatusOr<int64_t> ChooseCheckpoint(const std::string& dir,
 }
 
 // Every rank: its part of the checkpoint at `folder`, checked against the manifest, into the
-// live model and optimizer.
-absl::StatusOr<TrainingPosition> Restore(const std::string& folder, comm::ProcessGroup& group,
-                                         const CheckpointSubject& subject) {
+// live model and optimizer. Returns the checkpoint's state.
+absl::StatusOr<CheckpointState> Restore(const std::string& folder, comm::ProcessGroup& group,
+                                        const CheckpointSubject& subject) {
   DDPKIT_ASSIGN_OR_RETURN(const CheckpointManifest manifest, ReadCheckpointManifest(folder));
   DDPKIT_ASSIGN_OR_RETURN(const std::string state_bytes,
                           ReadVerifiedFile(folder, manifest, kStateFileName));
@@ -125,7 +125,7 @@ absl::StatusOr<TrainingPosition> Restore(const std::string& folder, comm::Proces
   DDPKIT_ASSIGN_OR_RETURN(const SafetensorsFile optimizer,
                           ParseSafetensors(optimizer_bytes, StrCat(folder, "/", optimizer_name)));
   DDPKIT_RETURN_IF_ERROR(subject.optimizer.LoadStateTensors(optimizer.tensors));
-  return state.position;
+  return state;
 }
 
 }  // namespace
@@ -146,9 +146,10 @@ absl::StatusOr<ResumeOutcome> ResumeFromLatestCheckpoint(const std::string& dir,
   }
   if (agreed[0] == kFresh) return outcome;
   outcome.path = StrCat(dir, "/", CheckpointFolderName(agreed[0]));
-  absl::StatusOr<TrainingPosition> position = Restore(outcome.path, group, subject);
-  DDPKIT_RETURN_IF_ERROR(AgreeOnOutcome(group, position.status(), "restoring the checkpoint"));
-  outcome.position = *position;
+  absl::StatusOr<CheckpointState> state = Restore(outcome.path, group, subject);
+  DDPKIT_RETURN_IF_ERROR(AgreeOnOutcome(group, state.status(), "restoring the checkpoint"));
+  outcome.position = state->position;
+  outcome.bucket_plan = std::move(state->bucket_plan);
   return outcome;
 }
 

@@ -142,7 +142,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const CheckpointOptions& options,
   const CheckpointState state{.position = position,
                               .world_size = group.size(),
                               .sharded_optimizer = subject.sharded_optimizer,
-                              .settings = subject.settings};
+                              .settings = subject.settings,
+                              .bucket_plan = subject.bucket_plan};
   DDPKIT_ASSIGN_OR_RETURN(const std::string tmp,
                           MakeTemporaryFolder(options.dir, position.step, group));
   absl::StatusOr<std::vector<CheckpointFile>> files = WriteParts(tmp, group, subject, state);

@@ -1,6 +1,7 @@
 #include "tools/checkpoint/state_file.h"
 
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 
 #include "absl/strings/str_format.h"
@@ -30,10 +31,48 @@ absl::StatusOr<T> Field(const Json& doc, const char* key) {
   if constexpr (std::is_same_v<T, bool>) {
     if (it->is_boolean()) return it->get<bool>();
   } else {
-    if (it->is_number_integer() && it->get<int64_t>() >= 0)
-      return static_cast<T>(it->get<int64_t>());
+    // In T's range: a world size of 2^31 must not read back as a negative int.
+    const int64_t value = it->is_number_integer() ? it->get<int64_t>() : -1;
+    if (value >= 0 && value <= static_cast<int64_t>(std::numeric_limits<T>::max())) {
+      return static_cast<T>(value);
+    }
   }
   return Bad(StrCat("\"", key, "\" has the wrong type"));
+}
+
+// A JSON array of non-negative integers.
+absl::StatusOr<std::vector<size_t>> Sizes(const Json& array, std::string_view what) {
+  if (!array.is_array()) return Bad(StrCat(what, " is not an array"));
+  std::vector<size_t> sizes;
+  for (const Json& value : array) {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+      return Bad(StrCat(what, " holds something other than a non-negative integer"));
+    }
+    sizes.push_back(static_cast<size_t>(value.get<int64_t>()));
+  }
+  return sizes;
+}
+
+// "ddp_buckets": {"per_bucket_param_indices": [[5, 4], [3, 2, 1, 0]], "limits": [...]}, in
+// PyTorch's names. Only its shape is checked here; whether it fits the model is the reducer's.
+absl::StatusOr<std::optional<BucketPlan>> ParseBucketPlan(const Json& doc) {
+  const auto it = doc.find("ddp_buckets");
+  if (it == doc.end()) return std::nullopt;  // written before the plan was kept, or not rebuilt
+  if (!it->is_object()) return Bad("\"ddp_buckets\" is not an object");
+  const auto buckets = it->find("per_bucket_param_indices");
+  if (buckets == it->end() || !buckets->is_array()) {
+    return Bad("\"ddp_buckets\" has no \"per_bucket_param_indices\" array");
+  }
+  BucketPlan plan;
+  for (const Json& bucket : *buckets) {
+    DDPKIT_ASSIGN_OR_RETURN(std::vector<size_t> indices,
+                            Sizes(bucket, "a bucket of \"per_bucket_param_indices\""));
+    plan.buckets.push_back(std::move(indices));
+  }
+  const auto limits = it->find("limits");
+  if (limits == it->end()) return Bad("\"ddp_buckets\" has no \"limits\"");
+  DDPKIT_ASSIGN_OR_RETURN(plan.limits, Sizes(*limits, "\"ddp_buckets\" \"limits\""));
+  return plan;
 }
 
 }  // namespace
@@ -41,12 +80,16 @@ absl::StatusOr<T> Field(const Json& doc, const char* key) {
 std::string SerializeCheckpointState(const CheckpointState& state) {
   Json settings = Json::object();
   for (const auto& [flag, value] : state.settings) settings[flag] = value;
-  const Json doc = {{"step", state.position.step},
-                    {"next_micro_batch", state.position.next_micro_batch},
-                    {"world_size", state.world_size},
-                    {"sharded_optimizer", state.sharded_optimizer},
-                    {"rng", kRngNote},
-                    {"settings", settings}};
+  Json doc = {{"step", state.position.step},
+              {"next_micro_batch", state.position.next_micro_batch},
+              {"world_size", state.world_size},
+              {"sharded_optimizer", state.sharded_optimizer},
+              {"rng", kRngNote},
+              {"settings", settings}};
+  if (state.bucket_plan) {
+    doc["ddp_buckets"] = {{"per_bucket_param_indices", state.bucket_plan->buckets},
+                          {"limits", state.bucket_plan->limits}};
+  }
   return doc.dump(2) + "\n";
 }
 
@@ -64,6 +107,7 @@ absl::StatusOr<CheckpointState> ParseCheckpointState(std::string_view bytes) {
     if (!value.is_string()) return Bad(StrCat("setting ", flag, " is not a string"));
     state.settings.emplace_back(flag, value.get<std::string>());
   }
+  DDPKIT_ASSIGN_OR_RETURN(state.bucket_plan, ParseBucketPlan(doc));
   return state;
 }
 

@@ -2,6 +2,7 @@
 // position and the settings) and the names of the optimizer files.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -15,6 +16,7 @@ struct CheckpointState {
   int world_size = 1;
   bool sharded_optimizer = false;
   CheckpointSettings settings;
+  std::optional<BucketPlan> bucket_plan;  // "ddp_buckets"; absent in older checkpoints
 };
 
 std::string SerializeCheckpointState(const CheckpointState& state);

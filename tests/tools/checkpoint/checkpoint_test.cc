@@ -16,6 +16,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/state_dict_compare.h"
+#include "tools/checkpoint/durable_file.h"
+#include "tools/checkpoint/state_file.h"
 #include "tools/jobs/train/trainer.h"
 
 namespace ddpkit::jobs {
@@ -299,6 +301,93 @@ TEST(CheckpointFallbackTest, LeftoverTemporaryFolderIsIgnoredAndRemoved) {
   EXPECT_TRUE(absl::StrContains(report->checkpoint_warnings(0), "removed " + tmp))
       << report->checkpoint_warnings(0);
   EXPECT_FALSE(fs::exists(tmp));
+  fs::remove_all(dir);
+}
+
+// Replaces the file `name` of the checkpoint `folder`, manifest entry included, as if the writer
+// had written these bytes.
+void Rewrite(const std::string& folder, const std::string& name, const std::string& bytes) {
+  absl::StatusOr<checkpoint::CheckpointManifest> manifest =
+      checkpoint::ReadCheckpointManifest(folder);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  for (checkpoint::CheckpointFile& file : manifest->files) {
+    if (file.name == name)
+      file = {.name = name, .size = bytes.size(), .crc32 = checkpoint::Crc32(bytes)};
+  }
+  std::ofstream(folder + "/" + name, std::ios::binary | std::ios::trunc) << bytes;
+  std::ofstream(folder + "/" + std::string(checkpoint::kManifestFileName), std::ios::trunc)
+      << checkpoint::SerializeCheckpointManifest(*manifest);
+}
+
+// The first step after a resume already reduces with the bucket plan DDP rebuilt before the stop
+// (docs/reliability.md "Checkpoints"): at >= 3 Gloo ranks the initial plan would sum in another
+// order. Rank 0's logging data after that step shows it. A checkpoint after step 1 holds the
+// plan the rebuild at step 2's forward was about to make.
+TEST(CheckpointBucketPlanTest, ResumedDdpStartsFromTheRebuiltPlan) {
+  absl::StatusOr<TrainReport> straight = Train(SmallRun("sgd", 3));
+  ASSERT_TRUE(straight.ok()) << straight.status();
+  const std::string rebuilt = straight->ddp().pytorch().rebuilt_per_bucket_param_indices();
+  EXPECT_EQ(rebuilt, "5 4 3 2 1 0");
+  for (int stop : {1, 2}) {
+    const std::string dir = FreshDir("bucket_plan");
+    ASSERT_TRUE(TrainWithCheckpoints(SmallRun("sgd", stop), dir, /*every=*/1).ok());
+    const nlohmann::json state = nlohmann::json::parse(
+        *ReadFileToString(dir + "/" + checkpoint::CheckpointFolderName(stop) + "/state.json"));
+    EXPECT_EQ(state["ddp_buckets"]["per_bucket_param_indices"].dump(), "[[5,4,3,2,1,0]]");
+
+    TrainConfig config = SmallRun("sgd", 3);
+    config.checkpoint = {.dir = dir, .every = 1};
+    std::vector<std::string> plans;  // after each resumed step
+    TrainObserver observer;
+    observer.on_step = [&](const StepProgress& progress) {
+      plans.push_back(progress.ddp->pytorch().rebuilt_per_bucket_param_indices());
+    };
+    absl::StatusOr<TrainReport> resumed = Train(config, observer);
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ(resumed->checkpoint_warnings_size(), 0);
+    EXPECT_EQ(plans, std::vector<std::string>(3 - stop, rebuilt)) << "stopped after " << stop;
+    fs::remove_all(dir);
+  }
+}
+
+// A plan that does not fit the model is a warning, and DDP rebuilds as it would without one; a
+// checkpoint written before plans were kept resumes as before. A plan of the wrong shape makes
+// state.json unreadable, as any other malformed field.
+TEST(CheckpointBucketPlanTest, ABadPlanIsAWarningAndAnOldCheckpointResumes) {
+  const std::string dir = FreshDir("bad_plan"), step = dir + "/step-00000002";
+  ASSERT_TRUE(TrainWithCheckpoints(SmallRun("sgd", 2), dir).ok());
+  nlohmann::ordered_json state =
+      nlohmann::ordered_json::parse(*ReadFileToString(step + "/state.json"));
+  state["ddp_buckets"]["per_bucket_param_indices"] = {{5, 4, 3, 2, 1, 1}};
+  Rewrite(step, "state.json", state.dump(2));
+  absl::StatusOr<TrainReport> resumed = TrainWithCheckpoints(SmallRun("sgd", 4), dir);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ASSERT_EQ(resumed->checkpoint_warnings_size(), 1);
+  EXPECT_EQ(resumed->checkpoint_warnings(0),
+            step +
+                ": its DDP bucket plan is not used (bucket 0 names parameter 1, which an "
+                "earlier bucket holds); DDP rebuilds its buckets anew, so the resumed run may "
+                "differ from an uninterrupted one in the last bits");
+  EXPECT_EQ(resumed->ddp().pytorch().rebuilt_per_bucket_param_indices(), "5 4 3 2 1 0");
+
+  fs::remove_all(dir + "/step-00000004");
+  state.erase("ddp_buckets");
+  Rewrite(step, "state.json", state.dump(2));
+  resumed = TrainWithCheckpoints(SmallRun("sgd", 3), dir);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->resumed_from_step(), 2);
+  EXPECT_EQ(resumed->checkpoint_warnings_size(), 0);
+
+  state["ddp_buckets"] = {{"per_bucket_param_indices", {{5, -4}}}, {"limits", {1}}};
+  EXPECT_EQ(checkpoint::ParseCheckpointState(state.dump()).status().message(),
+            "state.json: a bucket of \"per_bucket_param_indices\" holds something other than a "
+            "non-negative integer");
+  state["ddp_buckets"] = {{"per_bucket_param_indices", {{5}}}};
+  EXPECT_EQ(checkpoint::ParseCheckpointState(state.dump()).status().message(),
+            "state.json: \"ddp_buckets\" has no \"limits\"");
+  state["world_size"] = int64_t{1} << 31;  // would read back as a negative int
+  EXPECT_EQ(checkpoint::ParseCheckpointState(state.dump()).status().message(),
+            "state.json: \"world_size\" has the wrong type");
   fs::remove_all(dir);
 }
 

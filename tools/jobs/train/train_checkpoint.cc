@@ -9,11 +9,30 @@ namespace {
 std::string Exact(double value) { return nlohmann::json(value).dump(); }
 
 checkpoint::CheckpointSubject SubjectOf(const TrainConfig& config, comm::ProcessGroup& group,
-                                        nn::Module& model, const RankOptimizer& optimizer) {
-  return {.model = model,
-          .optimizer = *optimizer.optimizer,
-          .sharded_optimizer = optimizer.zero != nullptr,
-          .settings = TrainCheckpointSettings(config, group.size())};
+                                        const TrainSubject& subject) {
+  checkpoint::CheckpointSubject of{.model = subject.model,
+                                   .optimizer = *subject.optimizer.optimizer,
+                                   .sharded_optimizer = subject.optimizer.zero != nullptr,
+                                   .settings = TrainCheckpointSettings(config, group.size())};
+  if (std::optional<reducer::BucketAssignment> plan = subject.reducer.RebuiltPlan()) {
+    of.bucket_plan = checkpoint::BucketPlan{.buckets = std::move(plan->buckets),
+                                            .limits = std::move(plan->limits)};
+  }
+  return of;
+}
+
+// Starts the reducer from the checkpoint's rebuilt plan (every rank reads the same one and
+// checks it against the same model, so all adopt it or none does). A checkpoint without one
+// (older, or written before the rebuild) resumes as before: DDP rebuilds after its first step.
+void AdoptBucketPlan(const checkpoint::ResumeOutcome& outcome, reducer::Reducer& reducer,
+                     std::vector<std::string>& warnings) {
+  if (!outcome.bucket_plan) return;
+  const absl::Status adopted = reducer.AdoptRebuiltBuckets(
+      {.buckets = outcome.bucket_plan->buckets, .limits = outcome.bucket_plan->limits});
+  if (adopted.ok()) return;
+  warnings.push_back(StrCat(outcome.path, ": its DDP bucket plan is not used (", adopted.message(),
+                            "); DDP rebuilds its buckets anew, so the resumed run may differ "
+                            "from an uninterrupted one in the last bits"));
 }
 
 // Global micro-batch g is rows [g*B, (g+1)*B): the step fixes where the data stands.
@@ -38,14 +57,14 @@ checkpoint::CheckpointSettings TrainCheckpointSettings(const TrainConfig& config
 }
 
 absl::StatusOr<int> ResumeTraining(const TrainConfig& config, comm::ProcessGroup& group,
-                                   nn::Module& model, const RankOptimizer& optimizer,
-                                   TrainReport& report, const TrainObserver& observer) {
+                                   const TrainSubject& subject, TrainReport& report,
+                                   const TrainObserver& observer) {
   if (!config.checkpoint.enabled()) return 0;
-  DDPKIT_ASSIGN_OR_RETURN(
-      checkpoint::ResumeOutcome outcome,
-      checkpoint::ResumeFromLatestCheckpoint(config.checkpoint.dir, group,
-                                             SubjectOf(config, group, model, optimizer)));
+  DDPKIT_ASSIGN_OR_RETURN(checkpoint::ResumeOutcome outcome,
+                          checkpoint::ResumeFromLatestCheckpoint(
+                              config.checkpoint.dir, group, SubjectOf(config, group, subject)));
   const bool lead = group.rank() == 0;
+  AdoptBucketPlan(outcome, subject.reducer, outcome.warnings);
   for (const std::string& warning : outcome.warnings) {
     report.add_checkpoint_warnings(warning);
     if (lead && observer.on_checkpoint) observer.on_checkpoint(warning, /*warning=*/true);
@@ -70,8 +89,7 @@ absl::StatusOr<int> ResumeTraining(const TrainConfig& config, comm::ProcessGroup
 }
 
 absl::Status CheckpointIfDue(const TrainConfig& config, comm::ProcessGroup& group,
-                             nn::Module& model, const RankOptimizer& optimizer, int steps_done,
-                             TrainReport& report) {
+                             const TrainSubject& subject, int steps_done, TrainReport& report) {
   if (!config.checkpoint.enabled()) return absl::OkStatus();
   if (steps_done % config.checkpoint.every != 0 && steps_done != config.steps) {
     return absl::OkStatus();
@@ -79,7 +97,7 @@ absl::Status CheckpointIfDue(const TrainConfig& config, comm::ProcessGroup& grou
   DDPKIT_ASSIGN_OR_RETURN(
       const std::string path,
       checkpoint::SaveCheckpoint(
-          config.checkpoint, group, SubjectOf(config, group, model, optimizer),
+          config.checkpoint, group, SubjectOf(config, group, subject),
           {.step = steps_done, .next_micro_batch = NextMicroBatch(config, steps_done)}));
   report.add_checkpoints_written(path);
   return absl::OkStatus();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "absl/status/statusor.h"
+#include "reducer/reducer.h"
 #include "tools/checkpoint/checkpoint.h"
 #include "tools/jobs/train/trainer.h"
 
@@ -13,17 +14,25 @@ namespace ddpkit::jobs {
 // not change the averaged gradients.)
 checkpoint::CheckpointSettings TrainCheckpointSettings(const TrainConfig& config, int world_size);
 
+// What a checkpoint saves and restores on one rank: the model, its optimizer, and the DDP whose
+// rebuilt bucket plan the checkpoint keeps.
+struct TrainSubject {
+  nn::Module& model;
+  const RankOptimizer& optimizer;
+  reducer::Reducer& reducer;
+};
+
 // Collective. Without --checkpoint-dir: 0. Otherwise restores the latest usable checkpoint into
-// `model` and `optimizer` and returns its step (0 when there is none), recording the resume
-// and rank 0's warnings in `report` and telling `observer` (rank 0).
+// `subject` and returns its step (0 when there is none), recording the resume and rank 0's
+// warnings in `report` and telling `observer` (rank 0). The reducer starts from the
+// checkpoint's rebuilt bucket plan; one that does not fit is a warning, and DDP rebuilds anew.
 absl::StatusOr<int> ResumeTraining(const TrainConfig& config, comm::ProcessGroup& group,
-                                   nn::Module& model, const RankOptimizer& optimizer,
-                                   TrainReport& report, const TrainObserver& observer);
+                                   const TrainSubject& subject, TrainReport& report,
+                                   const TrainObserver& observer);
 
 // Collective. After `steps_done` optimizer steps: writes a checkpoint when one is due (every
 // --checkpoint-every steps, and after the last) and records its folder in `report`.
 absl::Status CheckpointIfDue(const TrainConfig& config, comm::ProcessGroup& group,
-                             nn::Module& model, const RankOptimizer& optimizer, int steps_done,
-                             TrainReport& report);
+                             const TrainSubject& subject, int steps_done, TrainReport& report);
 
 }  // namespace ddpkit::jobs

@@ -186,8 +186,9 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config, const models:
   DDPKIT_ASSIGN_OR_RETURN(Rank rank, SetUp(config, model, group, trace));
   TrainReport report = DescribeSetup(config, rank);
   const bool lead = group.rank() == 0;
-  DDPKIT_ASSIGN_OR_RETURN(const int first_step, ResumeTraining(config, group, *rank.model,
-                                                               rank.optimizer, report, observer));
+  const TrainSubject subject{*rank.model, rank.optimizer, rank.ddp->reducer()};
+  DDPKIT_ASSIGN_OR_RETURN(const int first_step,
+                          ResumeTraining(config, group, subject, report, observer));
   if (lead && observer.on_start) observer.on_start(report);
 
   Tensor x = BatchLike(rank.data.x, config.batch_size, rank.device);
@@ -215,7 +216,7 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config, const models:
         if (lead && observer.on_step) {
           observer.on_step({step + 1, config.steps, loss, ms, &rank.ddp->LoggingData()});
         }
-        return CheckpointIfDue(config, group, *rank.model, rank.optimizer, step + 1, report);
+        return CheckpointIfDue(config, group, subject, step + 1, report);
       }};
   DDPKIT_RETURN_IF_ERROR(RunTrainingLoop(StepOf(config, rank, x, y, loss_sum), loop));
   if (system_allocations_when_warm >= 0) {
