@@ -305,6 +305,13 @@ ChaosTrial RunWireTrial(const ChaosConfig& config, const WirePlan& plan, int ind
   const std::string checkpoints = (config.max_restarts > 0 || at_checkpoint) && plan.job == "train"
                                       ? StrCat(base, ".ckpt")
                                       : "";
+  // An earlier chaos run in the same log folder left its trial-N files: the job would resume
+  // from its checkpoints, the nodes append to its log, and the judge would read another run's
+  // lines and weights. Each trial starts from none.
+  std::error_code ignored;
+  if (!checkpoints.empty()) std::filesystem::remove_all(checkpoints, ignored);
+  std::filesystem::remove(row.log(), ignored);
+  std::filesystem::remove(weights, ignored);
   absl::StatusOr<CommandOutput> up = Hosts(config, prefix, UpArgs(plan));
   if (!up.ok() || up->exit_code != 0) {
     row.set_diagnosis(StrCat("no test hosts: ", up.ok() ? up->output : up.status().ToString()));
