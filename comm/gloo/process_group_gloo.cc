@@ -10,7 +10,7 @@
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
-#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/attr.h>
 
 #include <atomic>
 #include <cstdlib>
