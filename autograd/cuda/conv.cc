@@ -8,11 +8,15 @@
 // pool. Where the heuristics offer none, a fixed deterministic algorithm that supports every
 // shape and both dtypes runs instead: implicit GEMM forward, ALGO_1 for both backwards. No
 // benchmarking search (the Find APIs): it would time every candidate on first use of a shape
-// and pick by speed alone, possibly a non-deterministic one.
+// and pick by speed alone, possibly a non-deterministic one. The choice is kept per shape, as
+// PyTorch keeps its: asking the heuristics costs more host time than a small layer's GPU time.
 #include <cudnn.h>
 
+#include <array>
+#include <mutex>
 #include <string_view>
 
+#include "absl/container/flat_hash_map.h"
 #include "autograd/blas/backends.h"
 #include "autograd/cuda/cuda_check.h"
 #include "autograd/cuda/cudnn.h"
@@ -93,24 +97,75 @@ struct Scale {
 };
 constexpr Scale kOne{1.0f, 1.0}, kZero{0.0f, 0.0};
 
+// One call's shape: which cuDNN call (its name), the GPU, the dtype and the convolution.
+struct PlanKey {
+  std::string_view call;  // one of the literal names below
+  int device;
+  DType dtype;
+  std::array<int64_t, 11> args;
+  bool operator==(const PlanKey&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const PlanKey& k) {
+    return H::combine(std::move(h), k.call, k.device, k.dtype, k.args);
+  }
+};
+struct PlanChoice {
+  int algo;  // the direction's cudnnConvolution*Algo_t
+  size_t nbytes;
+};
+
+// The choices made so far, for every thread (rank threads share shapes).
+class PlanCache {
+ public:
+  bool Find(const PlanKey& key, PlanChoice* choice) {
+    std::lock_guard lock(mutex_);
+    const auto it = choices_.find(key);
+    if (it == choices_.end()) return false;
+    *choice = it->second;
+    return true;
+  }
+  void Keep(const PlanKey& key, PlanChoice choice) {
+    std::lock_guard lock(mutex_);
+    choices_.emplace(key, choice);
+  }
+
+ private:
+  std::mutex mutex_;
+  absl::flat_hash_map<PlanKey, PlanChoice> choices_;
+};
+PlanCache& Plans() {
+  static auto* cache = new PlanCache;  // never destroyed: rank threads may outlive statics
+  return *cache;
+}
+
 // The algorithm for one call — cuDNN's ranked candidates from `rank`, then Choose — and its
-// workspace, sized by `size`. Both take the handle and the call's descriptors `descs` first.
+// workspace, sized by `size`, both asked once per shape. Both take the handle and the call's
+// descriptors `descs` first.
 template <typename Algo>
 struct Plan {
   Algo algo;
   Workspace workspace;
 };
 template <typename Perf, typename Algo, typename Rank, typename Size, typename... Descs>
-Plan<Algo> PlanCall(const ConvCall& c, std::string_view name, Algo fallback, Rank rank, Size size,
-                    Descs... descs) {
-  Perf candidates[kMaxCandidates];
-  int count = 0;
-  CheckCudnn(rank(c.handle, descs..., kMaxCandidates, &count, candidates),
-             StrCat(name, ": ranking its algorithms"));
-  const Algo algo = Choose(candidates, count, fallback);
-  size_t nbytes = 0;
-  CheckCudnn(size(c.handle, descs..., algo, &nbytes), StrCat(name, ": its workspace size"));
-  return {algo, Workspace(c.device, nbytes)};
+Plan<Algo> PlanCall(const blas::ConvArgs& a, const ConvCall& c, std::string_view name,
+                    Algo fallback, Rank rank, Size size, Descs... descs) {
+  const PlanKey key{name,
+                    c.device.index,
+                    c.dtype,
+                    {a.n, a.c, a.h, a.w, a.o, a.kh, a.kw, a.stride, a.padding, a.ho, a.wo}};
+  PlanChoice choice;
+  if (!Plans().Find(key, &choice)) {
+    Perf candidates[kMaxCandidates];
+    int count = 0;
+    CheckCudnn(rank(c.handle, descs..., kMaxCandidates, &count, candidates),
+               StrCat(name, ": ranking its algorithms"));
+    const Algo algo = Choose(candidates, count, fallback);
+    choice = {static_cast<int>(algo), 0};
+    CheckCudnn(size(c.handle, descs..., algo, &choice.nbytes),
+               StrCat(name, ": its workspace size"));
+    Plans().Keep(key, choice);
+  }
+  return {static_cast<Algo>(choice.algo), Workspace(c.device, choice.nbytes)};
 }
 
 }  // namespace
@@ -120,7 +175,7 @@ void Conv2dForward(const blas::ConvArgs& a, const Tensor& x, const Tensor& weigh
   const ConvCall c(a, x);
   const ConvDescriptors& d = c.d;
   const auto [algo, ws] = PlanCall<cudnnConvolutionFwdAlgoPerf_t>(
-      c, "cudnnConvolutionForward", CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+      a, c, "cudnnConvolutionForward", CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
       cudnnGetConvolutionForwardAlgorithm_v7, cudnnGetConvolutionForwardWorkspaceSize, d.x.get(),
       d.w.get(), d.conv.get(), d.y.get());
   CheckCudnn(cudnnConvolutionForward(c.handle, kOne.For(c.dtype), d.x.get(), x.raw_data(),
@@ -140,7 +195,7 @@ void Conv2dBackwardData(const blas::ConvArgs& a, const Tensor& dy, const Tensor&
   const ConvCall c(a, dy);
   const ConvDescriptors& d = c.d;
   const auto [algo, ws] = PlanCall<cudnnConvolutionBwdDataAlgoPerf_t>(
-      c, "cudnnConvolutionBackwardData", CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+      a, c, "cudnnConvolutionBackwardData", CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
       cudnnGetConvolutionBackwardDataAlgorithm_v7, cudnnGetConvolutionBackwardDataWorkspaceSize,
       d.w.get(), d.y.get(), d.conv.get(), d.x.get());
   CheckCudnn(cudnnConvolutionBackwardData(c.handle, kOne.For(c.dtype), d.w.get(), weight.raw_data(),
@@ -154,7 +209,7 @@ void Conv2dBackwardWeight(const blas::ConvArgs& a, const Tensor& x, const Tensor
   const ConvCall c(a, dy);
   const ConvDescriptors& d = c.d;
   const auto [algo, ws] = PlanCall<cudnnConvolutionBwdFilterAlgoPerf_t>(
-      c, "cudnnConvolutionBackwardFilter", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+      a, c, "cudnnConvolutionBackwardFilter", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
       cudnnGetConvolutionBackwardFilterAlgorithm_v7, cudnnGetConvolutionBackwardFilterWorkspaceSize,
       d.x.get(), d.y.get(), d.conv.get(), d.w.get());
   CheckCudnn(

@@ -1,8 +1,9 @@
 // The GPU side of ops/layer_norm.cc: one block per row for the normalisation and dx (sums in
-// double, fixed-order block trees), one thread per column for dw and db (rows in order).
+// double, fixed-order block trees); dw and db as column sums in double (column_reduce.cuh).
 #include <cmath>
 
 #include "autograd/cuda/block_reduce.cuh"
+#include "autograd/cuda/column_reduce.cuh"
 #include "autograd/cuda/launch.cuh"
 #include "autograd/cuda/ops.h"
 
@@ -76,18 +77,17 @@ void LayerNormBackwardOf(const Tensor& g, const Tensor& xhat, const Tensor& rstd
         dx.device_data<T>(), rows, d);
     CheckLaunch("LayerNormBackward");
   }
-  T* dwp = dw.defined() ? dw.device_data<T>() : nullptr;
-  T* dbp = db.defined() ? db.device_data<T>() : nullptr;
-  if (dwp == nullptr && dbp == nullptr) return;
-  ForEach(g.device(), d, "LayerNormParamsBackward", [=] __device__(int64_t j) {
-    double sw = 0, sb = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      sw += static_cast<double>(gp[r * d + j]) * h[r * d + j];
-      sb += gp[r * d + j];
-    }
-    if (dwp) dwp[j] = static_cast<T>(sw);
-    if (dbp) dbp[j] = static_cast<T>(sb);
-  });
+  if (dw.defined()) {
+    ColumnReduce<double>(g.device(), rows, d, dw.device_data<T>(), "LayerNormWeightBackward",
+                         [=] __device__(int64_t r, int64_t j) {
+                           return static_cast<double>(gp[r * d + j]) * h[r * d + j];
+                         });
+  }
+  if (db.defined()) {
+    ColumnReduce<double>(
+        g.device(), rows, d, db.device_data<T>(), "LayerNormBiasBackward",
+        [=] __device__(int64_t r, int64_t j) { return static_cast<double>(gp[r * d + j]); });
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The GPU side of ops/matmul.cc's non-gemm parts: Linear's bias broadcast and its gradient's
 // column sums (the products themselves go through cuBLAS, autograd/cuda/gemm.cc).
+#include "autograd/cuda/column_reduce.cuh"
 #include "autograd/cuda/launch.cuh"
 #include "autograd/cuda/ops.h"
 
@@ -15,17 +16,13 @@ void BroadcastRowsOf(const Tensor& out, const Tensor& bias) {
           [=] __device__(int64_t i) { o[i] = b[i % n]; });
 }
 
-// One thread per column, adding the rows in order: the host loop's order, no atomics.
+// Rows in fixed chunks, then the chunks in order (column_reduce.cuh): no atomics.
 template <typename T>
 void ColumnSumsOf(const Tensor& g, const Tensor& sums) {
   const int64_t rows = g.size(0), cols = g.size(1);
   const T* dy = g.device_data<T>();
-  T* s = sums.device_data<T>();
-  ForEach(g.device(), cols, "ColumnSums", [=] __device__(int64_t c) {
-    T total = 0;
-    for (int64_t r = 0; r < rows; ++r) total += dy[r * cols + c];
-    s[c] = total;
-  });
+  ColumnReduce<T>(g.device(), rows, cols, sums.device_data<T>(), "ColumnSums",
+                  [=] __device__(int64_t r, int64_t c) { return dy[r * cols + c]; });
 }
 
 }  // namespace

@@ -137,7 +137,7 @@ def gpt(layers, heads, dim, ctx, vocab, bias=True):
             self.wte.weight = self.lm_head.weight  # tied, as nanoGPT
 
         def forward(self, idx):
-            x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
+            x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
             for block in self.h:
                 x = block(x)
             return self.lm_head(self.ln_f(x))
