@@ -107,6 +107,17 @@ TEST_P(CudaOpsTest, MatmulAndLinear) {
                   [](const TensorList& t) { return Linear(t[0], t[1], Tensor()); });
 }
 
+// Column sums over more rows than one chunk (64, column_reduce.cuh), the last chunk partial:
+// a Linear's bias gradient and LayerNorm's weight and bias gradients.
+TEST_P(CudaOpsTest, ColumnSumsOverManyRows) {
+  const Tensor x = Rand({300, 24}, 16), w = Rand({40, 24}, 17), bias = Rand({40}, 18);
+  ExpectSameOnGpu("linear, 300 rows", {x, w, bias},
+                  [](const TensorList& t) { return Linear(t[0], t[1], t[2]); });
+  const Tensor h = Rand({3, 100, 48}, 19), g = Rand({48}, 26), b = Rand({48}, 27);
+  ExpectSameOnGpu("layer_norm, 300 rows", {h, g, b},
+                  [](const TensorList& t) { return LayerNorm(t[0], t[1], t[2]); });
+}
+
 TEST_P(CudaOpsTest, LogSoftmax) {
   // More columns than a block has threads: each thread strides over several.
   ExpectSameOnGpu("log_softmax", {Rand({6, 700}, 16, -4.0, 4.0)},
@@ -337,7 +348,7 @@ TEST(CudaOpsErrorsTest, SyncBatchNormIsRefusedOnTheGpu) {
 }
 
 // Summing the same tensor twice gives the same bits (fixed-order trees, no atomics).
-TEST(CudaDeterminismTest, SumAndEmbeddingBackwardAreBitwiseRepeatable) {
+TEST(CudaDeterminismTest, SumEmbeddingAndBiasBackwardAreBitwiseRepeatable) {
   DDPKIT_REQUIRE_GPU();
   const Tensor x = Random({1 << 18}, DType::kFloat32, 40).To(kGpu);
   EXPECT_EQ(Sum(x).item(), Sum(x).item());
@@ -354,6 +365,17 @@ TEST(CudaDeterminismTest, SumAndEmbeddingBackwardAreBitwiseRepeatable) {
     grads.push_back(weight.grad().ToDoubles());
   }
   EXPECT_EQ(grads[0], grads[1]);
+  // The bias's column sums over 4000 rows: 63 chunks, the same bits every run.
+  Tensor bias = Random({8}, DType::kFloat32, 43).To(kGpu);
+  bias.set_requires_grad(true);
+  const Tensor w = Random({8, 8}, DType::kFloat32, 44).To(kGpu);
+  std::vector<std::vector<double>> bias_grads;
+  for (int run = 0; run < 2; ++run) {
+    bias.set_grad(Tensor());
+    Sum(Mul(Linear(upstream, w, bias), upstream)).Backward();
+    bias_grads.push_back(bias.grad().ToDoubles());
+  }
+  EXPECT_EQ(bias_grads[0], bias_grads[1]);
 }
 
 // Operands on different devices are refused, naming the op and both devices.
