@@ -579,6 +579,30 @@ std::optional<BucketAssignment> Reducer::RebuiltPlan() const {
   return plan;
 }
 
+absl::Status Reducer::AdoptStaticGraphRecord(const StaticGraphRecord& record) {
+  if (!static_graph_first_iteration() || num_iterations_ > 0) {
+    return absl::FailedPreconditionError(
+        "a static graph record can only be adopted by a static graph DDP before iterating");
+  }
+  DDPKIT_RETURN_IF_ERROR(CheckStaticGraphRecord(params_.size(), record));
+  expected_hook_counts_.assign(record.hook_counts.begin(), record.hook_counts.end());
+  UnusedFromHookCounts();
+  static_graph_recorded_ = true;
+  static_globally_unused_.assign(params_.size(), 0);
+  for (size_t index : record.globally_unused) static_globally_unused_[index] = 1;
+  return absl::OkStatus();
+}
+
+std::optional<StaticGraphRecord> Reducer::StaticGraphRecorded() const {
+  if (!static_graph_ || !static_graph_recorded_) return std::nullopt;
+  StaticGraphRecord record;
+  record.hook_counts.assign(expected_hook_counts_.begin(), expected_hook_counts_.end());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (static_globally_unused_[i]) record.globally_unused.push_back(i);
+  }
+  return record;
+}
+
 // Rank 0's plan wins, so every rank buckets (and launches) identically even when gradients
 // arrived in different orders. Two broadcasts: [indices..., bucket count], then
 // [bucket sizes..., limits...].

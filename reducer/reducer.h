@@ -39,6 +39,7 @@
 #include "reducer/comm_hook.h"
 #include "reducer/ddp_logging.pb.h"
 #include "reducer/reducer_logging.h"
+#include "reducer/static_graph_record.h"
 #include "reducer/trace.h"
 
 namespace ddpkit::reducer {
@@ -87,6 +88,16 @@ class Reducer {
   // order, the one the next forward's rebuild will produce (rank 0's is every rank's): what
   // AdoptRebuiltBuckets takes. nullopt before any order was recorded.
   std::optional<BucketAssignment> RebuiltPlan() const;
+  // Starts static graph as if its first synced backward had recorded `record` (a resumed run
+  // whose checkpoint kept it: static_graph_record.h): the first iteration then reduces bucket by
+  // bucket and records the arrival order, as the uninterrupted run's second did. Before the
+  // first iteration, on every rank alike (no collective). FailedPrecondition without static
+  // graph or once iterating; InvalidArgument for a record that does not fit the parameters
+  // (CheckStaticGraphRecord). Either way the reducer is left as it was.
+  absl::Status AdoptStaticGraphRecord(const StaticGraphRecord& record);
+  // What static graph's first synced backward recorded, this rank's hook counts: what
+  // AdoptStaticGraphRecord takes. nullopt without static graph or before that backward.
+  std::optional<StaticGraphRecord> StaticGraphRecorded() const;
   // Arms the hooks for this backward. `outputs`: the forward's outputs, searched for unused
   // parameters in dynamic find_unused_parameters mode (ignored otherwise).
   void PrepareForBackward(const TensorList& outputs);
@@ -121,6 +132,7 @@ class Reducer {
   const NamedTensors& parameters() const { return params_; }
   int64_t num_iterations() const { return num_iterations_; }
   bool has_rebuilt_buckets() const { return has_rebuilt_buckets_; }
+  bool static_graph() const { return static_graph_; }
   comm::ProcessGroup& process_group() const { return group_; }
   // Logging data: construction fields (DDP fills those the reducer does not know) and the
   // runtime ones, updated at every synced iteration.

@@ -52,4 +52,10 @@ std::shared_ptr<gloo::transport::Device> CreateGlooDevice(const gloo::transport:
   return gloo::transport::tcp::CreateDevice(attr);
 }
 
+void ScheduleCommThread(GlooLoopPolicy policy) {
+  if (policy == GlooLoopPolicy::kInherit || sched_getscheduler(0) != SCHED_OTHER) return;
+  const sched_param zero{};
+  sched_setscheduler(0, SCHED_BATCH, &zero);
+}
+
 }  // namespace ddpkit::comm

@@ -95,11 +95,12 @@ class ProcessGroupGloo final : public ProcessGroup {
  public:
   ProcessGroupGloo(int rank, int size, std::shared_ptr<gloo::Context> context,
                    std::shared_ptr<Store> store, ProcessGroupOptions options,
-                   GlooAlgorithm algorithm)
+                   GlooAlgorithm algorithm, GlooLoopPolicy loop_policy)
       : ProcessGroup(rank, size, options),
         context_(std::move(context)),
         store_(std::move(store)),
-        algorithm_(algorithm) {
+        algorithm_(algorithm),
+        loop_policy_(loop_policy) {
     WatchDeadlines();
     StartCommThread();
   }
@@ -113,6 +114,10 @@ class ProcessGroupGloo final : public ProcessGroup {
   uint32_t Tag(uint64_t seq) const { return static_cast<uint32_t>(seq & 0x7fffffff); }
 
   absl::Status Execute(const Collective& c) override {
+    if (!comm_thread_scheduled_) {  // Execute runs on the communication thread only
+      ScheduleCommThread(loop_policy_);
+      comm_thread_scheduled_ = true;
+    }
     failing_.store(false);
     try {
       return Run(c);
@@ -287,7 +292,9 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<gloo::Context> context_;
   std::shared_ptr<Store> store_;
   const GlooAlgorithm algorithm_;
-  std::atomic<bool> failing_{false};  // Execute is diagnosing Gloo's own error
+  const GlooLoopPolicy loop_policy_;
+  bool comm_thread_scheduled_ = false;  // the communication thread's only
+  std::atomic<bool> failing_{false};    // Execute is diagnosing Gloo's own error
   friend absl::StatusOr<absl::Duration> comm::TimeRawGlooAllreduce(ProcessGroup&, int64_t, int);
 };
 
@@ -335,8 +342,8 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(int rank, i
     context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
     GlooStoreAdapter adapter(store, options.timeout);
     context->connectFullMesh(adapter, device);
-    return std::unique_ptr<ProcessGroup>(
-        new ProcessGroupGloo(rank, size, std::move(context), std::move(store), options, algorithm));
+    return std::unique_ptr<ProcessGroup>(new ProcessGroupGloo(
+        rank, size, std::move(context), std::move(store), options, algorithm, loop_policy));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         StrCat("gloo: rank ", rank, " of ", size, " could not connect to its peers: ", e.what(),

@@ -1,5 +1,6 @@
 // Gloo's event-loop thread runs under SCHED_BATCH (comm/gloo/loop_scheduling.h), and the thread
-// that made the device keeps its own policy.
+// that made the device keeps its own policy; so does a gloo group's communication thread once it
+// runs a collective.
 #include <sched.h>
 #include <stdlib.h>
 
@@ -9,6 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "comm/gloo/loop_scheduling.h"
+#include "comm/gloo/process_group_gloo.h"
+#include "comm/store/tcp_store.h"
 #include "gtest/gtest.h"
 
 namespace ddpkit::comm {
@@ -50,6 +53,38 @@ TEST(GlooLoopSchedulingTest, InheritLeavesTheLoopThreadAsGlooMakesIt) {
   const std::vector<int> policies = PoliciesOfNewThreads(GlooLoopPolicy::kInherit, device);
   ASSERT_FALSE(policies.empty());
   for (int p : policies) EXPECT_EQ(p, SCHED_OTHER);
+}
+
+// The threads a one-rank gloo group started (Gloo's loop, the communication thread, the deadline
+// watch) that run under SCHED_BATCH: after the group is made, and after its first collective.
+std::pair<int, int> BatchThreadsOfAGroup() {
+  const std::set<int> before = ThreadsOfThisProcess();
+  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+  EXPECT_TRUE(server.ok()) << server.status();
+  auto store = TcpStore::Connect("127.0.0.1", (*server)->port(), absl::Seconds(5));
+  EXPECT_TRUE(store.ok()) << store.status();
+  auto group = CreateGlooProcessGroup(0, 1, *std::move(store), "127.0.0.1", {});
+  EXPECT_TRUE(group.ok()) << group.status();
+  auto count = [&] {
+    int batch = 0;
+    for (int tid : ThreadsOfThisProcess()) {
+      if (!before.contains(tid) && sched_getscheduler(tid) == SCHED_BATCH) ++batch;
+    }
+    return batch;
+  };
+  const int made = count();
+  EXPECT_TRUE((*group)->Barrier()->Wait().ok());
+  return {made, count()};
+}
+
+// The caller sleeps in Work::Wait while the communication thread runs the collective: the
+// thread's wake-up must not preempt Gloo's loop (docs/performance.md "Allreduce").
+TEST(GlooLoopSchedulingTest, TheCommunicationThreadRunsUnderBatchFromItsFirstCollective) {
+  EXPECT_EQ(BatchThreadsOfAGroup(), std::make_pair(1, 2));  // the loop; then the comm thread
+  EXPECT_EQ(sched_getscheduler(0), SCHED_OTHER);
+  setenv("DDPKIT_GLOO_LOOP", "inherit", 1);
+  EXPECT_EQ(BatchThreadsOfAGroup(), std::make_pair(0, 0));
+  unsetenv("DDPKIT_GLOO_LOOP");
 }
 
 TEST(GlooLoopSchedulingTest, AnUnknownPolicyIsRefusedNamingTheChoices) {

@@ -1,5 +1,6 @@
-// Any bytes in a checkpoint's state.json (its DDP bucket plan included): a state or a DataLoss
-// status, never a crash or an exception; a state it accepts writes back and reads back the same.
+// Any bytes in a checkpoint's state.json (its DDP bucket plan and static graph record included): a
+// state or a DataLoss status, never a crash or an exception; a state it accepts writes back and
+// reads back the same.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -21,6 +22,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (state->bucket_plan && (again->bucket_plan->buckets != state->bucket_plan->buckets ||
                              again->bucket_plan->limits != state->bucket_plan->limits)) {
+    std::abort();
+  }
+  if (again->static_graph.has_value() != state->static_graph.has_value() ||
+      (state->static_graph &&
+       (again->static_graph->hook_counts != state->static_graph->hook_counts ||
+        again->static_graph->globally_unused != state->static_graph->globally_unused))) {
     std::abort();
   }
   return 0;

@@ -101,6 +101,65 @@ TEST(DdpAdoptedPlanTest, APlanThatDoesNotFitIsRefusedAndChangesNothing) {
   });
 }
 
+// Static graph's first synced backward only counts hooks; the arrival order comes from its
+// second, and the rebuild at the third forward. A run resumed after the first step adopts the
+// record (docs/reliability.md "Checkpoints"): its first iteration is the uninterrupted run's
+// second, recording the same order (without the record it counted hooks again, recorded
+// nothing, and rebuilt a step later).
+TEST(DdpAdoptedPlanTest, AStaticGraphRecordMakesTheFirstIterationTheSecond) {
+  RunWorld(2, [](comm::ProcessGroup& group) {
+    auto straight =
+        MakeDdp(nn::MakeMlp({8, 16, 16, 4}, 1), group, SmallCaps({.static_graph = true}));
+    EXPECT_FALSE(straight->reducer().StaticGraphRecorded().has_value());
+    TrainMlp(*straight, 1);
+    const std::optional<StaticGraphRecord> record = straight->reducer().StaticGraphRecorded();
+    ASSERT_TRUE(record.has_value());
+    EXPECT_EQ(record->hook_counts, std::vector<size_t>(6, 1));
+    EXPECT_TRUE(record->globally_unused.empty());
+    EXPECT_FALSE(straight->reducer().RebuiltPlan().has_value());
+
+    auto resumed =
+        MakeDdp(nn::MakeMlp({8, 16, 16, 4}, 1), group, SmallCaps({.static_graph = true}));
+    ASSERT_TRUE(resumed->reducer().AdoptStaticGraphRecord(*record).ok());
+    EXPECT_FALSE(resumed->reducer().static_graph_first_iteration());
+    TrainMlp(*straight, 1);
+    TrainMlp(*resumed, 1);
+    ASSERT_TRUE(resumed->reducer().RebuiltPlan().has_value());
+    EXPECT_EQ(BucketsToString(resumed->reducer().RebuiltPlan()->buckets),
+              BucketsToString(straight->reducer().RebuiltPlan()->buckets));
+    EXPECT_EQ(resumed->reducer().StaticGraphRecorded()->hook_counts, record->hook_counts);
+  });
+}
+
+// A record from a checkpoint is outside bytes: one that does not fit is refused, saying why,
+// and the reducer counts hooks in its first iteration as if none had been offered.
+TEST(DdpAdoptedPlanTest, AStaticGraphRecordThatDoesNotFitIsRefused) {
+  RunWorld(1, [](comm::ProcessGroup& group) {
+    auto ddp = MakeDdp(nn::MakeMlp({8, 16, 16, 4}, 1), group, SmallCaps({.static_graph = true}));
+    auto refusal = [&](const StaticGraphRecord& record) {
+      const absl::Status status = ddp->reducer().AdoptStaticGraphRecord(record);
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+      return std::string(status.message());
+    };
+    EXPECT_EQ(refusal({{1, 1, 1, 1, 1}, {}}), "the record has 5 hook counts for 6 parameters");
+    EXPECT_EQ(refusal({{1, 1, 1, 1, 1, size_t{1} << 40}, {}}),
+              "parameter 5's hook count 1099511627776 is over 1048576");
+    EXPECT_EQ(refusal({std::vector<size_t>(6, 1), {6}}), "unused parameter 6 is not below 6");
+    EXPECT_EQ(refusal({std::vector<size_t>(6, 1), {3, 3}}),
+              "the unused parameters are not ascending at 3");
+    EXPECT_TRUE(ddp->reducer().static_graph_first_iteration());
+    TrainMlp(*ddp, 1);
+    EXPECT_EQ(ddp->reducer().StaticGraphRecorded()->hook_counts, std::vector<size_t>(6, 1));
+    EXPECT_EQ(ddp->reducer().AdoptStaticGraphRecord({std::vector<size_t>(6, 1), {}}).code(),
+              absl::StatusCode::kFailedPrecondition);  // already recorded
+
+    auto plain = MakeDdp(nn::MakeMlp({8, 16, 16, 4}, 1), group, SmallCaps());
+    EXPECT_EQ(plain->reducer().AdoptStaticGraphRecord({std::vector<size_t>(6, 1), {}}).code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_FALSE(plain->reducer().StaticGraphRecorded().has_value());
+  });
+}
+
 // find_unused_parameters splits the first plan by size (PyTorch >= 1.12) and never rebuilds.
 TEST(DdpPyTorchLoggingTest, FindUnusedPlanInPyTorchsStringForm) {
   RunWorld(2, [](comm::ProcessGroup& group) {

@@ -56,6 +56,15 @@ struct BucketPlan {
   std::vector<size_t> limits;
 };
 
+// Static graph's record of its first synced backward (reducer::StaticGraphRecord's shape): per
+// parameter how often its hook fired, and which parameters no rank used. A run resumed before
+// static graph's second backward recorded the arrival order needs it to take the uninterrupted
+// run's steps: without it, it counts hooks again and rebuilds one step later.
+struct StaticGraphRecord {
+  std::vector<size_t> hook_counts;      // by parameter index
+  std::vector<size_t> globally_unused;  // parameter indices
+};
+
 // What one rank saves and restores: its live model and optimizer.
 struct CheckpointSubject {
   nn::Module& model;
@@ -65,6 +74,7 @@ struct CheckpointSubject {
   bool sharded_optimizer = false;
   CheckpointSettings settings;
   std::optional<BucketPlan> bucket_plan;  // saved when set (rank 0's); nullopt: not rebuilt yet
+  std::optional<StaticGraphRecord> static_graph;  // saved when set (rank 0's)
 };
 
 // Where training stands: enough to go on as if it had never stopped.
@@ -99,10 +109,11 @@ absl::StatusOr<std::string> SaveCheckpoint(const CheckpointOptions& options,
                                            const TrainingPosition& position);
 
 struct ResumeOutcome {
-  std::optional<TrainingPosition> position;  // nullopt: nothing to resume, start from step 0
-  std::string path;                          // the checkpoint restored, when one was
-  std::optional<BucketPlan> bucket_plan;     // the checkpoint's, unchecked: outside bytes
-  std::vector<std::string> warnings;         // rank 0's: leftovers removed, checkpoints skipped
+  std::optional<TrainingPosition> position;       // nullopt: nothing to resume, start from step 0
+  std::string path;                               // the checkpoint restored, when one was
+  std::optional<BucketPlan> bucket_plan;          // the checkpoint's, unchecked: outside bytes
+  std::optional<StaticGraphRecord> static_graph;  // the checkpoint's, unchecked: outside bytes
+  std::vector<std::string> warnings;  // rank 0's: leftovers removed, checkpoints skipped
 };
 
 // Collective. Rank 0 removes leftover .tmp folders, verifies DIR's step folders newest first

@@ -150,6 +150,7 @@ absl::StatusOr<ResumeOutcome> ResumeFromLatestCheckpoint(const std::string& dir,
   DDPKIT_RETURN_IF_ERROR(AgreeOnOutcome(group, state.status(), "restoring the checkpoint"));
   outcome.position = state->position;
   outcome.bucket_plan = std::move(state->bucket_plan);
+  outcome.static_graph = std::move(state->static_graph);
   return outcome;
 }
 

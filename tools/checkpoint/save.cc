@@ -143,7 +143,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const CheckpointOptions& options,
                               .world_size = group.size(),
                               .sharded_optimizer = subject.sharded_optimizer,
                               .settings = subject.settings,
-                              .bucket_plan = subject.bucket_plan};
+                              .bucket_plan = subject.bucket_plan,
+                              .static_graph = subject.static_graph};
   DDPKIT_ASSIGN_OR_RETURN(const std::string tmp,
                           MakeTemporaryFolder(options.dir, position.step, group));
   absl::StatusOr<std::vector<CheckpointFile>> files = WriteParts(tmp, group, subject, state);

@@ -75,6 +75,26 @@ absl::StatusOr<std::optional<BucketPlan>> ParseBucketPlan(const Json& doc) {
   return plan;
 }
 
+// "ddp_static_graph": {"num_grad_hooks_triggered": [1, 1, 0], "globally_unused_param_indices":
+// [2]} (PyTorch's numGradHooksTriggeredMap_). Only its shape is checked here, as the plan's.
+absl::StatusOr<std::optional<StaticGraphRecord>> ParseStaticGraph(const Json& doc) {
+  const auto it = doc.find("ddp_static_graph");
+  if (it == doc.end()) return std::nullopt;  // not static graph, or before its record was kept
+  if (!it->is_object()) return Bad("\"ddp_static_graph\" is not an object");
+  StaticGraphRecord record;
+  const auto counts = it->find("num_grad_hooks_triggered");
+  if (counts == it->end()) return Bad("\"ddp_static_graph\" has no \"num_grad_hooks_triggered\"");
+  DDPKIT_ASSIGN_OR_RETURN(record.hook_counts,
+                          Sizes(*counts, "\"ddp_static_graph\" \"num_grad_hooks_triggered\""));
+  const auto unused = it->find("globally_unused_param_indices");
+  if (unused == it->end()) {
+    return Bad("\"ddp_static_graph\" has no \"globally_unused_param_indices\"");
+  }
+  DDPKIT_ASSIGN_OR_RETURN(record.globally_unused,
+                          Sizes(*unused, "\"ddp_static_graph\" \"globally_unused_param_indices\""));
+  return record;
+}
+
 }  // namespace
 
 std::string SerializeCheckpointState(const CheckpointState& state) {
@@ -89,6 +109,11 @@ std::string SerializeCheckpointState(const CheckpointState& state) {
   if (state.bucket_plan) {
     doc["ddp_buckets"] = {{"per_bucket_param_indices", state.bucket_plan->buckets},
                           {"limits", state.bucket_plan->limits}};
+  }
+  if (state.static_graph) {
+    doc["ddp_static_graph"] = {
+        {"num_grad_hooks_triggered", state.static_graph->hook_counts},
+        {"globally_unused_param_indices", state.static_graph->globally_unused}};
   }
   return doc.dump(2) + "\n";
 }
@@ -108,6 +133,7 @@ absl::StatusOr<CheckpointState> ParseCheckpointState(std::string_view bytes) {
     state.settings.emplace_back(flag, value.get<std::string>());
   }
   DDPKIT_ASSIGN_OR_RETURN(state.bucket_plan, ParseBucketPlan(doc));
+  DDPKIT_ASSIGN_OR_RETURN(state.static_graph, ParseStaticGraph(doc));
   return state;
 }
 

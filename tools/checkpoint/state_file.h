@@ -16,7 +16,8 @@ struct CheckpointState {
   int world_size = 1;
   bool sharded_optimizer = false;
   CheckpointSettings settings;
-  std::optional<BucketPlan> bucket_plan;  // "ddp_buckets"; absent in older checkpoints
+  std::optional<BucketPlan> bucket_plan;          // "ddp_buckets"; absent in older checkpoints
+  std::optional<StaticGraphRecord> static_graph;  // "ddp_static_graph"; absent likewise
 };
 
 std::string SerializeCheckpointState(const CheckpointState& state);

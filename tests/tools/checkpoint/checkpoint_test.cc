@@ -391,6 +391,80 @@ TEST(CheckpointBucketPlanTest, ABadPlanIsAWarningAndAnOldCheckpointResumes) {
   fs::remove_all(dir);
 }
 
+// Trains `config`; rank 0's rebuilt plan (PyTorch's string) after each step, and the report.
+std::pair<std::vector<std::string>, TrainReport> PlansPerStep(const TrainConfig& config) {
+  std::vector<std::string> plans;
+  TrainObserver observer;
+  observer.on_step = [&](const StepProgress& progress) {
+    plans.push_back(progress.ddp->pytorch().rebuilt_per_bucket_param_indices());
+  };
+  absl::StatusOr<TrainReport> report = Train(config, observer);
+  EXPECT_TRUE(report.ok()) << report.status();
+  return {plans, report.ok() ? *report : TrainReport()};
+}
+
+// --static-graph stopped after step 1, before static graph's second iteration recorded the
+// arrival order: the checkpoint keeps the first iteration's record (and no plan yet), so the
+// resumed run's first step is the uninterrupted run's second and it rebuilds at the same step.
+// Without the record it counted hooks again and rebuilt a step later (its third step reduced
+// with the initial plan: at >= 3 Gloo ranks, other last bits). A checkpoint without the record
+// resumes as before; a record that does not fit is a warning and changes nothing else.
+TEST(CheckpointBucketPlanTest, StaticGraphResumedAfterStepOneRebuildsWhenTheStraightRunDid) {
+  TrainConfig config = SmallRun("sgd", 3);
+  config.ddp.static_graph = true;
+  EXPECT_EQ(PlansPerStep(config).first, (std::vector<std::string>{"", "", "5 4 3 2 1 0"}));
+
+  const std::string dir = FreshDir("static_graph"), step = dir + "/step-00000001";
+  TrainConfig first = config;
+  first.steps = 1;
+  ASSERT_TRUE(TrainWithCheckpoints(first, dir, /*every=*/1).ok());
+  nlohmann::ordered_json state =
+      nlohmann::ordered_json::parse(*ReadFileToString(step + "/state.json"));
+  EXPECT_FALSE(state.contains("ddp_buckets"));
+  EXPECT_EQ(state["ddp_static_graph"].dump(),
+            "{\"num_grad_hooks_triggered\":[1,1,1,1,1,1],\"globally_unused_param_indices\":[]}");
+
+  config.checkpoint = {.dir = dir, .every = 3, .keep = 5};
+  auto resumed_plans = [&](const nlohmann::ordered_json& record) {
+    if (record.is_null()) {
+      state.erase("ddp_static_graph");
+    } else {
+      state["ddp_static_graph"] = record;
+    }
+    Rewrite(step, "state.json", state.dump(2));
+    fs::remove_all(dir + "/step-00000003");  // resume from step 1 each time
+    return PlansPerStep(config);
+  };
+  const nlohmann::ordered_json recorded = state["ddp_static_graph"];
+  auto [plans, report] = resumed_plans(recorded);
+  EXPECT_EQ(report.resumed_from_step(), 1);
+  EXPECT_EQ(report.checkpoint_warnings_size(), 0);
+  EXPECT_EQ(plans, (std::vector<std::string>{"", "5 4 3 2 1 0"}));
+
+  EXPECT_EQ(resumed_plans(nullptr).first, (std::vector<std::string>{"", ""}));  // as before
+
+  nlohmann::ordered_json bad = recorded;
+  bad["num_grad_hooks_triggered"] = {1, 1};
+  std::tie(plans, report) = resumed_plans(bad);
+  EXPECT_EQ(plans, (std::vector<std::string>{"", ""}));
+  ASSERT_EQ(report.checkpoint_warnings_size(), 1);
+  EXPECT_EQ(report.checkpoint_warnings(0),
+            step +
+                ": its DDP static graph record is not used (the record has 2 hook counts for 6 "
+                "parameters); DDP counts the hooks again in its first step, so the resumed run "
+                "may differ from an uninterrupted one in the last bits");
+
+  bad["num_grad_hooks_triggered"] = {1, -1};
+  state["ddp_static_graph"] = bad;
+  EXPECT_EQ(checkpoint::ParseCheckpointState(state.dump()).status().message(),
+            "state.json: \"ddp_static_graph\" \"num_grad_hooks_triggered\" holds something "
+            "other than a non-negative integer");
+  state["ddp_static_graph"] = {{"num_grad_hooks_triggered", {1}}};
+  EXPECT_EQ(checkpoint::ParseCheckpointState(state.dump()).status().message(),
+            "state.json: \"ddp_static_graph\" has no \"globally_unused_param_indices\"");
+  fs::remove_all(dir);
+}
+
 TEST(CheckpointConfigTest, IncompatibleResumeIsRefusedNamingTheSetting) {
   const std::string dir = FreshDir("incompatible");
   ASSERT_TRUE(TrainWithCheckpoints(SmallRun("sgd", 2), dir).ok());

@@ -13,12 +13,27 @@ checkpoint::CheckpointSubject SubjectOf(const TrainConfig& config, comm::Process
   checkpoint::CheckpointSubject of{.model = subject.model,
                                    .optimizer = *subject.optimizer.optimizer,
                                    .sharded_optimizer = subject.optimizer.zero != nullptr,
-                                   .settings = TrainCheckpointSettings(config, group.size())};
+                                   .settings = TrainCheckpointSettings(config, group.size()),
+                                   .bucket_plan = std::nullopt,  // filled below
+                                   .static_graph = std::nullopt};
   if (std::optional<reducer::BucketAssignment> plan = subject.reducer.RebuiltPlan()) {
     of.bucket_plan = checkpoint::BucketPlan{.buckets = std::move(plan->buckets),
                                             .limits = std::move(plan->limits)};
   }
+  if (std::optional<reducer::StaticGraphRecord> record = subject.reducer.StaticGraphRecorded()) {
+    of.static_graph =
+        checkpoint::StaticGraphRecord{.hook_counts = std::move(record->hook_counts),
+                                      .globally_unused = std::move(record->globally_unused)};
+  }
   return of;
+}
+
+// The warning for a part of the checkpoint's DDP state that does not fit the model.
+std::string NotUsedWarning(const checkpoint::ResumeOutcome& outcome, std::string_view part,
+                           const absl::Status& why, std::string_view instead) {
+  return StrCat(outcome.path, ": its DDP ", part, " is not used (", why.message(), "); DDP ",
+                instead,
+                ", so the resumed run may differ from an uninterrupted one in the last bits");
 }
 
 // Starts the reducer from the checkpoint's rebuilt plan (every rank reads the same one and
@@ -30,9 +45,22 @@ void AdoptBucketPlan(const checkpoint::ResumeOutcome& outcome, reducer::Reducer&
   const absl::Status adopted = reducer.AdoptRebuiltBuckets(
       {.buckets = outcome.bucket_plan->buckets, .limits = outcome.bucket_plan->limits});
   if (adopted.ok()) return;
-  warnings.push_back(StrCat(outcome.path, ": its DDP bucket plan is not used (", adopted.message(),
-                            "); DDP rebuilds its buckets anew, so the resumed run may differ "
-                            "from an uninterrupted one in the last bits"));
+  warnings.push_back(NotUsedWarning(outcome, "bucket plan", adopted, "rebuilds its buckets anew"));
+}
+
+// Starts static graph from the checkpoint's record of its first synced backward (every rank
+// reads rank 0's: ddpkit train runs one graph on every rank). Ignored by a DDP without static
+// graph, which counts no hooks; a checkpoint without one resumes as before: DDP counts hooks in
+// its first step again.
+void AdoptStaticGraphRecord(const checkpoint::ResumeOutcome& outcome, reducer::Reducer& reducer,
+                            std::vector<std::string>& warnings) {
+  if (!outcome.static_graph || !reducer.static_graph()) return;
+  const absl::Status adopted =
+      reducer.AdoptStaticGraphRecord({.hook_counts = outcome.static_graph->hook_counts,
+                                      .globally_unused = outcome.static_graph->globally_unused});
+  if (adopted.ok()) return;
+  warnings.push_back(NotUsedWarning(outcome, "static graph record", adopted,
+                                    "counts the hooks again in its first step"));
 }
 
 // Global micro-batch g is rows [g*B, (g+1)*B): the step fixes where the data stands.
@@ -65,6 +93,7 @@ absl::StatusOr<int> ResumeTraining(const TrainConfig& config, comm::ProcessGroup
                               config.checkpoint.dir, group, SubjectOf(config, group, subject)));
   const bool lead = group.rank() == 0;
   AdoptBucketPlan(outcome, subject.reducer, outcome.warnings);
+  AdoptStaticGraphRecord(outcome, subject.reducer, outcome.warnings);
   for (const std::string& warning : outcome.warnings) {
     report.add_checkpoint_warnings(warning);
     if (lead && observer.on_checkpoint) observer.on_checkpoint(warning, /*warning=*/true);
