@@ -408,7 +408,7 @@ absl::StatusOr<LaunchResult> RunOnce(const LaunchOptions& options, const Rendezv
 
 // The job is over: the launcher leaves the rounds (node 0's keeps its store up for the others).
 LaunchResult EndRounds(RestartRounds& rounds, LaunchResult result) {
-  rounds.Leave(result.ok);
+  rounds.Leave();
   return result;
 }
 

@@ -1,5 +1,7 @@
 #include "tools/launch/restart_round.h"
 
+#include <iostream>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "autograd/error.h"
@@ -12,6 +14,9 @@ namespace {
 
 constexpr char kLeftKey[] = "ddpkit/launch/left";
 constexpr absl::Duration kPollEvery = absl::Milliseconds(100);
+// How long a launcher whose job is over waits for node 0 to take its last word: short, since
+// node 0's host may be unreachable, and the job's end should not wait for it.
+constexpr absl::Duration kLeaveWait = absl::Milliseconds(200);
 
 std::string Seconds(absl::Duration d) { return StrCat(absl::ToDoubleSeconds(d), " s"); }
 
@@ -109,26 +114,36 @@ std::optional<RoundFailure> RestartRounds::AwaitOutcome() {
     waited = PollUntil(
         [&]() -> absl::StatusOr<bool> {
           DDPKIT_ASSIGN_OR_RETURN(int64_t done, store_->Add(done_key, 0));
-          if (done >= options_.nnodes) return true;
+          all_done_ = done >= options_.nnodes;
+          if (all_done_) return true;
           failure = Failure();
           return failure.has_value();
         },
         absl::InfiniteFuture());
   }
-  if (!waited.ok()) return RoundFailure{std::string(waited.message()), true};
+  if (absl::IsCancelled(waited)) return RoundFailure{std::string(waited.message()), true};
+  if (!waited.ok()) failure = RoundFailure{std::string(waited.message()), true};
+  // This node's ranks succeeded: only another node's failing ranks change that (as torchrun's
+  // agents, each node reports its own ranks). A node gone silent, or node 0's launcher lost,
+  // after the ranks' last collective leaves the outcome unknown, not failed.
+  if (failure && (failure->fatal || failure->cause.find(kSilentNode) != std::string::npos)) {
+    std::cerr << "ddpkit launch: this node's ranks succeeded, but not every node reported done: "
+              << failure->cause << std::endl;
+    return std::nullopt;
+  }
   return failure;
 }
 
-void RestartRounds::Leave(bool succeeded) {
-  watch_->Flush(absl::Milliseconds(500));  // bounded: the job is over either way
+void RestartRounds::Leave() {
+  watch_->Flush(kLeaveWait);  // bounded: the job is over either way
   watch_->EndRound();
   if (options_.node_rank != 0) {
-    if (!watch_->lost()) (void)store_->store().Add(kLeftKey, 1, absl::Milliseconds(500));
+    if (!watch_->lost()) (void)store_->store().Add(kLeftKey, 1, kLeaveWait);
     return;
   }
-  // Every node has seen the outcome (success: each reported done) before it says it left; a
-  // failed job's nodes saw the failure already, so they get only a moment.
-  const absl::Time deadline = absl::Now() + (succeeded ? absl::Seconds(10) : absl::Seconds(1));
+  // After a success every node reads the outcome within a poll (100 ms) and says it leaves; a
+  // failed job's nodes saw the failure already, and a node missing may never answer.
+  const absl::Time deadline = absl::Now() + (all_done_ ? absl::Seconds(2) : kLeaveWait);
   (void)PollUntil(
       [&]() -> absl::StatusOr<bool> {
         DDPKIT_ASSIGN_OR_RETURN(int64_t left, store_->store().Add(kLeftKey, 0, absl::Seconds(1)));

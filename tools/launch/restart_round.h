@@ -60,10 +60,11 @@ class RestartRounds {
   // This round's recorded failure (or the agent store lost); nullopt while there is none.
   std::optional<RoundFailure> Failure() const;
   // After this node's ranks all succeeded: reports done and waits until every node has (then
-  // nullopt), or the round failed elsewhere.
+  // nullopt), or another node's ranks failed in this round. (A node gone silent, or node 0 lost,
+  // meanwhile: nullopt, with a warning.)
   std::optional<RoundFailure> AwaitOutcome();
   // The job is over. Node 0 keeps its store up until every node has said so (bounded).
-  void Leave(bool succeeded);
+  void Leave();
 
  private:
   RestartRounds(RoundOptions options, std::unique_ptr<comm::TcpStoreServer> server,
@@ -79,6 +80,7 @@ class RestartRounds {
   std::unique_ptr<AgentClient> store_;            // Join, AwaitOutcome, Leave
   std::shared_ptr<RoundWatch> watch_;             // shared with its thread (round_watch.h)
   int round_ = -1;
+  bool all_done_ = false;  // every node reported done in the last round awaited
 };
 
 }  // namespace ddpkit::launch

@@ -25,7 +25,7 @@ void RoundWatch::Stop() {
   wake_.notify_all();
   // A request to a store host gone silent may block for the node timeout: the job's end does
   // not wait for it (the thread holds its own reference to this object).
-  wake_.wait_for(lock, std::chrono::milliseconds(200), [this] { return finished_; });
+  wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return finished_; });
   const bool finished = finished_;
   lock.unlock();
   if (finished) {
@@ -54,6 +54,8 @@ void RoundWatch::EndRound() {
 void RoundWatch::RecordFailure(const std::string& cause) {
   std::lock_guard<std::mutex> lock(mu_);
   if (round_ >= 0 && !pending_) pending_ = cause;
+  poke_ = true;
+  wake_.notify_all();
 }
 
 void RoundWatch::Flush(absl::Duration timeout) {
@@ -84,7 +86,8 @@ void RoundWatch::Loop() {
         wake_.notify_all();
       }
     }
-    wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; });
+    wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_ || poke_; });
+    poke_ = false;
   }
   finished_ = true;
   wake_.notify_all();
@@ -153,7 +156,7 @@ absl::Status RoundWatch::CheckHeartbeats(int round) {
       beats_[node] = beats;
       beat_at_[node] = now;
     } else if (now - beat_at_[node] >= options_.node_timeout) {
-      pending_ = StrCat("node ", node, ": its launcher sent no heartbeat for ",
+      pending_ = StrCat("node ", node, ": ", kSilentNode, " for ",
                         absl::ToDoubleSeconds(options_.node_timeout),
                         " s (it died, or its host is unreachable)");
     }

@@ -23,6 +23,9 @@
 
 namespace ddpkit::launch {
 
+// How the failure node 0 records for a node whose heartbeat stopped reads (and is recognised).
+inline constexpr char kSilentNode[] = "its launcher sent no heartbeat";
+
 // The agent store's keys.
 std::string RoundKey(int round, const std::string& name);
 std::string AliveKey(int node);
@@ -68,6 +71,7 @@ class RoundWatch {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false, finished_ = false;
+  bool poke_ = false;                   // a failure to record: poll now, not at the next 100 ms
   int round_ = -1;                      // the round being watched, -1 between rounds
   std::optional<std::string> pending_;  // this node's failure, to record
   std::optional<std::string> failed_;   // the round's failure, as recorded
