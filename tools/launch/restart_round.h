@@ -6,13 +6,14 @@
 // waits until all have (bounded by --node-timeout, naming the missing nodes); node 0 publishes a
 // free port for the round, where the round's rank 0 serves its ranks' store (MASTER_PORT), so a
 // rank of round r can never reach round r-1's store and its Gloo addresses. While the round
-// runs, a watch thread per launcher (tools/launch/round_watch.h) polls the round's "failed" key
-// every 100 ms, writes this node's failure there (first writer wins: "node 1: rank 3 (pid ...)
-// exited with code 3"), and beats a heartbeat counter every second; node 0 counts a node whose
+// runs, a watch thread per launcher (tools/launch/round_watch.h) polls the round's failure
+// every 100 ms, records this node's there (first writer wins: "node 1: rank 3 (pid ...) exited
+// with code 3"), and beats a heartbeat counter every second; node 0 counts a node whose
 // heartbeat stood still for --node-timeout as the round's failure. A round ends when every node
 // has reported done (success) or a failure is recorded (every node stops its ranks; round r+1
 // if restarts remain). Node 0's launcher dying closes the store: the others fail at their next
-// request, within 100 ms (a store host gone silent: within --node-timeout).
+// request, within 100 ms; node 0's host silent: within twice --node-timeout (a request
+// unanswered that long reconnects once, tools/launch/agent_client.h).
 #pragma once
 
 #include <functional>

@@ -185,13 +185,16 @@ TEST(TwoNodesTest, KillingOneNodesLauncherEndsTheOtherWithinTheTimeout) {
 }
 
 // Restart rounds shared by the nodes (tools/launch/restart_round.h): two launchers on one machine,
-// two ranks each, a short node timeout and teardown grace so each test takes a few seconds.
-std::string RoundLauncher(int node, int port, int restarts, const std::string& worker) {
+// two ranks each, a short teardown grace so each test takes a few seconds, and a node timeout
+// of 5 s (heartbeats every second: none missed under a sanitizer's load), 2 s where a launcher
+// is killed.
+std::string RoundLauncher(int node, int port, int restarts, const std::string& worker,
+                          int node_timeout) {
   return absl::StrCat("DDPKIT_STORE_TOKEN=rounds-", port, " ", kDdpkit,
                       " launch --nnodes 2 --nproc-per-node 2 --node-rank ", node,
                       " --master-addr 127.0.0.1 --master-port ", port, " --local-addr 127.0.0.",
-                      node + 1, " --max-restarts ", restarts,
-                      " --node-timeout 2 --teardown-grace 0.5 -- sh -c '", worker, "'");
+                      node + 1, " --max-restarts ", restarts, " --node-timeout ", node_timeout,
+                      " --teardown-grace 0.5 -- sh -c '", worker, "'");
 }
 
 struct TwoNodeRun {
@@ -207,15 +210,17 @@ TwoNodeRun RunTwoNodes(const std::string& name, int restarts, const std::string&
   const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   const int port = ddpkit::testing_util::FreeLocalPort();
-  const std::string node1 = RoundLauncher(1, port, restarts, worker) + " > " + dir + "/1.log 2>&1";
+  const int node_timeout = kill_node1_after > 0 ? 2 : 5;
+  const std::string node1 =
+      RoundLauncher(1, port, restarts, worker, node_timeout) + " > " + dir + "/1.log 2>&1";
   const std::string background =
       kill_node1_after > 0
           ? absl::StrCat("(", node1, " & pid=$!; sleep ", kill_node1_after, "; kill -9 $pid) &")
           : absl::StrCat("{ ", node1, "; echo $? > ", dir, "/1.status; } &");
-  Result r =
-      RunShell("start=$(date +%s%N); " + background + " " +
-               RoundLauncher(0, port, restarts, worker) + " > " + dir + "/0.log 2>&1; echo $? > " +
-               dir + "/0.status; wait; echo ms=$(( ($(date +%s%N) - start) / 1000000 ))");
+  Result r = RunShell("start=$(date +%s%N); " + background + " " +
+                      RoundLauncher(0, port, restarts, worker, node_timeout) + " > " + dir +
+                      "/0.log 2>&1; echo $? > " + dir +
+                      "/0.status; wait; echo ms=$(( ($(date +%s%N) - start) / 1000000 ))");
   TwoNodeRun run{ReadFile(dir + "/0.log"), ReadFile(dir + "/1.log")};
   const std::string s0 = ReadFile(dir + "/0.status"), s1 = ReadFile(dir + "/1.status");
   if (!s0.empty()) run.status0 = std::stoi(s0);
