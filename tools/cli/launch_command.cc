@@ -29,7 +29,8 @@ ABSL_FLAG(int32_t, max_restarts, 0,
 
 ABSL_FLAG(double, node_timeout, 60.0,
           "several nodes: seconds the launchers wait for a node to join a round (the job's start "
-          "or a restart), or to send its heartbeat while the ranks run, before they fail naming "
+          "or a restart), and twice that for its heartbeat while the ranks run, before they fail "
+          "naming "
           "it");
 
 namespace ddpkit::cli {

@@ -35,8 +35,8 @@ struct LaunchOptions {
   bool standalone = false;  // single node, a free local port
   absl::Duration teardown_grace = absl::Seconds(2);
   int max_restarts = 0;
-  // Several nodes: how long the launchers wait for a node missing from a round, or silent
-  // (no heartbeat) while the ranks run.
+  // Several nodes: how long the launchers wait for a node missing from a round (and twice that
+  // for one silent, no heartbeat, while the ranks run).
   absl::Duration node_timeout = absl::Seconds(60);
   std::vector<std::string> command;  // program and arguments
 };

@@ -9,8 +9,8 @@
 // runs, a watch thread per launcher (tools/launch/round_watch.h) polls the round's failure
 // every 100 ms, records this node's there (first writer wins: "node 1: rank 3 (pid ...) exited
 // with code 3"), and beats a heartbeat counter every second; node 0 counts a node whose
-// heartbeat stood still for --node-timeout as the round's failure. A round ends when every node
-// has reported done (success) or a failure is recorded (every node stops its ranks; round r+1
+// heartbeat stood still for twice --node-timeout as the round's failure. A round ends when every
+// node has reported done (success) or a failure is recorded (every node stops its ranks; round r+1
 // if restarts remain). Node 0's launcher dying closes the store: the others fail at their next
 // request, within 100 ms; node 0's host silent: within twice --node-timeout (a request
 // unanswered that long reconnects once, tools/launch/agent_client.h).

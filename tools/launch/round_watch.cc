@@ -145,9 +145,13 @@ absl::Status RoundWatch::ReadFailure(int round) {
   return absl::OkStatus();
 }
 
-// Node 0: a node whose heartbeat count stood still for the node timeout failed the round.
+// Node 0: a node whose heartbeat count stood still for twice the node timeout failed the round.
+// Twice: a node's request gets a node timeout to be answered and another to reconnect
+// (agent_client.h), and over a flapping link TCP's backed-off resends hold a stream that long
+// while the ranks, on connections of their own, still get through.
 absl::Status RoundWatch::CheckHeartbeats(int round) {
   const absl::Time now = absl::Now();
+  const absl::Duration silence = 2 * options_.node_timeout;
   for (int node = 1; node < options_.nnodes; ++node) {
     DDPKIT_ASSIGN_OR_RETURN(int64_t beats, store_->Add(AliveKey(node), 0));
     std::lock_guard<std::mutex> lock(mu_);
@@ -155,9 +159,8 @@ absl::Status RoundWatch::CheckHeartbeats(int round) {
     if (beats != beats_[node]) {
       beats_[node] = beats;
       beat_at_[node] = now;
-    } else if (now - beat_at_[node] >= options_.node_timeout) {
-      pending_ = StrCat("node ", node, ": ", kSilentNode, " for ",
-                        absl::ToDoubleSeconds(options_.node_timeout),
+    } else if (now - beat_at_[node] >= silence) {
+      pending_ = StrCat("node ", node, ": ", kSilentNode, " for ", absl::ToDoubleSeconds(silence),
                         " s (it died, or its host is unreachable)");
     }
   }
