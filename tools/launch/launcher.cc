@@ -20,6 +20,7 @@
 #include "comm/store/token.h"
 #include "comm/thread_budget.h"
 #include "tools/launch/proc_stat.h"
+#include "tools/launch/restart_round.h"
 
 namespace ddpkit::launch {
 namespace {
@@ -129,6 +130,9 @@ absl::Status Validate(const LaunchOptions& options) {
     return absl::InvalidArgumentError(
         StrCat("--max-restarts must be 0 or more (got ", options.max_restarts, ")"));
   }
+  if (options.node_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--node-timeout must be more than 0 seconds");
+  }
   if (options.standalone && options.nnodes != 1) {
     return absl::InvalidArgumentError("--standalone runs on one node: drop --nnodes");
   }
@@ -216,11 +220,16 @@ absl::StatusOr<Child> Spawn(const LaunchOptions& options, const Rendezvous& rend
   return child;
 }
 
-// Watches the ranks until every one has exited and its output is drained.
+// Watches the ranks until every one has exited and its output is drained. With several nodes,
+// it records a local failure in the restart round and stops its ranks on another node's.
 class Supervisor {
  public:
-  Supervisor(std::vector<Child> children, absl::Duration teardown_grace)
-      : children_(std::move(children)), teardown_grace_(teardown_grace) {}
+  Supervisor(std::vector<Child> children, absl::Duration teardown_grace,
+             RestartRounds* rounds = nullptr, std::string failure_prefix = "")
+      : children_(std::move(children)),
+        teardown_grace_(teardown_grace),
+        rounds_(rounds),
+        failure_prefix_(std::move(failure_prefix)) {}
 
   LaunchResult Run() {
     while (true) {
@@ -228,6 +237,7 @@ class Supervisor {
       const bool any_running = ReapExited();
       if (!any_running && !OutputOpen()) break;
       if (!any_running) continue;  // drain what is left in the pipes
+      AdoptRemoteFailure();
       ForwardSignals();
       EnforceTeardown();
     }
@@ -282,15 +292,31 @@ class Supervisor {
     for (Child& c : children_) {
       if (c.running && ::waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
         c.running = false;
-        if (Failed(c) && result_.ok) {
-          result_.ok = false;
-          result_.failure = Describe(c);
-          teardown_at_ = absl::Now() + teardown_grace_;
-        }
+        if (Failed(c) && result_.ok) Fail(failure_prefix_ + Describe(c));
       }
       any_running = any_running || c.running;
     }
     return any_running;
+  }
+
+  // This node's first failure: recorded for the other nodes, and the teardown grace starts.
+  void Fail(const std::string& failure) {
+    result_.ok = false;
+    result_.failure = failure;
+    teardown_at_ = absl::Now() + teardown_grace_;
+    if (rounds_ != nullptr) rounds_->RecordFailure(failure);
+  }
+
+  // Another node's failure (or node 0's launcher lost): this node's ranks stop too.
+  void AdoptRemoteFailure() {
+    if (rounds_ == nullptr || !result_.ok) return;
+    const std::optional<RoundFailure> failure = rounds_->Failure();
+    if (!failure) return;
+    result_.ok = false;
+    result_.failure = failure->cause;
+    teardown_at_ = absl::Now() + teardown_grace_;
+    std::cerr << "ddpkit launch: " << (failure->fatal ? "" : "the job failed on another node: ")
+              << failure->cause << "; stopping this node's ranks" << std::endl;
   }
 
   bool OutputOpen() const {
@@ -306,8 +332,7 @@ class Supervisor {
     Signal(signal);
     result_.interrupted = true;
     if (result_.ok) {
-      result_.ok = false;
-      result_.failure = StrCat("interrupted by signal ", signal, " (", strsignal(signal), ")");
+      Fail(StrCat(failure_prefix_, "interrupted by signal ", signal, " (", strsignal(signal), ")"));
     }
     Signal(SIGCONT);
     kill_at_ = std::min(kill_at_, absl::Now() + kKillAfterTerm);
@@ -339,6 +364,8 @@ class Supervisor {
 
   std::vector<Child> children_;
   const absl::Duration teardown_grace_;
+  RestartRounds* const rounds_;       // null: a single node
+  const std::string failure_prefix_;  // "node K: " with several nodes
   LaunchResult result_;
   absl::Time teardown_at_ = absl::InfiniteFuture(), kill_at_ = absl::InfiniteFuture();
   bool terminated_ = false;
@@ -346,11 +373,11 @@ class Supervisor {
 
 }  // namespace
 
-absl::StatusOr<int> PickFreePort() {
+absl::StatusOr<int> PickFreePort(bool every_address) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_addr.s_addr = htonl(every_address ? INADDR_ANY : INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
   if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
@@ -365,7 +392,7 @@ namespace {
 
 // One run of the job: every local rank started, then supervised until all have exited.
 absl::StatusOr<LaunchResult> RunOnce(const LaunchOptions& options, const Rendezvous& rendezvous,
-                                     int restart) {
+                                     int restart, RestartRounds* rounds = nullptr) {
   std::vector<Child> children;
   for (int local = 0; local < options.nproc_per_node; ++local) {
     absl::StatusOr<Child> child = Spawn(options, rendezvous, local, restart);
@@ -375,7 +402,61 @@ absl::StatusOr<LaunchResult> RunOnce(const LaunchOptions& options, const Rendezv
     }
     children.push_back(*std::move(child));
   }
-  return Supervisor(std::move(children), options.teardown_grace).Run();
+  const std::string prefix = rounds ? StrCat("node ", options.node_rank, ": ") : "";
+  return Supervisor(std::move(children), options.teardown_grace, rounds, prefix).Run();
+}
+
+// The job is over: the launcher leaves the rounds (node 0's keeps its store up for the others).
+LaunchResult EndRounds(RestartRounds& rounds, LaunchResult result) {
+  rounds.Leave();
+  return result;
+}
+
+// Round `round` was not joined by every node (or a signal or node 0's loss ended the wait): the
+// job fails with that, and what ended the round before.
+LaunchResult NotJoined(const absl::Status& status, LaunchResult previous, int round) {
+  previous.ok = false;
+  previous.interrupted = previous.interrupted || absl::IsCancelled(status);
+  previous.failure =
+      StrCat(status.message(), "; round ", round - 1, " had failed: ", previous.failure);
+  previous.restarts = round;
+  return previous;
+}
+
+// Several nodes: every node's launcher runs round after round with the others, node 0's
+// holding them (tools/launch/restart_round.h); each round's ranks meet on a port of its own.
+absl::StatusOr<LaunchResult> LaunchInRounds(const LaunchOptions& options, Rendezvous rendezvous) {
+  DDPKIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<RestartRounds> rounds,
+      RestartRounds::Start({.nnodes = options.nnodes,
+                            .node_rank = options.node_rank,
+                            .master_addr = options.master_addr,
+                            .master_port = options.master_port,
+                            .token = rendezvous.store_token,
+                            .node_timeout = options.node_timeout,
+                            .interrupted = [] { return pending_signal != 0; }}));
+  LaunchResult result;
+  for (int round = 0;; ++round) {
+    absl::StatusOr<int> port = rounds->Join(round);
+    if (!port.ok() && round == 0) return port.status();  // the job never started
+    if (!port.ok()) return EndRounds(*rounds, NotJoined(port.status(), result, round));
+    rendezvous.master_port = *port;
+    DDPKIT_ASSIGN_OR_RETURN(result, RunOnce(options, rendezvous, round, rounds.get()));
+    result.restarts = round;
+    std::optional<RoundFailure> failure = result.ok ? rounds->AwaitOutcome() : rounds->Failure();
+    if (result.ok && failure) {
+      result.ok = false;
+      result.failure = failure->cause;
+    }
+    const bool fatal = (failure && failure->fatal) || pending_signal != 0;
+    result.interrupted = result.interrupted || pending_signal != 0;
+    if (result.ok || fatal || result.interrupted || round == options.max_restarts) {
+      return EndRounds(*rounds, result);
+    }
+    std::cerr << "ddpkit launch: " << result.failure << "; restarting every rank (restart "
+              << round + 1 << " of " << options.max_restarts << "), with every node in round "
+              << round + 1 << std::endl;
+  }
 }
 
 }  // namespace
@@ -384,6 +465,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options) {
   DDPKIT_RETURN_IF_ERROR(Validate(options));
   DDPKIT_ASSIGN_OR_RETURN(Rendezvous rendezvous, ResolveRendezvous(options));
   SignalRecorder signals;
+  if (options.nnodes > 1) return LaunchInRounds(options, std::move(rendezvous));
   for (int restart = 0;; ++restart) {
     DDPKIT_ASSIGN_OR_RETURN(LaunchResult result, RunOnce(options, rendezvous, restart));
     result.restarts = restart;

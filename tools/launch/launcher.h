@@ -4,7 +4,10 @@
 // and when one fails, gives the others `teardown_grace` to report their own errors (less when
 // every rank left is stopped), then stops them (SIGTERM, SIGKILL 2 s later) and names the
 // failed rank. With max_restarts, a failed job is started again, every rank, up to that many
-// times (torchrun's --max-restarts); the ranks see DDPKIT_RESTART_COUNT.
+// times (torchrun's --max-restarts); the ranks see DDPKIT_RESTART_COUNT. With several nodes,
+// the nodes' launchers restart together, in rounds node 0's launcher holds
+// (tools/launch/restart_round.h): a failure on any node stops every node's ranks, and each round
+// starts only once every node has joined it.
 //
 // No orphans: each rank runs in a process group of its own, which the launcher signals whole,
 // and dies with SIGKILL when the launcher dies (PR_SET_PDEATHSIG), so a killed launcher never
@@ -32,6 +35,9 @@ struct LaunchOptions {
   bool standalone = false;  // single node, a free local port
   absl::Duration teardown_grace = absl::Seconds(2);
   int max_restarts = 0;
+  // Several nodes: how long the launchers wait for a node missing from a round (and twice that
+  // for one silent, no heartbeat, while the ranks run).
+  absl::Duration node_timeout = absl::Seconds(60);
   std::vector<std::string> command;  // program and arguments
 };
 
@@ -45,7 +51,8 @@ struct LaunchResult {
 // Runs the job to completion. An error Status means the job could not be started at all.
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options);
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-absl::StatusOr<int> PickFreePort();
+// A TCP port that was free a moment ago on 127.0.0.1, or on every address of this host (for a
+// port other hosts connect to).
+absl::StatusOr<int> PickFreePort(bool every_address = false);
 
 }  // namespace ddpkit::launch

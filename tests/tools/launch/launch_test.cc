@@ -184,6 +184,109 @@ TEST(TwoNodesTest, KillingOneNodesLauncherEndsTheOtherWithinTheTimeout) {
   EXPECT_LT(std::stod(r.out.substr(at + 3)), 1000 * (2 + 5 + 5)) << r.out;  // kill at 2 s, +5+5
 }
 
+// Restart rounds shared by the nodes (tools/launch/restart_round.h): two launchers on one machine,
+// two ranks each, a short teardown grace so each test takes a few seconds, and a node timeout
+// of 5 s (heartbeats every second: none missed under a sanitizer's load), 2 s where a launcher
+// is killed.
+std::string RoundLauncher(int node, int port, int restarts, const std::string& worker,
+                          int node_timeout) {
+  return absl::StrCat("DDPKIT_STORE_TOKEN=rounds-", port, " ", kDdpkit,
+                      " launch --nnodes 2 --nproc-per-node 2 --node-rank ", node,
+                      " --master-addr 127.0.0.1 --master-port ", port, " --local-addr 127.0.0.",
+                      node + 1, " --max-restarts ", restarts, " --node-timeout ", node_timeout,
+                      " --teardown-grace 0.5 -- sh -c '", worker, "'");
+}
+
+struct TwoNodeRun {
+  std::string node0, node1;  // each launcher's output
+  int status0 = -1, status1 = -1;
+  double seconds = 0;  // until both launchers had ended
+};
+
+// Both launchers, node 1 in the background; or, with `kill_node1_after`, node 1's launcher
+// killed (SIGKILL) that many seconds in.
+TwoNodeRun RunTwoNodes(const std::string& name, int restarts, const std::string& worker,
+                       double kill_node1_after = 0) {
+  const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const int port = ddpkit::testing_util::FreeLocalPort();
+  const int node_timeout = kill_node1_after > 0 ? 2 : 5;
+  const std::string node1 =
+      RoundLauncher(1, port, restarts, worker, node_timeout) + " > " + dir + "/1.log 2>&1";
+  const std::string background =
+      kill_node1_after > 0
+          ? absl::StrCat("(", node1, " & pid=$!; sleep ", kill_node1_after, "; kill -9 $pid) &")
+          : absl::StrCat("{ ", node1, "; echo $? > ", dir, "/1.status; } &");
+  Result r = RunShell("start=$(date +%s%N); " + background + " " +
+                      RoundLauncher(0, port, restarts, worker, node_timeout) + " > " + dir +
+                      "/0.log 2>&1; echo $? > " + dir +
+                      "/0.status; wait; echo ms=$(( ($(date +%s%N) - start) / 1000000 ))");
+  TwoNodeRun run{ReadFile(dir + "/0.log"), ReadFile(dir + "/1.log")};
+  const std::string s0 = ReadFile(dir + "/0.status"), s1 = ReadFile(dir + "/1.status");
+  if (!s0.empty()) run.status0 = std::stoi(s0);
+  if (!s1.empty()) run.status1 = std::stoi(s1);
+  const size_t at = r.out.find("ms=");
+  if (at != std::string::npos) run.seconds = std::stod(r.out.substr(at + 3)) / 1000;
+  return run;
+}
+
+// The ranks of node 0 succeed at once, rank 3 on node 1 fails in the first round: node 0 does not
+// end its job there, both nodes run round 1 (each round's ranks on a port of their own), and
+// the job succeeds.
+TEST(RestartRoundsTest, AFailureOnOneNodeRestartsEveryNodeAndTheJobSucceeds) {
+  TwoNodeRun run =
+      RunTwoNodes("rounds_ok", 1,
+                  "if [ $DDPKIT_RESTART_COUNT = 0 ] && [ $RANK = 3 ]; then exit 3; fi; "
+                  "echo run $DDPKIT_RESTART_COUNT port $MASTER_PORT");
+  const std::string both = run.node0 + run.node1;
+  EXPECT_EQ(run.status0, 0) << both;
+  EXPECT_EQ(run.status1, 0) << both;
+  for (const std::string& log : {run.node0, run.node1}) {
+    EXPECT_TRUE(absl::StrContains(log, "node 1: rank 3 (pid ")) << both;
+    EXPECT_TRUE(absl::StrContains(
+        log,
+        "exited with code 3; restarting every rank (restart 1 of 1), with every node in round 1"))
+        << both;
+  }
+  EXPECT_TRUE(absl::StrContains(run.node0, "[rank 0] run 1 port")) << both;
+  EXPECT_TRUE(absl::StrContains(run.node1, "[rank 3] run 1 port")) << both;
+  // Round 1's ranks meet on another port than round 0's.
+  const size_t first = run.node0.find("[rank 0] run 0 port "),
+               second = run.node0.find("[rank 0] run 1 port ");
+  ASSERT_NE(first, std::string::npos) << run.node0;
+  ASSERT_NE(second, std::string::npos) << run.node0;
+  EXPECT_NE(std::stoi(run.node0.substr(first + 20)), std::stoi(run.node0.substr(second + 20)))
+      << run.node0;
+}
+
+// Rank 3 fails in every round: both launchers stop their ranks (node 0's would sleep 30 s) and
+// fail after their one restart, naming the node and rank.
+TEST(RestartRoundsTest, WhenRestartsRunOutEveryNodeFailsNamingTheNodeAndRank) {
+  TwoNodeRun run = RunTwoNodes("rounds_out", 1, "if [ $RANK = 3 ]; then exit 5; fi; exec sleep 30");
+  const std::string both = run.node0 + run.node1;
+  EXPECT_EQ(run.status0, 1) << both;
+  EXPECT_EQ(run.status1, 1) << both;
+  EXPECT_LT(run.seconds, 10) << both;
+  EXPECT_TRUE(absl::StrContains(run.node0, "the job failed on another node: node 1: rank 3 (pid "))
+      << both;
+  for (const std::string& log : {run.node0, run.node1}) {
+    EXPECT_TRUE(absl::StrContains(log, "ddpkit launch: job failed: node 1: rank 3 (pid ")) << both;
+    EXPECT_TRUE(absl::StrContains(log, "exited with code 5 (after 1 restart(s))")) << both;
+  }
+}
+
+// Node 1's launcher is killed (its ranks die with it); node 0's ranks would sleep on. Node 0
+// notices the missing heartbeat, stops its ranks, and ends when node 1 does not join round 1.
+TEST(RestartRoundsTest, KillingANodesLauncherEndsNodeZeroWithAClearErrorInTime) {
+  TwoNodeRun run = RunTwoNodes("rounds_killed", 1, "exec sleep 30", /*kill_node1_after=*/1);
+  EXPECT_EQ(run.status0, 1) << run.node0;
+  EXPECT_LT(run.seconds, 12) << run.node0;  // 1 s, 4 s heartbeat, 0.5 s grace, 2 s join, slack
+  EXPECT_TRUE(absl::StrContains(run.node0, "node 1 of 2 did not join restart round 1 within 2 s"))
+      << run.node0;
+  EXPECT_TRUE(absl::StrContains(run.node0, "node 1: its launcher sent no heartbeat for 4 s"))
+      << run.node0;
+}
+
 // CI's short chaos run: every signalled job ends with a clear error and leaves no process
 // behind (`ddpkit chaos` exits 0 only then). The time limit is timeout + 10 s here, not the
 // target's + 5 s: CI runs this beside other tests, under sanitizers too, where a rank stopped

@@ -53,6 +53,13 @@ std::vector<std::string> JobArgs(const ChaosConfig& config, const WirePlan& plan
   return argv;
 }
 
+// How long the launchers wait for a node missing from a restart round, or silent, before they
+// fail the round naming it (`ddpkit launch --node-timeout`): the job's timeout and 2 s more, so
+// the ranks, whose collectives time out first, name an unreachable peer themselves (their
+// launcher gives them the 2 s teardown grace after it), and a host cut off from the start is
+// named within about the job's timeout too.
+int NodeTimeout(const ChaosConfig& config) { return config.timeout_s + 2; }
+
 // Node `host` of the job, started inside that host's namespace, with the trial's store token
 // (a user's nodes share theirs too).
 std::vector<std::string> NodeArgs(const ChaosConfig& config, const WirePlan& plan, int host,
@@ -79,6 +86,8 @@ std::vector<std::string> NodeArgs(const ChaosConfig& config, const WirePlan& pla
                                    HostAddr(host),
                                    "--max-restarts",
                                    std::to_string(config.max_restarts),
+                                   "--node-timeout",
+                                   std::to_string(NodeTimeout(config)),
                                    "--"};
   for (std::string& arg : JobArgs(config, plan, weights, checkpoints)) argv.push_back(arg);
   return argv;
@@ -176,9 +185,26 @@ bool Crashed(const std::string& line) {
   return false;
 }
 
+// The launchers' final lines that name the victim's node: missing from a restart round (the
+// job's start included), silent, or (node 0) lost. A host cut off before its rank started, or
+// before the launchers' round began, leaves its peers' launchers to name it, not their ranks.
+int LaunchersNamingVictim(const std::vector<std::string>& lines, const WirePlan& plan) {
+  const int v = plan.victim_host;
+  const std::regex names_node(
+      StrCat("^ddpkit launch: (job failed: )?.*(nodes? ([0-9]+, )*", v,
+             "(, [0-9]+)* of [0-9]+ did not join|node ", v, ": its launcher sent no heartbeat",
+             v == 0 ? "|lost node 0's launcher|could not reach node 0's launcher" : "", ")"));
+  return static_cast<int>(std::count_if(lines.begin(), lines.end(), [&](const std::string& line) {
+    return std::regex_search(line, names_node) &&
+           line.find("stopping this node's ranks") == std::string::npos &&
+           line.find("restarting every rank") == std::string::npos;
+  }));
+}
+
 // The ranks on the other hosts that printed no error naming the victim and the collective. Under
 // loss or a flapping link every rank may still reach the collective (none is unreachable, the
-// data is late): then an error saying so names the fault.
+// data is late): then an error saying so names the fault. Launchers' final lines naming the
+// victim's node stand in for as many silent ranks (one rank per host).
 std::vector<int> SilentSurvivors(const std::vector<std::string>& lines, const WirePlan& plan) {
   const bool intermittent = plan.fault == "loss" || plan.fault == "flap" || plan.fault == "delay";
   const std::regex names_victim(StrCat("ranks? ([0-9]+, )*", plan.victim_host,
@@ -200,6 +226,7 @@ std::vector<int> SilentSurvivors(const std::vector<std::string>& lines, const Wi
     });
     if (!named) silent.push_back(rank);
   }
+  if (static_cast<int>(silent.size()) <= LaunchersNamingVictim(lines, plan)) silent.clear();
   return silent;
 }
 
