@@ -108,6 +108,30 @@ TEST(EngineTest, AccumulatorHooksFireLastLayerFirst) {
                                              "0.weight"}));
 }
 
+TEST(EngineTest, ALinearsInputGradientRunsAfterItsWeightIsReady) {
+  // dy W for an input that came out of another op runs in a node of its own on the x edge,
+  // created just before TBackward: the weight's accumulator (DDP's hook) runs before it. A leaf
+  // input keeps its accumulator on that edge, ready with the bias's, as PyTorch's.
+  auto matrix = [](std::vector<double> v) {
+    Tensor t = Tensor::FromVector<double>(v, {2, 2});
+    t.set_requires_grad(true);
+    return t;
+  };
+  Tensor w = matrix({1.0, 2.0, 3.0, 4.0});
+  Tensor b = Leaf({0.5, -0.5});
+  Tensor x = matrix({1.0, -1.0, 2.0, 0.5});
+  Tensor h = MulScalar(x, 2.0);
+  for (const Tensor& out : {Linear(h, w, b), LinearRelu(h, w, b)}) {
+    const Node* to_x = out.grad_fn()->next_edges()[1].node.get();
+    EXPECT_EQ(to_x->name(), "LinearInputBackward");
+    EXPECT_EQ(to_x->next_edges()[0].node, h.grad_fn());
+    EXPECT_GT(out.grad_fn()->next_edges()[2].node->priority(), to_x->priority());
+  }
+  EXPECT_EQ(Linear(x, w, b).grad_fn()->next_edges()[1].node, x.grad_accumulator());
+  Sum(Linear(h, w, b)).Backward();  // d/dx = 2 * column sums of W, per row
+  EXPECT_EQ(x.grad().ToDoubles(), (std::vector<double>{8.0, 12.0, 8.0, 12.0}));
+}
+
 TEST(EngineTest, CallbacksRunOnceAfterEveryHook) {
   auto mlp = nn::MakeMlp({3, 5, 2}, /*seed=*/1);
   int hooks_fired = 0;
