@@ -85,9 +85,25 @@ absl::StatusOr<int> RestartRounds::Join(int round) {
   for (int node = 0; node < options_.nnodes; ++node) {
     keys.push_back(RoundKey(round, StrCat("joined/", node)));
   }
-  const absl::Status joined = PollUntil([&] { return store_->Check(keys); }, deadline);
-  if (absl::IsDeadlineExceeded(joined)) return absl::DeadlineExceededError(MissingNodes(round));
+  // Node 0 gives up at its deadline and says why under `gave_up`; the others stop waiting then,
+  // with its reason, rather than read its store's closing as node 0 lost.
+  const std::string gave_up_key = RoundKey(round, "gave_up");
+  bool gave_up = false;
+  const absl::Status joined = PollUntil(
+      [&]() -> absl::StatusOr<bool> {
+        DDPKIT_ASSIGN_OR_RETURN(const bool all, store_->Check(keys));
+        if (all || options_.node_rank == 0) return all;
+        DDPKIT_ASSIGN_OR_RETURN(gave_up, store_->Check({gave_up_key}));
+        return gave_up;
+      },
+      deadline);
+  if (absl::IsDeadlineExceeded(joined)) return GiveUp(round, gave_up_key);
   DDPKIT_RETURN_IF_ERROR(joined);
+  if (gave_up) {
+    absl::StatusOr<std::string> why = store_->Get(gave_up_key);
+    DDPKIT_RETURN_IF_ERROR(Lost(why.status()));
+    return absl::DeadlineExceededError(*why);
+  }
   absl::StatusOr<std::string> text = store_->Get(port_key);
   DDPKIT_RETURN_IF_ERROR(Lost(text.status()));
   int port = 0;
@@ -96,6 +112,16 @@ absl::StatusOr<int> RestartRounds::Join(int round) {
   }
   watch_->BeginRound(round);
   return port;
+}
+
+// Not every node joined `round` in time: the missing ones named. Node 0 writes it for the nodes
+// still waiting with it and keeps its store up until they have read it (bounded: a poll each).
+absl::Status RestartRounds::GiveUp(int round, const std::string& gave_up_key) {
+  const std::string missing = MissingNodes(round);
+  if (options_.node_rank == 0 && store_->Set(gave_up_key, missing).ok()) {
+    absl::SleepFor(2 * kPollEvery);
+  }
+  return absl::DeadlineExceededError(missing);
 }
 
 void RestartRounds::RecordFailure(const std::string& cause) { watch_->RecordFailure(cause); }
