@@ -47,6 +47,19 @@ void ScaleInPlace(const Tensor& t, double factor) {
   });
 }
 
+void DivideInPlace(const Tensor& t, double divisor) {
+  if constexpr (kWithCuda) {
+    if (t.is_cuda()) return cuda::DivideInPlace(t, divisor);
+  }
+  DispatchFloating(t.dtype(), "DivideInPlace", [&]<typename T>() {
+    T* out = t.data<T>();
+    const T d = static_cast<T>(divisor);
+    ParallelFor(t.numel(), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) out[i] /= d;
+    });
+  });
+}
+
 void ScaledCopy(const Tensor& dst, const Tensor& src, double factor) {
   CheckSameLayout("ScaledCopy", dst, src);
   if constexpr (kWithCuda) {

@@ -10,6 +10,9 @@ namespace ddpkit {
 void AddInPlace(const Tensor& dst, const Tensor& src, double alpha = 1.0);
 // t *= factor.
 void ScaleInPlace(const Tensor& t, double factor);
+// t /= divisor: a true division, whose bits differ from t *= 1/divisor unless divisor is a power
+// of two (PyTorch's DDP divides a gradient that already is its bucket view this way).
+void DivideInPlace(const Tensor& t, double divisor);
 // dst = factor * src, in one pass (DDP copies a gradient into its bucket this way).
 void ScaledCopy(const Tensor& dst, const Tensor& src, double factor);
 

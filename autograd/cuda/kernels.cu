@@ -73,6 +73,18 @@ void ScaleInPlace(const Tensor& t, double factor) {
 }
 
 template <typename T>
+void DivideInPlaceOf(const Tensor& t, double divisor) {
+  T* out = t.device_data<T>();
+  const T d = static_cast<T>(divisor);
+  ForEach(t.device(), t.numel(), "DivideInPlace", [=] __device__(int64_t i) { out[i] /= d; });
+}
+
+void DivideInPlace(const Tensor& t, double divisor) {
+  IsDouble(t.dtype(), "DivideInPlace") ? DivideInPlaceOf<double>(t, divisor)
+                                       : DivideInPlaceOf<float>(t, divisor);
+}
+
+template <typename T>
 void ScaledCopyOf(const Tensor& dst, const Tensor& src, double factor) {
   T* out = dst.device_data<T>();
   const T* in = src.device_data<T>();

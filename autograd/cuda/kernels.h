@@ -10,6 +10,7 @@ namespace ddpkit::cuda {
 
 void AddInPlace(const Tensor& dst, const Tensor& src, double alpha);
 void ScaleInPlace(const Tensor& t, double factor);
+void DivideInPlace(const Tensor& t, double divisor);
 void ScaledCopy(const Tensor& dst, const Tensor& src, double factor);
 // cuBLAS sgemm / dgemm with kernels.h's row-major contract (autograd/cuda/gemm.cc).
 void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, double alpha,

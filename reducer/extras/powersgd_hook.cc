@@ -12,15 +12,6 @@
 namespace ddpkit::reducer {
 namespace {
 
-// t /= divisor, as PyTorch's div_ (a product with the reciprocal can differ in the last bit).
-void DivideInPlace(const Tensor& t, double divisor) {
-  DispatchFloating(t.dtype(), "DivideInPlace", [&]<typename T>() {
-    T* values = t.data<T>();
-    const T d = static_cast<T>(divisor);
-    for (int64_t i = 0, n = t.numel(); i < n; ++i) values[i] /= d;
-  });
-}
-
 // dst = a - b.
 void Difference(const Tensor& dst, const Tensor& a, const Tensor& b) {
   DispatchFloating(dst.dtype(), "Difference", [&]<typename T>() {
