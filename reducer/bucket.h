@@ -28,7 +28,10 @@ struct Bucket {
   // The pending counter: parameters of this bucket not yet ready in this backward. The bucket
   // is ready when it reaches 0 and is launched once every earlier bucket has been.
   size_t pending = 0;
-  // The bucket's reduction in flight (allreduce or comm hook), from launch to finalize.
+  // batched_grad_copy: slots whose gradient is copied in once the bucket is complete.
+  std::vector<size_t> deferred;
+  // The bucket's reduction in flight (allreduce or comm hook), from launch to finalize; none
+  // when skip_all_reduce_unused_params skipped it.
   std::shared_ptr<comm::Future> future_work;
   std::chrono::steady_clock::time_point launched_at{};
 

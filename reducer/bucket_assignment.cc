@@ -130,10 +130,25 @@ absl::StatusOr<BucketAssignment> ComputeBucketAssignmentBySize(
 BucketAssignment RebuiltBucketAssignment(const std::vector<BucketTensorSpec>& tensors,
                                          const std::vector<size_t>& arrival_order,
                                          BucketLimits limits) {
-  absl::StatusOr<BucketAssignment> rebuilt = ComputeBucketAssignmentBySize(
-      tensors, {limits.first_bucket_bytes, limits.bucket_cap_bytes}, {}, arrival_order);
+  absl::StatusOr<BucketAssignment> rebuilt =
+      ComputeBucketAssignmentBySize(tensors, limits.Walk(), {}, arrival_order);
   if (!rebuilt.ok()) ThrowStatus(rebuilt.status());
   return *std::move(rebuilt);
+}
+
+std::vector<size_t> LimitsAlongTheWalk(const std::vector<std::vector<size_t>>& buckets,
+                                       const std::vector<BucketTensorSpec>& tensors,
+                                       const std::vector<size_t>& walk) {
+  std::vector<size_t> limits;
+  std::vector<std::pair<DType, size_t>> seen;  // buckets per dtype so far
+  for (const std::vector<size_t>& bucket : buckets) {
+    const DType dtype = tensors.at(bucket.at(0)).dtype;
+    auto it =
+        std::find_if(seen.begin(), seen.end(), [&](const auto& p) { return p.first == dtype; });
+    if (it == seen.end()) it = seen.insert(seen.end(), {dtype, 0});
+    limits.push_back(walk[std::min(it->second++, walk.size() - 1)]);
+  }
+  return limits;
 }
 
 absl::Status CheckBucketAssignment(const std::vector<BucketTensorSpec>& tensors,

@@ -52,10 +52,16 @@ absl::StatusOr<BucketAssignment> ComputeBucketAssignmentBySize(
     const std::vector<bool>& expect_sparse = {}, const std::vector<size_t>& arrival_order = {});
 
 // The limits DDP's rebuilt plan walks: a small first bucket, so the first allreduce starts early
-// in backward, then the cap for every later one (PyTorch's first_bucket_bytes, bucket_bytes_cap).
+// in backward, then the cap for every later one (PyTorch's first_bucket_bytes, bucket_bytes_cap)
+// — or, given PyTorch 2.11's bucket_cap_mb_list, one cap per bucket, the last repeating.
 struct BucketLimits {
   size_t first_bucket_bytes = kDefaultFirstBucketBytes;
-  size_t bucket_cap_bytes = kDefaultBucketBytesCap;
+  size_t bucket_cap_bytes = kDefaultBucketBytesCap;  // the list's largest when there is one
+  std::vector<size_t> per_bucket;                    // empty: [first bucket, cap]
+  std::vector<size_t> Walk() const {
+    return per_bucket.empty() ? std::vector<size_t>{first_bucket_bytes, bucket_cap_bytes}
+                              : per_bucket;
+  }
 };
 
 // DDP's plan after its rebuild: `arrival_order` (the gradient arrival order of the first synced
@@ -64,6 +70,13 @@ struct BucketLimits {
 BucketAssignment RebuiltBucketAssignment(const std::vector<BucketTensorSpec>& tensors,
                                          const std::vector<size_t>& arrival_order,
                                          BucketLimits limits = {});
+
+// Each bucket's limit in a plan made by walking `walk` in arrival order (buckets in the order
+// they filled, then the leftovers): the j-th bucket of a dtype closed under walk[j], the last
+// limit repeating. What a rank that adopts rank 0's rebuilt plan logs, as rank 0 does.
+std::vector<size_t> LimitsAlongTheWalk(const std::vector<std::vector<size_t>>& buckets,
+                                       const std::vector<BucketTensorSpec>& tensors,
+                                       const std::vector<size_t>& walk);
 
 // InvalidArgument unless `plan` can lay out `tensors`' gradients: as many limits as buckets,
 // every bucket non-empty and of one dtype, and every parameter index in exactly one bucket.

@@ -112,25 +112,35 @@ Tensor AttachDelayAllReduce(const Tensor& output, Reducer* reducer) {
   return sink;
 }
 
-}  // namespace
-
-size_t MegabytesToBytes(double mb) { return static_cast<size_t>(mb * 1024 * 1024); }
-
-BucketLimits LimitsOf(const DdpOptions& options) {
-  return {.first_bucket_bytes = MegabytesToBytes(options.first_bucket_mb),
-          .bucket_cap_bytes = MegabytesToBytes(options.bucket_cap_mb)};
+// From PyTorch 2.1 static graph's first iteration is its first backward, even one under no_sync:
+// 2.1 to 2.15 then reduce everything from inside no_sync and fail at the end of that backward
+// (an internal assert on expect_autograd_hooks_, then "Expected to have finished reduction" at
+// every later forward). ddpkit stops there too, saying why and what to do.
+Tensor AttachNoSyncFirstBackwardFailure(const Tensor& output, int rank, PyTorchVersion version) {
+  Tensor sink = output.Detach();
+  RecordOp(sink, "DdpSinkBackward", {&output}, [rank, version](const Tensor&) -> TensorList {
+    throw Error(
+        StrCat("[ddp] rank ", rank, ": static graph's first backward ran under no_sync. PyTorch ",
+               version.ToString(),
+               " counts static graph's first iteration from the first backward, no_sync "
+               "or not, and fails here (an internal assert on expect_autograd_hooks_, "
+               "then 'Expected to have finished reduction in the prior iteration' at "
+               "every later forward). Run the first iteration synced, outside no_sync "
+               "(PyTorch 1.13, --pytorch-version 1.13, allowed it)"),
+        absl::StatusCode::kFailedPrecondition);
+  });
+  return sink;
 }
+
+}  // namespace
 
 BucketAssignment InitialBucketAssignment(const std::vector<BucketTensorSpec>& parameters,
                                          const DdpOptions& options) {
   // Parameter order need not match the order gradients arrive in, so the first iteration does
-  // not split by size unless unused parameters must be found (PyTorch >= 1.12).
-  std::vector<size_t> limits = {kNoBucketSizeLimit};
-  if (options.find_unused_parameters && !options.static_graph) {
-    const BucketLimits bytes = LimitsOf(options);
-    limits = {bytes.first_bucket_bytes, bytes.bucket_cap_bytes};
-  }
-  absl::StatusOr<BucketAssignment> sorted = ComputeBucketAssignmentBySize(parameters, limits);
+  // not split by size unless unused parameters must be found (PyTorch >= 1.12) or the user gave
+  // a cap per bucket (2.11): BucketCapsOf says which.
+  absl::StatusOr<BucketAssignment> sorted =
+      ComputeBucketAssignmentBySize(parameters, BucketCapsOf(options).initial);
   if (!sorted.ok()) ThrowStatus(sorted.status());
   // Reversed: parameters defined last produce gradients first.
   std::reverse(sorted->buckets.begin(), sorted->buckets.end());
@@ -141,15 +151,7 @@ BucketAssignment InitialBucketAssignment(const std::vector<BucketTensorSpec>& pa
 absl::StatusOr<std::shared_ptr<DistributedDataParallel>> DistributedDataParallel::Create(
     std::shared_ptr<nn::Module> module, comm::ProcessGroup& group, DdpOptions options) {
   if (module == nullptr) return absl::InvalidArgumentError("[ddp] no module to wrap");
-  if (!(options.bucket_cap_mb > 0) || MegabytesToBytes(options.bucket_cap_mb) == 0) {
-    return absl::InvalidArgumentError(StrCat(
-        "[ddp] bucket_cap_mb must be positive (at least one byte), got ", options.bucket_cap_mb));
-  }
-  if (!(options.first_bucket_mb > 0) || MegabytesToBytes(options.first_bucket_mb) == 0) {
-    return absl::InvalidArgumentError(
-        StrCat("[ddp] first_bucket_mb must be positive (at least one byte), got ",
-               options.first_bucket_mb));
-  }
+  DDPKIT_RETURN_IF_ERROR(ValidateDdpOptions(options));
   NamedTensors params;
   for (auto& [name, p] : module->NamedParameters()) {  // shared parameters: first name wins
     if (p.requires_grad()) params.emplace_back(name, p);
@@ -160,12 +162,16 @@ absl::StatusOr<std::shared_ptr<DistributedDataParallel>> DistributedDataParallel
         "synchronise, train it without DDP",
         {pytorch_phrase::kNoTrainableParameter}));
   }
-  DDPKIT_RETURN_IF_ERROR(VerifySameModelOnAllRanks(params, group));
-  // Parameters and buffers in one list, as PyTorch's _sync_module_states: a float32 model is
-  // one broadcast.
-  NamedTensors state = params;
-  for (auto& b : module->NamedBuffers()) state.push_back(b);
-  DDPKIT_RETURN_IF_ERROR(BroadcastFromRank(state, group, "model state"));
+  if (options.init_sync) {  // PyTorch 2.8's init_sync=False: no collective at construction
+    DDPKIT_RETURN_IF_ERROR(VerifySameModelOnAllRanks(params, group));
+    // Parameters and buffers in one list, as PyTorch's _sync_module_states: a float32 model is
+    // one broadcast.
+    NamedTensors state = params;
+    if (SyncsBuffersAtConstruction(options)) {
+      for (auto& b : module->NamedBuffers()) state.push_back(b);
+    }
+    DDPKIT_RETURN_IF_ERROR(BroadcastFromRank(state, group, "model state"));
+  }
 
   std::shared_ptr<DistributedDataParallel> ddp(
       new DistributedDataParallel(std::move(module), group, std::move(options)));
@@ -175,14 +181,21 @@ absl::StatusOr<std::shared_ptr<DistributedDataParallel>> DistributedDataParallel
         std::move(params), initial, group,
         ReducerOptions{.limits = LimitsOf(ddp->options_),
                        .find_unused_parameters = ddp->options_.find_unused_parameters,
-                       .gradient_as_bucket_view = ddp->options_.gradient_as_bucket_view});
+                       .gradient_as_bucket_view = ddp->options_.gradient_as_bucket_view,
+                       .skip_all_reduce_unused_params = ddp->options_.skip_all_reduce_unused_params,
+                       .batched_grad_copy = ddp->options_.batched_grad_copy,
+                       .pytorch_version = ddp->options_.pytorch_version});
   } catch (const Error& e) {
     return e.ToStatus();
   }
   if (ddp->options_.static_graph) ddp->reducer_->SetStaticGraph();
   DdpLoggingData& logging = ddp->reducer_->logging_data();
   logging.set_module_name(ddp->options_.module_name);
-  logging.set_broadcast_buffers(ddp->options_.broadcast_buffers);
+  logging.set_broadcast_buffers(SyncsBuffersEachForward(ddp->options_));
+  logging.set_pytorch_version(ddp->options_.pytorch_version.ToString());
+  for (size_t cap : LimitsOf(ddp->options_).per_bucket) {
+    logging.add_per_bucket_cap_bytes(static_cast<int64_t>(cap));
+  }
   if (ddp->options_.static_graph && ddp->options_.find_unused_parameters) {
     Log(LogLevel::kWarning,
         "static_graph and find_unused_parameters are both set; static_graph already handles "
@@ -220,8 +233,8 @@ Tensor DistributedDataParallel::Forward(const Tensor& input) {
   const bool sync = grad_enabled && require_backward_grad_sync_;
   if (sync) reducer_->PrepareForForward();
   // After a no_sync forward the buffers are not re-broadcast (as PyTorch).
-  const bool sync_buffers =
-      require_forward_param_sync_ && options_.broadcast_buffers && !module_->NamedBuffers().empty();
+  const bool sync_buffers = require_forward_param_sync_ && SyncsBuffersEachForward(options_) &&
+                            !module_->NamedBuffers().empty();
   Tensor active_ranks;
   int buffer_root = 0;  // without Join rank 0's buffers are the authoritative copy
   if (std::shared_ptr<comm::Work> count = join::Join::NotifyJoinContext(*this, &active_ranks)) {
@@ -242,6 +255,10 @@ Tensor DistributedDataParallel::Forward(const Tensor& input) {
   Tensor output = module_->Forward(input);
   if (!sync) {
     require_forward_param_sync_ = false;
+    if (grad_enabled && reducer_->static_graph_first_iteration() &&
+        Follows(options_.pytorch_version, DdpRule::kStaticGraphCountsBackwards)) {
+      output = AttachNoSyncFirstBackwardFailure(output, group_.rank(), options_.pytorch_version);
+    }
     return output;
   }
   require_forward_param_sync_ = true;
@@ -295,9 +312,11 @@ class DdpJoinHook final : public join::JoinHook {
     DDPKIT_INTERNAL_CHECK(authoritative >= 0, "[ddp] rank ", group.rank(),
                           ": no rank reported being a last joiner (Join's post-hooks)");
     ddp_.authoritative_rank_ = authoritative;
-    // Buffers too, whatever broadcast_buffers says (PyTorch's _sync_final_model).
+    // Buffers too, unless from 2.1 the options keep them rank-local (_sync_final_model).
     NamedTensors state = ddp_.reducer_->parameters();
-    for (auto& b : ddp_.module_->NamedBuffers()) state.push_back(b);
+    if (SyncsBuffersAtJoinEnd(ddp_.options_)) {
+      for (auto& b : ddp_.module_->NamedBuffers()) state.push_back(b);
+    }
     if (absl::Status s = BroadcastCoalesced(state, group, authoritative, "model state"); !s.ok())
       ThrowStatus(s);
   }
@@ -307,6 +326,15 @@ class DdpJoinHook final : public join::JoinHook {
 };
 
 std::unique_ptr<join::JoinHook> DistributedDataParallel::MakeJoinHook() {
+  // A joined rank shadows every bucket's allreduce, so a bucket the active ranks skip would pair
+  // it with their next collective: PyTorch hangs or mixes gradients there.
+  DDPKIT_CHECK(!(join_config().enable && options_.skip_all_reduce_unused_params), "[ddp] rank ",
+               group_.rank(),
+               ": skip_all_reduce_unused_params does not work under an enabled Join: a rank that "
+               "has joined shadows every gradient bucket's allreduce, so a bucket the others skip "
+               "would pair its allreduce with their next collective (PyTorch hangs or mixes "
+               "unrelated gradients there). Turn the option off, or equalise the inputs and "
+               "leave Join disabled");
   if (join_config().enable) reducer_->logging_data().set_join_uneven_inputs(true);
   return std::make_unique<DdpJoinHook>(*this);
 }

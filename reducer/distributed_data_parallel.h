@@ -18,19 +18,10 @@
 #include "autograd/nn.h"
 #include "comm/process_group.h"
 #include "join/join.h"
+#include "reducer/ddp_options.h"
 #include "reducer/reducer.h"
 
 namespace ddpkit::reducer {
-
-struct DdpOptions {
-  double bucket_cap_mb = 25;             // later buckets, after the rebuild
-  double first_bucket_mb = 1;            // the first bucket reduced after the rebuild
-  bool find_unused_parameters = false;   // search the graph for parameters the forward skipped
-  bool static_graph = false;             // the graph is the same every iteration
-  bool gradient_as_bucket_view = false;  // .grad tensors are views into the bucket buffers
-  bool broadcast_buffers = true;         // rank 0's buffers to all at every synced forward
-  std::string module_name = "module";    // for logs
-};
 
 class DistributedDataParallel : public nn::Module, public join::Joinable {
  public:
@@ -108,15 +99,10 @@ class DistributedDataParallel : public nn::Module, public join::Joinable {
   int authoritative_rank_ = -1;
 };
 
-// Bucket limits in bytes from a size in MiB, as PyTorch: int(mb * 1024 * 1024).
-size_t MegabytesToBytes(double mb);
-
-// The options' [first bucket, cap] in bytes.
-BucketLimits LimitsOf(const DdpOptions& options);
-
 // The initial assignment DDP uses for `parameters` (already in reduction order: the sorted
-// assignment reversed): one bucket per dtype when find_unused is off or the graph is static,
-// otherwise limits [first bucket, cap]. The rebuilt one is RebuiltBucketAssignment
+// assignment reversed), under BucketCapsOf(options).initial: one bucket per dtype when
+// find_unused is off or the graph is static, otherwise limits [first bucket, cap] (a cap list:
+// the list). The rebuilt one is RebuiltBucketAssignment
 // (bucket_assignment.h), which the reducer computes after the first synced iteration.
 BucketAssignment InitialBucketAssignment(const std::vector<BucketTensorSpec>& parameters,
                                          const DdpOptions& options);

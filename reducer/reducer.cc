@@ -148,7 +148,8 @@ void Reducer::PrepareForForward() {
   ++num_iterations_;
   const Clock::time_point now = Clock::now();
   timer_.StartForward(now);
-  LogForward(logging_, num_iterations_);
+  LogForward(logging_, num_iterations_,
+             Follows(options_.pytorch_version, DdpRule::kSkipAllReduceUnusedParams));
   TraceIteration(TraceEventType::kForward, now);
 }
 
@@ -183,13 +184,74 @@ void Reducer::PrepareForBackward(const TensorList& outputs) {
           "and an extra allreduce");
     }
   }
+  PlanSkippedBuckets();
+}
+
+// skip_all_reduce_unused_params: the buckets whose every parameter this rank leaves unused in
+// this backward (PyTorch's is_unused_bucket, on this rank's own unused set). Static graph's first
+// backward reduces everything, whatever the option says.
+void Reducer::PlanSkippedBuckets() {
+  skipped_buckets_.assign(buckets_.size(), 0);
+  if (!options_.skip_all_reduce_unused_params || static_graph_first_iteration() ||
+      !(dynamic_find_unused() || static_graph_)) {
+    return;
+  }
+  std::vector<uint8_t> unused(params_.size(), 0);
+  for (size_t index : unused_parameters_) unused[index] = 1;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const std::vector<size_t>& indices = buckets_[b].variable_indices;
+    skipped_buckets_[b] =
+        std::all_of(indices.begin(), indices.end(), [&](size_t i) { return unused[i] != 0; });
+  }
+  if (group_.size() > 1) CheckRanksSkipAlike();
+}
+
+// Ranks that skip different buckets would pair one rank's allreduce of bucket b with another's
+// of bucket b+1 (or of the used map): PyTorch then mixes unrelated gradients or aborts. One
+// allgather of every rank's skipped set, before any bucket launches, names them instead — a
+// collective PyTorch does not issue, the price of the diagnosis (docs/reducer.md).
+void Reducer::CheckRanksSkipAlike() {
+  comm::ScopedCollectiveTag tag({.purpose = "skip_check"});
+  const int world = group_.size();
+  const int64_t words = static_cast<int64_t>((buckets_.size() + 63) / 64);
+  Tensor mine = Tensor::Zeros({words}, DType::kInt64);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (skipped_buckets_[b]) mine.data<int64_t>()[b / 64] |= int64_t{1} << (b % 64);
+  }
+  Tensor all = Tensor::Zeros({words * world}, DType::kInt64);
+  if (absl::Status s = group_.Allgather(mine, all)->Wait(); !s.ok()) {
+    ThrowCommFailure(group_.rank(), "comparing the buckets each rank skips", s);
+  }
+  auto skips = [&](int rank, size_t b) {
+    return (all.data<int64_t>()[rank * words + static_cast<int64_t>(b / 64)] >> (b % 64) & 1) != 0;
+  };
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    std::vector<int> skipping, reducing;
+    for (int r = 0; r < world; ++r) (skips(r, b) ? skipping : reducing).push_back(r);
+    if (skipping.empty() || reducing.empty()) continue;
+    std::vector<std::string> params;
+    for (size_t index : buckets_[b].variable_indices) {
+      params.push_back(StrCat(index, " '", ParamName(index), "'"));
+    }
+    throw Error(
+        StrCat("[ddp] rank ", group_.rank(), ": skip_all_reduce_unused_params: rank(s) ",
+               absl::StrJoin(skipping, ", "), " skip gradient bucket ", b, " (parameters ",
+               absl::StrJoin(params, ", "), "), which rank(s) ", absl::StrJoin(reducing, ", "),
+               " reduce: the ranks left different parameters unused, so their "
+               "allreduces would pair up wrongly (PyTorch mixes unrelated buckets' "
+               "gradients or aborts in Gloo). Skip only where every rank leaves the same "
+               "parameters unused, or turn skip_all_reduce_unused_params off"),
+        absl::StatusCode::kFailedPrecondition);
+  }
 }
 
 void Reducer::ResetBucketCounting() {
   next_bucket_ = 0;
+  num_buckets_reduced_ = 0;
   timer_.ClearLaunches();
   for (Bucket& bucket : buckets_) {
     bucket.pending = bucket.variable_indices.size();
+    bucket.deferred.clear();
     bucket.future_work.reset();
   }
 }
@@ -232,9 +294,13 @@ void Reducer::RecordLocalUse(size_t index) {
 // Runs after parameter `index`'s gradient accumulator, on the thread running backward.
 void Reducer::AutogradHook(size_t index) {
   // Usage is recorded even under no_sync, so a parameter used only in accumulation steps
-  // still counts as used when the synced step reduces (PyTorch's fix of issue #69031).
-  if (dynamic_find_unused() || static_graph_first_iteration()) RecordLocalUse(index);
+  // still counts as used when the synced step reduces (PyTorch 2.4's fix of issue #69031);
+  // 1.13 recorded only the synced backward's.
+  const bool records_usage = dynamic_find_unused() || static_graph_first_iteration();
+  const bool no_sync_counts = Follows(options_.pytorch_version, DdpRule::kNoSyncRecordsUse);
+  if (records_usage && no_sync_counts) RecordLocalUse(index);
   if (!expect_autograd_hooks_) return;  // no_sync, or a backward DDP's forward did not arm
+  if (records_usage && !no_sync_counts) RecordLocalUse(index);
   if (static_graph_first_iteration()) {
     ++expected_hook_counts_[index];  // everything is reduced at the end, by DelayAllReduce
     return;
@@ -300,18 +366,38 @@ void Reducer::MarkVariableReady(size_t index) {
   if (!grad.defined()) {
     view.Zero();  // an unused parameter contributes zeros
   } else if (!grad.IsAliasOf(view)) {
-    // Without a hook the division is fused into the copy; a hook owns the math.
-    if (comm_hook_ || div_factor_ == 1) {
-      view.CopyFrom(grad);
+    if (options_.batched_grad_copy) {
+      bucket.deferred.push_back(locator.intra_bucket_index);  // with the bucket's others, below
     } else {
-      ScaledCopy(view, grad, 1.0 / div_factor_);
+      // Without a hook the division is fused into the copy, as a multiplication by 1/W; a hook
+      // owns the math.
+      if (comm_hook_ || div_factor_ == 1) {
+        view.CopyFrom(grad);
+      } else {
+        ScaledCopy(view, grad, 1.0 / div_factor_);
+      }
+      if (options_.gradient_as_bucket_view) param.set_grad(view);
     }
-    if (options_.gradient_as_bucket_view) param.set_grad(view);
-  } else if (!comm_hook_ && div_factor_ != 1) {
-    ScaleInPlace(view, 1.0 / div_factor_);  // .grad already is the view
+  } else if (!comm_hook_ && div_factor_ != 1 && !options_.batched_grad_copy) {
+    DivideInPlace(view, div_factor_);  // .grad already is the view: PyTorch divides it in place
   }
 
-  if (--bucket.pending == 0) MarkBucketReady(locator.bucket_index);
+  if (--bucket.pending == 0) {
+    if (options_.batched_grad_copy) CopyDeferredGradients(bucket);
+    MarkBucketReady(locator.bucket_index);
+  }
+}
+
+// batched_grad_copy (PyTorch 2.13): the bucket's gradients copied in together, then the whole
+// bucket divided once — zeroed slices and .grad views included — instead of each gradient
+// multiplied by 1/W on its way in. The bits differ unless W is a power of two.
+void Reducer::CopyDeferredGradients(Bucket& bucket) {
+  for (size_t slot : bucket.deferred) {
+    bucket.views[slot].CopyFrom(bucket.variables[slot].grad());
+    if (options_.gradient_as_bucket_view) bucket.variables[slot].set_grad(bucket.views[slot]);
+  }
+  bucket.deferred.clear();
+  if (!comm_hook_ && div_factor_ != 1) DivideInPlace(bucket.gradients, div_factor_);
 }
 
 // Buckets are launched strictly in index order, so every rank issues the same collectives in
@@ -320,7 +406,10 @@ void Reducer::MarkBucketReady(size_t bucket_index) {
   TraceBucket(TraceEventType::kBucketReady, bucket_index);
   if (bucket_index > next_bucket_) return;
   for (; next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0; ++next_bucket_) {
+    if (next_bucket_ < skipped_buckets_.size() && skipped_buckets_[next_bucket_]) continue;
     LaunchBucket(next_bucket_);
+    // Static graph's first backward reduces everything at its end, uncounted (as PyTorch).
+    if (!static_graph_first_iteration()) ++num_buckets_reduced_;
   }
 }
 
@@ -405,6 +494,7 @@ void Reducer::FinalizeBackward() {
                         " bucket(s) not launched");
   Clock::time_point comm_end = timer_.comm_start();
   for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (!buckets_[b].future_work) continue;  // skipped: its gradients stay as they were
     WaitForBucket(b, "reducing");
     const Clock::time_point completed = buckets_[b].future_work->completed_at();
     comm_end = std::max(comm_end, completed);
@@ -465,6 +555,7 @@ void Reducer::LogIteration() {
   LogIterationUsage(
       logging_, params_, options_.find_unused_parameters || static_graph_,
       [this](size_t i) { return GloballyUnused(i); }, grad_ready_order_);
+  logging_.set_num_buckets_reduced(num_buckets_reduced_);
   if (comm_hook_stats_) *logging_.mutable_compression() = comm_hook_stats_();
 }
 
@@ -580,7 +671,7 @@ std::optional<BucketAssignment> Reducer::RebuiltPlan() const {
 }
 
 absl::Status Reducer::AdoptStaticGraphRecord(const StaticGraphRecord& record) {
-  if (!static_graph_first_iteration() || num_iterations_ > 0) {
+  if (!static_graph_ || static_graph_recorded_ || num_iterations_ > 0) {
     return absl::FailedPreconditionError(
         "a static graph record can only be adopted by a static graph DDP before iterating");
   }
@@ -604,33 +695,33 @@ std::optional<StaticGraphRecord> Reducer::StaticGraphRecorded() const {
 }
 
 // Rank 0's plan wins, so every rank buckets (and launches) identically even when gradients
-// arrived in different orders. Two broadcasts: [indices..., bucket count], then
-// [bucket sizes..., limits...].
+// arrived in different orders. PyTorch's two broadcasts, int32: [indices..., bucket count], then
+// [each bucket's parameter count]. The limits are not sent: each bucket's is the one its dtype's
+// walk had reached (LimitsAlongTheWalk), the same on every rank.
 void Reducer::SyncBucketIndices(BucketAssignment& assignment) {
   comm::ScopedCollectiveTag tag({.purpose = "rebuilt_plan"});
   const int64_t n = static_cast<int64_t>(params_.size());
-  Tensor flat = Tensor::Zeros({n + 1}, DType::kInt64);
-  int64_t* f = flat.data<int64_t>();
+  Tensor flat = Tensor::Zeros({n + 1}, DType::kInt32);
+  int32_t* f = flat.data<int32_t>();
   int64_t k = 0;
   for (const auto& bucket : assignment.buckets) {
-    for (size_t index : bucket) f[k++] = static_cast<int64_t>(index);
+    for (size_t index : bucket) f[k++] = static_cast<int32_t>(index);
   }
-  f[n] = static_cast<int64_t>(assignment.buckets.size());
+  f[n] = static_cast<int32_t>(assignment.buckets.size());
   if (absl::Status s = group_.Broadcast(flat, 0)->Wait(); !s.ok()) {
     ThrowCommFailure(group_.rank(), "broadcasting rank 0's rebuilt bucket plan", s);
   }
   const int64_t num_buckets = f[n];
   DDPKIT_CHECK(num_buckets >= 1 && num_buckets <= n, "[ddp] rank ", group_.rank(),
                ": rank 0's rebuilt plan has ", num_buckets, " buckets for ", n, " parameters");
-  Tensor shape = Tensor::Zeros({2 * num_buckets}, DType::kInt64);
-  int64_t* s = shape.data<int64_t>();
+  Tensor sizes = Tensor::Zeros({num_buckets}, DType::kInt32);
+  int32_t* s = sizes.data<int32_t>();
   if (group_.rank() == 0) {
     for (int64_t b = 0; b < num_buckets; ++b) {
-      s[b] = static_cast<int64_t>(assignment.buckets[b].size());
-      s[num_buckets + b] = static_cast<int64_t>(assignment.limits[b]);
+      s[b] = static_cast<int32_t>(assignment.buckets[b].size());
     }
   }
-  if (absl::Status st = group_.Broadcast(shape, 0)->Wait(); !st.ok()) {
+  if (absl::Status st = group_.Broadcast(sizes, 0)->Wait(); !st.ok()) {
     ThrowCommFailure(group_.rank(), "broadcasting rank 0's rebuilt bucket sizes", st);
   }
   BucketAssignment synced;
@@ -638,17 +729,17 @@ void Reducer::SyncBucketIndices(BucketAssignment& assignment) {
   k = 0;
   for (int64_t b = 0; b < num_buckets; ++b) {
     std::vector<size_t>& bucket = synced.buckets.emplace_back();
-    for (int64_t j = 0; j < s[b]; ++j, ++k) {
+    for (int32_t j = 0; j < s[b]; ++j, ++k) {
       DDPKIT_CHECK(k < n && f[k] >= 0 && f[k] < n && !seen[f[k]], "[ddp] rank ", group_.rank(),
                    ": rank 0's rebuilt bucket plan is not a permutation of the ", n,
                    " parameters; do all ranks wrap the same model?");
       seen[f[k]] = true;
       bucket.push_back(static_cast<size_t>(f[k]));
     }
-    synced.limits.push_back(static_cast<size_t>(s[num_buckets + b]));
   }
   DDPKIT_CHECK(k == n, "[ddp] rank ", group_.rank(), ": rank 0's rebuilt plan covers ", k, " of ",
                n, " parameters");
+  synced.limits = LimitsAlongTheWalk(synced.buckets, SpecsOf(params_), options_.limits.Walk());
   assignment = std::move(synced);
 }
 

@@ -38,6 +38,7 @@
 #include "reducer/bucket_assignment.h"
 #include "reducer/comm_hook.h"
 #include "reducer/ddp_logging.pb.h"
+#include "reducer/pytorch_version.h"
 #include "reducer/reducer_logging.h"
 #include "reducer/static_graph_record.h"
 #include "reducer/trace.h"
@@ -49,9 +50,14 @@ namespace ddpkit::reducer {
 using CommHookStats = std::function<CompressionStats()>;
 
 struct ReducerOptions {
-  BucketLimits limits;  // the rebuilt plan's [first bucket, cap]
+  BucketLimits limits;  // the rebuilt plan's [first bucket, cap], or a cap per bucket
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
+  bool skip_all_reduce_unused_params = false;  // ddp_options.h says what these two do
+  bool batched_grad_copy = false;
+  // Whose static graph: 1.13 counts its first iteration from the first synced forward, 2.1 on
+  // from the first backward (DdpRule::kStaticGraphCountsBackwards).
+  PyTorchVersion pytorch_version = kDefaultPyTorch;
 };
 
 class Reducer {
@@ -103,7 +109,11 @@ class Reducer {
   void PrepareForBackward(const TensorList& outputs);
   // Static graph's first synced backward reduces everything at its end (DDP's sink node queues
   // this): the hook counts recorded during it become the expected counts from then on.
-  bool static_graph_first_iteration() const { return static_graph_ && !static_graph_recorded_; }
+  bool static_graph_first_iteration() const {
+    if (!static_graph_ || static_graph_recorded_) return false;
+    return Follows(options_.pytorch_version, DdpRule::kStaticGraphCountsBackwards) ||
+           num_iterations_ == 1;
+  }
   void DelayAllReduce();
 
   // --- Join (uneven inputs) -----------------------------------------------------------------
@@ -147,6 +157,9 @@ class Reducer {
   void AutogradHook(size_t index);
   void MarkVariableReady(size_t index);
   void MarkBucketReady(size_t bucket_index);
+  void CopyDeferredGradients(Bucket& bucket);
+  void PlanSkippedBuckets();
+  void CheckRanksSkipAlike();
   void LaunchBucket(size_t bucket_index);
   void LaunchLocalUsedMapAllreduce();
   void ShareHookCounts(std::string_view what, bool adopt);
@@ -204,6 +217,8 @@ class Reducer {
   std::vector<size_t> prev_unused_parameters_;  // the last synced iteration's, for the log
   double div_factor_ = 0;                       // 0: not yet chosen this backward
   double last_divide_factor_ = 0;
+  int64_t num_buckets_reduced_ = 0;       // this backward's (skip_all_reduce_unused_params)
+  std::vector<uint8_t> skipped_buckets_;  // by bucket index: skipped in this backward
 
   // --- find_unused_parameters / static graph: which parameters got a gradient ---------------
   Tensor local_used_map_;          // int32 [num params], 1 = used on this rank

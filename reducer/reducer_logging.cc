@@ -128,10 +128,14 @@ void LogIterationUsage(DdpLoggingData& logging, const NamedTensors& params, bool
       absl::StrJoin(grad_ready_order, ", "));
 }
 
-void LogForward(DdpLoggingData& logging, int64_t num_iterations) {
+void LogForward(DdpLoggingData& logging, int64_t num_iterations, bool buckets_reduced) {
   logging.set_iteration(num_iterations);
-  if (PyTorchSamples(num_iterations - 1))
-    logging.mutable_pytorch()->set_iteration(num_iterations - 1);
+  if (!PyTorchSamples(num_iterations - 1)) return;
+  logging.mutable_pytorch()->set_iteration(num_iterations - 1);
+  // Sampled here, before this forward's backward: PyTorch's reads the previous backward's.
+  if (buckets_reduced) {
+    logging.mutable_pytorch()->set_num_buckets_reduced(logging.num_buckets_reduced());
+  }
 }
 
 void LogUnusedSet(DdpLoggingData& logging, std::vector<size_t>& previous,

@@ -30,7 +30,8 @@ void LogConstruction(DdpLoggingData& logging, const comm::ProcessGroup& group,
 
 // A synced forward starts; `num_iterations` counts it. Sets `iteration` and PyTorch's sampled
 // pytorch.iteration (reducer/ddp_logging.proto).
-void LogForward(DdpLoggingData& logging, int64_t num_iterations);
+// `buckets_reduced`: whether the PyTorch followed logs num_buckets_reduced (2.8 on).
+void LogForward(DdpLoggingData& logging, int64_t num_iterations, bool buckets_reduced);
 
 // With find_unused_parameters, this synced backward's unused parameters (ascending, this
 // rank's graph search): can_set_static_graph turns false, for good, once the set differs from

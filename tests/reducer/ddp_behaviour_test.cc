@@ -63,7 +63,9 @@ TEST(DdpRebuildTest, SmallCapsGiveSeveralBucketsFirstBucketSmall) {
     // 4.weight is 800 B, 2.weight 2000 B, 0.weight 80 B: first limit 1000 B closes after
     // 4.weight + 2.weight; the cap 100 B then closes 0.weight alone.
     auto ddp = MakeDdp(PyTorchTestNet(), group,
-                       {.bucket_cap_mb = 100.0 / (1 << 20), .first_bucket_mb = 1000.0 / (1 << 20)});
+                       {.pytorch_version = {1, 13},  // a first bucket of its own
+                        .bucket_cap_mb = 100.0 / (1 << 20),
+                        .first_bucket_mb = 1000.0 / (1 << 20)});
     Tensor x = RandomRows(4, 2, 1).To(DType::kFloat32);
     for (int i = 0; i < 2; ++i) CrossEntropy(ddp->Forward(x), Labels(4, 4, 0)).Backward();
     const DdpLoggingData& log = ddp->LoggingData();
@@ -134,6 +136,33 @@ TEST(DdpUnusedParametersTest, UseInsideNoSyncIsRecorded) {
     EXPECT_EQ(grads.at("a.weight"), half);
     EXPECT_THAT(ddp->LoggingData().unused_parameter_names(),
                 ElementsAre("never.weight", "never.bias"));
+  });
+}
+
+// Before PyTorch 2.4 (issue 69031) the use under no_sync was not recorded: "a" counts as
+// unused at the synced step, so rank 0 keeps its local, unsynced gradient and rank 1 has none.
+TEST(DdpUnusedParametersTest, UseInsideNoSyncIsLostUnderPyTorch113) {
+  BranchyNet reference(9);
+  CrossEntropy(reference.Forward(RandomRows(2, 4, 1)), Labels(2, 3, 0)).Backward();
+  const Grads local = GradsOf(reference);
+  RunWorld(2, [&](comm::ProcessGroup& group) {
+    auto model = std::make_shared<BranchyNet>(9);
+    auto ddp = MakeDdp(model, group, {.pytorch_version = {1, 13}, .find_unused_parameters = true});
+    if (group.rank() == 0) {
+      auto no_sync = ddp->NoSync();
+      CrossEntropy(ddp->Forward(RandomRows(2, 4, 1)), Labels(2, 3, 0)).Backward();
+    }
+    model->use_a = false;
+    CrossEntropy(ddp->Forward(RandomRows(2, 4, 2 + group.rank())), Labels(2, 3, 1)).Backward();
+    const Grads grads = GradsOf(*model);
+    if (group.rank() == 0) {
+      ASSERT_EQ(grads.count("a.weight"), 1u);
+      EXPECT_EQ(grads.at("a.weight"), local.at("a.weight"));
+    } else {
+      EXPECT_EQ(grads.count("a.weight"), 0u);
+    }
+    EXPECT_THAT(ddp->LoggingData().unused_parameter_names(),
+                ElementsAre("a.weight", "a.bias", "never.weight", "never.bias"));
   });
 }
 

@@ -130,12 +130,13 @@ TEST(DdpOptionsTest, InvalidOptionsAreRejected) {
     auto status_of = [&](std::shared_ptr<nn::Module> m, DdpOptions o) {
       return DistributedDataParallel::Create(std::move(m), group, o).status();
     };
+    // The one validation (ValidateDdpOptions, tests/reducer/ddp_options_test.cc) serves Create.
     EXPECT_THAT(Message(status_of(mlp, {.bucket_cap_mb = 0})),
-                HasSubstr("bucket_cap_mb must be positive"));
+                HasSubstr("bucket_cap_mb (--bucket-cap-mb) must be a positive size"));
     EXPECT_THAT(Message(status_of(mlp, {.bucket_cap_mb = -1})),
-                HasSubstr("bucket_cap_mb must be positive"));
+                HasSubstr("bucket_cap_mb (--bucket-cap-mb) must be a positive size"));
     EXPECT_THAT(Message(status_of(mlp, {.first_bucket_mb = 0})),
-                HasSubstr("first_bucket_mb must be positive"));
+                HasSubstr("first_bucket_mb (--first-bucket-mb) must be a positive size"));
     EXPECT_THAT(Message(status_of(std::make_shared<nn::ReLU>(), {})),
                 HasSubstr("no parameter that requires a gradient"));
     EXPECT_THAT(Message(status_of(nullptr, {})), HasSubstr("no module"));

@@ -157,19 +157,25 @@ void RunJoinCase(const JoinCase& c) {
 
 TEST(DdpJoinTest, RandomUnevenPatternsAcrossOptions) {
   std::mt19937 rng(2026);
-  const DdpOptions small{.bucket_cap_mb = 100.0 / (1 << 20), .first_bucket_mb = 60.0 / (1 << 20)};
+  // PyTorch 1.13's caps: a given cap and a first bucket of its own.
+  const DdpOptions small{.pytorch_version = {1, 13},
+                         .bucket_cap_mb = 100.0 / (1 << 20),
+                         .first_bucket_mb = 60.0 / (1 << 20)};
   std::vector<std::pair<std::string, JoinCase>> variants = {
       {"default", {.options = small}},
       {"find_unused",
-       {.options = {.bucket_cap_mb = small.bucket_cap_mb,
+       {.options = {.pytorch_version = small.pytorch_version,
+                    .bucket_cap_mb = small.bucket_cap_mb,
                     .first_bucket_mb = small.first_bucket_mb,
                     .find_unused_parameters = true}}},
       {"static_graph",
-       {.options = {.bucket_cap_mb = small.bucket_cap_mb,
+       {.options = {.pytorch_version = small.pytorch_version,
+                    .bucket_cap_mb = small.bucket_cap_mb,
                     .first_bucket_mb = small.first_bucket_mb,
                     .static_graph = true}}},
       {"bucket_view",
-       {.options = {.bucket_cap_mb = small.bucket_cap_mb,
+       {.options = {.pytorch_version = small.pytorch_version,
+                    .bucket_cap_mb = small.bucket_cap_mb,
                     .first_bucket_mb = small.first_bucket_mb,
                     .gradient_as_bucket_view = true}}},
       {"hook", {.options = small, .hook = "allreduce"}},
@@ -189,10 +195,11 @@ TEST(DdpJoinTest, RandomUnevenPatternsAcrossOptions) {
 }
 
 TEST(DdpJoinTest, RebuildStillPendingWhenARankJoins) {
-  RunJoinCase(
-      {.world = 3,
-       .inputs = {1, 4, 0},
-       .options = {.bucket_cap_mb = 100.0 / (1 << 20), .first_bucket_mb = 60.0 / (1 << 20)}});
+  RunJoinCase({.world = 3,
+               .inputs = {1, 4, 0},
+               .options = {.pytorch_version = {1, 13},
+                           .bucket_cap_mb = 100.0 / (1 << 20),
+                           .first_bucket_mb = 60.0 / (1 << 20)}});
   RunJoinCase({.world = 3, .inputs = {0, 1, 3}, .options = {.static_graph = true}});
 }
 

@@ -21,11 +21,17 @@ struct JoinCase {
   Family family = Family::kGpt;
   std::vector<int> inputs{};
   bool broadcast_buffers = true;
+  PyTorchVersion pytorch_version = kDefaultPyTorch;
 
   std::string Name() const {
     std::string name = FamilyName(family);
     for (int n : inputs) name += "_" + std::to_string(n);
-    return broadcast_buffers ? name : name + "_nobroadcast";
+    if (!broadcast_buffers) name += "_nobroadcast";
+    return pytorch_version == kDefaultPyTorch ? name : name + "_pytorch1_13";
+  }
+  // Join's final sync sends the buffers too, unless from PyTorch 2.1 broadcast_buffers is off.
+  bool final_sync_sends_buffers() const {
+    return broadcast_buffers || !Follows(pytorch_version, DdpRule::kBuffersFlagCoversInitAndJoin);
   }
 };
 
@@ -63,7 +69,9 @@ JoinTrace JoinReference(const JoinCase& c, const Data& data) {
   int last = 0;
   for (int r = 0; r < world; ++r) last = c.inputs[r] == iterations ? r : last;
   out.weights = WeightsOf(*model);
-  out.final_buffers.assign(world, BuffersIn(*model, state[last]));
+  for (int r = 0; r < world; ++r) {
+    out.final_buffers.push_back(BuffersIn(*model, state[c.final_sync_sends_buffers() ? last : r]));
+  }
   return out;
 }
 
@@ -72,8 +80,8 @@ JoinTrace RunJoinRank(const JoinCase& c, const Data& data, comm::ProcessGroup& g
   const int rank = group.rank();
   auto model = MakeModel(c.family, /*seed=*/7 + rank);
   // 1-byte caps: every tensor its own bucket.
-  DdpOptions options{.bucket_cap_mb = 1.0 / (1024 * 1024),
-                     .first_bucket_mb = 1.0 / (1024 * 1024),
+  DdpOptions options{.pytorch_version = c.pytorch_version,
+                     .bucket_cap_mb = 1.0 / (1024 * 1024),  // the first bucket's too (>= 2.4)
                      .broadcast_buffers = c.broadcast_buffers};
   auto ddp = MakeDdp(model, group, options);
   PerturbBuffers(*model, rank);
@@ -129,7 +137,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(JoinCase{Family::kGpt, {1, 3}}, JoinCase{Family::kGpt, {3, 1, 2}},
                       JoinCase{Family::kResNet, {1, 3}}, JoinCase{Family::kResNet, {3, 1, 2}},
                       JoinCase{Family::kResNet, {2, 3, 3, 1}},
-                      JoinCase{Family::kResNet, {3, 1, 2}, false}),
+                      JoinCase{Family::kResNet, {3, 1, 2}, false},
+                      JoinCase{Family::kResNet, {3, 1, 2}, false, {1, 13}}),
     [](const ::testing::TestParamInfo<JoinCase>& info) { return info.param.Name(); });
 
 }  // namespace

@@ -20,7 +20,9 @@ inline void ExpectQuietHooksAllocateNothing(TraceObserver* observer) {
     }
     // Small caps: several buckets after the rebuild, so most hooks only copy and count down.
     auto ddp = MakeDdp(model, group,
-                       {.bucket_cap_mb = 2000.0 / (1 << 20), .first_bucket_mb = 600.0 / (1 << 20)});
+                       {.pytorch_version = {1, 13},  // a first bucket of its own
+                        .bucket_cap_mb = 2000.0 / (1 << 20),
+                        .first_bucket_mb = 600.0 / (1 << 20)});
     ddp->reducer().SetTraceObserver(observer);
     for (size_t i = 0; i < params.size(); ++i) {  // after DDP's hook
       params[i].grad_accumulator()->AddPostHook(

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "tools/cli/comm_flags.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/ddp_flags.h"
 #include "tools/cli/job_flags.h"
 #include "tools/cli/print_json.h"
 #include "tools/jobs/bench/bench.h"
@@ -55,10 +56,10 @@ absl::StatusOr<std::vector<int>> ParseSyncEvery(const std::string& text) {
 void PrintDdp(const jobs::BenchDdpReport& r) {
   std::cout << absl::StrFormat(
       "# ddpkit bench ddp: %s, %d parameter tensors (%d bytes), batch %d per rank, backend %s, "
-      "world size %d\n# median of %d steps (forward + backward, grads zeroed to none) after %d "
-      "warm-up steps; the slowest rank's median\n#\n",
+      "world size %d, %s\n# median of %d steps (forward + backward, grads zeroed to none) after "
+      "%d warm-up steps; the slowest rank's median\n#\n",
       r.model(), r.parameter_tensors(), r.parameter_bytes(), r.batch_size(), r.backend(),
-      r.world_size(), r.iters(), r.warmup_iters());
+      r.world_size(), r.pytorch_rules(), r.iters(), r.warmup_iters());
   std::cout << absl::StrFormat("%-34s %10.3f ms\n", "local step (no DDP, reference)",
                                r.local_step_ms())
             << absl::StrFormat("%-34s %10.3f ms   ratio %.3f  (%d bucket(s) after the rebuild)\n",
@@ -124,6 +125,9 @@ int RunBenchDdp() {
   config.warmup_iters = absl::GetFlag(FLAGS_warmup_iters);
   config.bucket_caps = *caps;
   config.trace_path = absl::GetFlag(FLAGS_trace);
+  absl::StatusOr<reducer::DdpOptions> ddp = DdpCapsFromFlags();
+  if (!ddp.ok()) return Fail("bench", ddp.status());
+  config.pytorch_version = ddp->pytorch_version;
   absl::StatusOr<jobs::BenchDdpReport> report = jobs::BenchDdp(config);
   if (!report.ok()) return Fail("bench", report.status());
   return EmitReport<jobs::BenchDdpReport>(
@@ -157,11 +161,11 @@ int RunBenchAllreduce() {
 
 void PrintPaper(const jobs::BenchPaperReport& r) {
   std::cout << absl::StrFormat(
-      "# ddpkit bench paper: %s (%d tensors, %.1f MB), batch %d per rank, %d ranks (%s); %s\n"
+      "# ddpkit bench paper: %s (%d tensors, %.1f MB), batch %d per rank, %d ranks (%s); %s; %s\n"
       "# the DDP paper's experiments (Li et al., VLDB 2020, section 5); medians of %d steps, "
       "the slowest rank's\n\n",
       r.model(), r.parameter_tensors(), r.parameter_bytes() / 1e6, r.batch_size(), r.world_size(),
-      r.backend(), r.thread_budget(), r.iters());
+      r.backend(), r.thread_budget(), r.pytorch_rules(), r.iters());
   std::cout << "1. latency breakdown per step (ms)\n"
             << absl::StrFormat("%-12s %9s %10s %9s %10s %9s %11s\n", "mode", "forward", "backward",
                                "exposed", "optimizer", "step", "total comm");
@@ -209,6 +213,9 @@ int RunBenchPaper() {
     config.warmup_iters = absl::GetFlag(FLAGS_warmup_iters);
   }
   config.out_dir = absl::GetFlag(FLAGS_out);
+  absl::StatusOr<reducer::DdpOptions> ddp = DdpCapsFromFlags();
+  if (!ddp.ok()) return Fail("bench", ddp.status());
+  config.pytorch_version = ddp->pytorch_version;
   absl::StatusOr<jobs::BenchPaperReport> report = jobs::BenchPaper(config);
   if (!report.ok()) return Fail("bench", report.status());
   return EmitReport<jobs::BenchPaperReport>(*report, absl::GetFlag(FLAGS_json), PrintPaper);
@@ -241,7 +248,7 @@ Subcommand BenchSubcommand() {
               "warm-up)",
           .flag_names = {"backend", "world_size", "timeout", "device", "min_bytes", "max_bytes",
                          "iters", "warmup_iters", "model", "batch_size", "bucket_caps",
-                         "sync_every", "out", "json", "trace"},
+                         "sync_every", "out", "json", "trace", "pytorch_version"},
           .takes_positionals = true,
           .run = RunBench};
 }

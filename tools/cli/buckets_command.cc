@@ -93,12 +93,26 @@ int ParameterCount(const Infos& buckets) {
   return n;
 }
 
+// The rebuild's limits as the report's header shows them.
+std::string RebuildLimits(const jobs::ModelBuckets& plans) {
+  if (!plans.per_bucket_cap_bytes().empty()) {
+    return StrCat("per-bucket caps [", absl::StrJoin(plans.per_bucket_cap_bytes(), ", "),
+                  "] (bucket_cap_mb_list; the last repeats)");
+  }
+  return StrCat("limits [", plans.first_bucket_bytes(), ", ", plans.bucket_cap_bytes(), "]");
+}
+
 void PrintModelPlans(const jobs::ModelBuckets& plans) {
   std::cout << "DDP's buckets for " << plans.model() << " ("
             << ParameterCount(plans.initial_buckets()) << " parameters, "
-            << plans.total_parameter_bytes() << " bytes), in reduction order.\n\n"
+            << plans.total_parameter_bytes() << " bytes), in reduction order, as "
+            << plans.pytorch_rules() << " plans them"
+            << (plans.pytorch_rules_note().empty() ? ""
+                                                   : StrCat(" (", plans.pytorch_rules_note(), ")"))
+            << ".\n\n"
             << "Initial plan — "
-            << (plans.size_limited_initial_plan()
+            << (!plans.per_bucket_cap_bytes().empty() ? "the per-bucket caps, reversed"
+                : plans.size_limited_initial_plan()
                     ? "limits [first bucket, cap], reversed"
                     : "one bucket per dtype (no size limit until the rebuild)")
             << ":\n"
@@ -118,14 +132,20 @@ void PrintModelPlans(const jobs::ModelBuckets& plans) {
                     : StrCat(
                           "Rebuilt after the first synced iteration, in gradient-arrival order (",
                           order, ")"))
-            << ", limits [" << plans.first_bucket_bytes() << ", " << plans.bucket_cap_bytes()
-            << "]:\n"
+            << ", " << RebuildLimits(plans) << ":\n"
             << TableOf(plans.rebuilt_buckets());
 }
 
 // What the small first bucket does: where it closes, and the plan without it.
 void PrintFirstBucketEffect(const jobs::ModelBuckets& plans) {
-  if (plans.rebuilt_buckets().empty()) return;
+  if (plans.rebuilt_buckets().empty() || !plans.per_bucket_cap_bytes().empty()) return;
+  if (plans.first_bucket_bytes() == plans.bucket_cap_bytes()) {
+    std::cout << "\nFirst bucket: capped like every other, at " << plans.bucket_cap_bytes()
+              << " bytes. Since PyTorch 2.4 a bucket_cap_mb that is passed — even 25 — caps the "
+                 "first bucket too; leave it unset for a 1 MiB first bucket, whose allreduce "
+                 "starts earlier in backward.\n";
+    return;
+  }
   const BucketInfo& first = plans.rebuilt_buckets(0);
   const BucketInfo& uncapped = plans.rebuilt_buckets_without_first_bucket_cap(0);
   std::cout << "\nFirst bucket: capped at " << plans.first_bucket_bytes()
@@ -159,21 +179,24 @@ void PrintPlanFileNotes(const jobs::ModelBuckets& plans) {
             << "\n";
 }
 
-// The caps and mode PyTorch ran with, unless the flags say otherwise, so the plans compare.
+// The PyTorch, caps and mode the file was recorded with, unless the flags say otherwise, so the
+// plans compare.
 absl::StatusOr<reducer::DdpOptions> OptionsForPlanFile(const jobs::PlanFile& file) {
-  DDPKIT_ASSIGN_OR_RETURN(reducer::DdpOptions options, DdpOptionsFromFlags());
-  if (!file.ddp) return options;
-  constexpr double kMiB = 1024.0 * 1024.0;  // bytes / 2^20 converts back exactly
-  if (!FlagDiffersFromDefault("bucket_cap_mb")) {
-    options.bucket_cap_mb = static_cast<double>(file.ddp->bucket_cap_bytes) / kMiB;
+  DDPKIT_ASSIGN_OR_RETURN(const reducer::DdpOptions flags, DdpOptionsFromFlags(file.rules_version));
+  if (!file.ddp) return flags;
+  reducer::DdpOptions options = jobs::RecordedDdpOptions(file);
+  options.pytorch_version = flags.pytorch_version;
+  if (FlagDiffersFromDefault("bucket_cap_mb") || FlagDiffersFromDefault("first_bucket_mb") ||
+      FlagDiffersFromDefault("bucket_cap_mb_list")) {
+    options.bucket_cap_mb = flags.bucket_cap_mb;
+    options.first_bucket_mb = flags.first_bucket_mb;
+    options.bucket_cap_mb_list = flags.bucket_cap_mb_list;
   }
-  if (!FlagDiffersFromDefault("first_bucket_mb")) {
-    options.first_bucket_mb = static_cast<double>(file.ddp->first_bucket_bytes) / kMiB;
+  if (FlagDiffersFromDefault("find_unused_parameters")) {
+    options.find_unused_parameters = flags.find_unused_parameters;
   }
-  if (!FlagDiffersFromDefault("find_unused_parameters")) {
-    options.find_unused_parameters = file.ddp->find_unused_parameters;
-  }
-  if (!FlagDiffersFromDefault("static_graph")) options.static_graph = file.ddp->static_graph;
+  if (FlagDiffersFromDefault("static_graph")) options.static_graph = flags.static_graph;
+  DDPKIT_RETURN_IF_ERROR(reducer::ValidateDdpOptions(options));
   return options;
 }
 
@@ -185,6 +208,14 @@ int RunParams(bool json) {
   if (!options.ok()) return Fail("buckets", options.status());
   absl::StatusOr<jobs::ModelBuckets> plans = jobs::PlanFileBucketPlans(*file, *options);
   if (!plans.ok()) return Fail("buckets", plans.status());
+  if (file->rules_version) {
+    plans->set_pytorch_rules_note(
+        *file->rules_version == options->pytorch_version
+            ? StrCat("the file's torch_version ", file->torch_version,
+                     file->rules_note.empty() ? "" : StrCat("; ", file->rules_note))
+            : StrCat("--pytorch-version; the file was recorded with PyTorch ",
+                     file->torch_version));
+  }
   if (json) {
     PrintJson(*plans);
     return kExitOk;
@@ -293,8 +324,8 @@ Subcommand BucketsSubcommand() {
           .usage =
               "ddpkit buckets --sizes N1,N2,... [--dtypes ...] [--limits ...] [--order ...] "
               "[--sparse ...] [--json]\n       ddpkit buckets --model mlp:IN,...,OUT [DDP flags]"
-              "\n       ddpkit buckets --params FILE [--bucket-cap-mb X] [--first-bucket-mb Y] "
-              "[--json]",
+              "\n       ddpkit buckets --params FILE [--pytorch-version V] [--bucket-cap-mb X] "
+              "[--first-bucket-mb Y] [--json]",
           .flag_names = flags,
           .run = RunBuckets};
 }

@@ -3,15 +3,46 @@
 #include <cmath>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "reducer/extras/named_comm_hook.h"
 
-ABSL_FLAG(double, bucket_cap_mb, 25, "DDP bucket size cap in MiB (after the rebuild)");
-ABSL_FLAG(double, first_bucket_mb, 1, "DDP first bucket's size cap in MiB (after the rebuild)");
+ABSL_FLAG(std::string, pytorch_version, "",
+          "whose DDP to reproduce: 2.15 (today's, the default; with --params the plan file's "
+          "torch_version) or an earlier release down to 1.13 (Debian's); docs/reducer.md's "
+          "version table lists what changed when");
+ABSL_FLAG(
+    std::string, bucket_cap_mb, "",
+    "DDP's bucket_cap_mb, the bucket size cap in MiB (unset: PyTorch's 25; from PyTorch 2.4 a "
+    "given cap, even 25, caps the first bucket too)");
+ABSL_FLAG(std::string, first_bucket_mb, "",
+          "the first bucket's cap after the rebuild, in MiB (PyTorch's "
+          "dist._DEFAULT_FIRST_BUCKET_BYTES; unset: 1; from 2.4 only while --bucket-cap-mb is "
+          "unset)");
+ABSL_FLAG(std::string, bucket_cap_mb_list, "",
+          "PyTorch 2.11's bucket_cap_mb_list: a cap in MiB per bucket, A,B,C (the last repeats), "
+          "for the first iteration and the rebuild");
 ABSL_FLAG(bool, find_unused_parameters, false,
           "search each forward's graph for parameters that get no gradient");
 ABSL_FLAG(bool, static_graph, false,
           "the graph is the same every iteration (supports checkpointing and reused parameters)");
 ABSL_FLAG(bool, gradient_as_bucket_view, false, ".grad tensors are views into the bucket buffers");
+ABSL_FLAG(bool, broadcast_buffers, true,
+          "rank 0's buffers to every rank before each synced forward (from PyTorch 2.1 false also "
+          "keeps them out of the construction broadcast and Join's final sync)");
+ABSL_FLAG(
+    std::string, forward_sync_buffers, "",
+    "PyTorch 2.13's forward_sync_buffers, true or false: the per-forward buffer sync in place "
+    "of --broadcast-buffers, with the buffers always sent at construction (default: unset)");
+ABSL_FLAG(bool, init_sync, true,
+          "check the model and broadcast rank 0's at construction (PyTorch 2.8's init_sync; "
+          "--noinit-sync: no collective at construction)");
+ABSL_FLAG(bool, skip_all_reduce_unused_params, false,
+          "PyTorch 2.8's skip_all_reduce_unused_params: a bucket of parameters this rank left "
+          "unused is not allreduced (needs --find-unused-parameters or --static-graph)");
+ABSL_FLAG(bool, batched_grad_copy, false,
+          "PyTorch 2.13's batched_grad_copy: a bucket's gradients copied in together, then the "
+          "bucket divided by the world size once");
 ABSL_FLAG(
     std::string, comm_hook, "",
     "communication hook: allreduce, fp16, bf16, powersgd or batched_powersgd (default: none)");
@@ -28,21 +59,76 @@ ABSL_FLAG(double, powersgd_min_compression_rate, 2,
 
 namespace ddpkit::cli {
 
-absl::StatusOr<reducer::DdpOptions> DdpOptionsFromFlags() {
-  reducer::DdpOptions options{
-      .bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb),
-      .first_bucket_mb = absl::GetFlag(FLAGS_first_bucket_mb),
-      .find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters),
-      .static_graph = absl::GetFlag(FLAGS_static_graph),
-      .gradient_as_bucket_view = absl::GetFlag(FLAGS_gradient_as_bucket_view)};
-  if (!(options.bucket_cap_mb > 0) || reducer::MegabytesToBytes(options.bucket_cap_mb) == 0) {
-    return absl::InvalidArgumentError(StrCat(
-        "--bucket-cap-mb must be positive (at least one byte), got ", options.bucket_cap_mb));
+namespace {
+
+// A size flag in MiB: nullopt when not given (the empty default).
+absl::StatusOr<std::optional<double>> OptionalMb(std::string_view flag, const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  double mb = 0;
+  if (!absl::SimpleAtod(text, &mb)) {
+    return absl::InvalidArgumentError(StrCat("--", flag, ": '", text, "' is not a number of MiB"));
   }
-  if (!(options.first_bucket_mb > 0) || reducer::MegabytesToBytes(options.first_bucket_mb) == 0) {
-    return absl::InvalidArgumentError(StrCat(
-        "--first-bucket-mb must be positive (at least one byte), got ", options.first_bucket_mb));
+  return mb;
+}
+
+absl::StatusOr<std::vector<double>> MbList(const std::string& text) {
+  std::vector<double> list;
+  if (text.empty()) return list;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    DDPKIT_ASSIGN_OR_RETURN(const std::optional<double> mb,
+                            OptionalMb("bucket-cap-mb-list", std::string(part)));
+    if (!mb) {
+      return absl::InvalidArgumentError(
+          StrCat("--bucket-cap-mb-list: '", text, "' has an empty entry; give A,B,C in MiB"));
+    }
+    list.push_back(*mb);
   }
+  return list;
+}
+
+}  // namespace
+
+absl::StatusOr<reducer::DdpOptions> DdpCapsFromFlags(
+    std::optional<reducer::PyTorchVersion> recorded) {
+  reducer::DdpOptions options;
+  const std::string flag = absl::GetFlag(FLAGS_pytorch_version);
+  if (!flag.empty()) {
+    absl::StatusOr<reducer::PyTorchVersion> version = reducer::ParsePyTorchVersion(flag);
+    if (!version.ok()) {
+      return absl::InvalidArgumentError(StrCat("--pytorch-version: ", version.status().message()));
+    }
+    options.pytorch_version = *version;
+  } else if (recorded) {
+    options.pytorch_version = *recorded;
+  }
+  DDPKIT_ASSIGN_OR_RETURN(options.bucket_cap_mb,
+                          OptionalMb("bucket-cap-mb", absl::GetFlag(FLAGS_bucket_cap_mb)));
+  DDPKIT_ASSIGN_OR_RETURN(options.first_bucket_mb,
+                          OptionalMb("first-bucket-mb", absl::GetFlag(FLAGS_first_bucket_mb)));
+  DDPKIT_ASSIGN_OR_RETURN(options.bucket_cap_mb_list,
+                          MbList(absl::GetFlag(FLAGS_bucket_cap_mb_list)));
+  DDPKIT_RETURN_IF_ERROR(reducer::ValidateDdpOptions(options));
+  return options;
+}
+
+absl::StatusOr<reducer::DdpOptions> DdpOptionsFromFlags(
+    std::optional<reducer::PyTorchVersion> recorded) {
+  DDPKIT_ASSIGN_OR_RETURN(reducer::DdpOptions options, DdpCapsFromFlags(recorded));
+  options.find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters);
+  options.static_graph = absl::GetFlag(FLAGS_static_graph);
+  options.gradient_as_bucket_view = absl::GetFlag(FLAGS_gradient_as_bucket_view);
+  options.broadcast_buffers = absl::GetFlag(FLAGS_broadcast_buffers);
+  const std::string forward_sync = absl::GetFlag(FLAGS_forward_sync_buffers);
+  if (forward_sync == "true" || forward_sync == "false") {
+    options.forward_sync_buffers = forward_sync == "true";
+  } else if (!forward_sync.empty()) {
+    return absl::InvalidArgumentError(
+        StrCat("--forward-sync-buffers: '", forward_sync, "' is neither true nor false"));
+  }
+  options.init_sync = absl::GetFlag(FLAGS_init_sync);
+  options.skip_all_reduce_unused_params = absl::GetFlag(FLAGS_skip_all_reduce_unused_params);
+  options.batched_grad_copy = absl::GetFlag(FLAGS_batched_grad_copy);
+  DDPKIT_RETURN_IF_ERROR(reducer::ValidateDdpOptions(options));
   DDPKIT_RETURN_IF_ERROR(CommHookFromFlags().status());
   DDPKIT_RETURN_IF_ERROR(PowerSgdOptionsFromFlags().status());
   return options;

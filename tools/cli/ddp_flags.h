@@ -1,6 +1,7 @@
 // The DDP option flags shared by `ddpkit train`, `ddpkit join` and `ddpkit buckets`.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,11 +10,18 @@
 #include "reducer/distributed_data_parallel.h"
 #include "reducer/extras/powersgd_hook.h"
 
-ABSL_DECLARE_FLAG(double, bucket_cap_mb);
-ABSL_DECLARE_FLAG(double, first_bucket_mb);
+ABSL_DECLARE_FLAG(std::string, pytorch_version);
+ABSL_DECLARE_FLAG(std::string, bucket_cap_mb);
+ABSL_DECLARE_FLAG(std::string, first_bucket_mb);
+ABSL_DECLARE_FLAG(std::string, bucket_cap_mb_list);
 ABSL_DECLARE_FLAG(bool, find_unused_parameters);
 ABSL_DECLARE_FLAG(bool, static_graph);
 ABSL_DECLARE_FLAG(bool, gradient_as_bucket_view);
+ABSL_DECLARE_FLAG(bool, broadcast_buffers);
+ABSL_DECLARE_FLAG(std::string, forward_sync_buffers);
+ABSL_DECLARE_FLAG(bool, init_sync);
+ABSL_DECLARE_FLAG(bool, skip_all_reduce_unused_params);
+ABSL_DECLARE_FLAG(bool, batched_grad_copy);
 ABSL_DECLARE_FLAG(std::string, comm_hook);
 ABSL_DECLARE_FLAG(int32_t, powersgd_rank);
 ABSL_DECLARE_FLAG(int32_t, powersgd_start_iter);
@@ -22,14 +30,35 @@ ABSL_DECLARE_FLAG(double, powersgd_min_compression_rate);
 namespace ddpkit::cli {
 
 // Flag names (Abseil spelling) a subcommand lists to accept the DDP options.
-inline const std::vector<std::string> kDdpFlagNames = {
-    "bucket_cap_mb", "first_bucket_mb",         "find_unused_parameters",
-    "static_graph",  "gradient_as_bucket_view", "comm_hook",
-    "powersgd_rank", "powersgd_start_iter",     "powersgd_min_compression_rate"};
+inline const std::vector<std::string> kDdpFlagNames = {"pytorch_version",
+                                                       "bucket_cap_mb",
+                                                       "first_bucket_mb",
+                                                       "bucket_cap_mb_list",
+                                                       "find_unused_parameters",
+                                                       "static_graph",
+                                                       "gradient_as_bucket_view",
+                                                       "broadcast_buffers",
+                                                       "forward_sync_buffers",
+                                                       "init_sync",
+                                                       "skip_all_reduce_unused_params",
+                                                       "batched_grad_copy",
+                                                       "comm_hook",
+                                                       "powersgd_rank",
+                                                       "powersgd_start_iter",
+                                                       "powersgd_min_compression_rate"};
+// The flags that choose whose DDP and its caps, for subcommands that take no other DDP flag.
+inline const std::vector<std::string> kDdpCapFlagNames = {"pytorch_version", "bucket_cap_mb",
+                                                          "first_bucket_mb", "bucket_cap_mb_list"};
 
-// The options from the flags; InvalidArgument for a non-positive size, an unknown hook or bad
-// PowerSGD flags.
-absl::StatusOr<reducer::DdpOptions> DdpOptionsFromFlags();
+// The options from the flags, checked by reducer::ValidateDdpOptions; InvalidArgument for a bad
+// size or version, an unknown hook or bad PowerSGD flags.
+// `recorded`: the version a plan file was recorded with, followed unless --pytorch-version is
+// given (without either: today's, reducer::kDefaultPyTorch).
+absl::StatusOr<reducer::DdpOptions> DdpOptionsFromFlags(
+    std::optional<reducer::PyTorchVersion> recorded = std::nullopt);
+// Only --pytorch-version and the caps (kDdpCapFlagNames), the rest left at their defaults.
+absl::StatusOr<reducer::DdpOptions> DdpCapsFromFlags(
+    std::optional<reducer::PyTorchVersion> recorded = std::nullopt);
 // The --comm-hook flag: empty for none, else allreduce|fp16|bf16|powersgd|batched_powersgd.
 absl::StatusOr<std::string> CommHookFromFlags();
 // The --powersgd-* flags; InvalidArgument naming the flag for a bad value, or when one is set

@@ -57,9 +57,9 @@ void PrintStory(const jobs::JoinReport& r) {
       << "data: " << r.data() << "\n"
       << absl::StrFormat(
              "Join: %s, divide_by_initial_world_size=%s, throw_on_early_termination=%s; "
-             "optimizer %s\n\n",
+             "optimizer %s; %s\n\n",
              r.join() ? "on" : "OFF", r.divide_by_initial_world_size() ? "true" : "false",
-             r.throw_on_early_termination() ? "true" : "false", r.optimizer())
+             r.throw_on_early_termination() ? "true" : "false", r.optimizer(), r.pytorch_rules())
       << "Reading the collectives, in issue order:\n"
          "  ALLREDUCE int64[1] SUM    the count of active ranks (active ranks add 1, joined ranks "
          "0)\n"
@@ -67,7 +67,7 @@ void PrintStory(const jobs::JoinReport& r) {
                                            "out? (active 0, a joined rank 1)\n"
                                          : "")
       << "  ALLREDUCE int64[1] MAX    this iteration's plan: sync? rebuild? buffers?\n"
-         "  BROADCAST int64 (twice)   once, at the rebuild: rank 0's bucket plan\n"
+         "  BROADCAST int32 (twice)   once, at the rebuild: rank 0's bucket plan\n"
          "  ALLREDUCE float32[n] SUM  each gradient bucket, in bucket order\n"
          "  ALLREDUCE int32[P] SUM    the used-parameter map (--find-unused-parameters; "
          "--static-graph: once)\n"

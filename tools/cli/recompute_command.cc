@@ -98,9 +98,9 @@ void PrintReport(const jobs::RecomputeReport& r) {
           : absl::StrFormat("%s, its %d %s checkpointed", r.model(), r.blocks(), r.checkpointed());
   std::cout << absl::StrFormat(
       "ddpkit recompute: %s, %d ranks (%s), %d rows per rank, SGD lr %g; parameters %s, bucket "
-      "cap %g MB\n\n",
+      "cap %g MB; %s\n\n",
       model, r.world_size(), r.backend(), r.batch_size(), r.lr(), Megabytes(r.parameter_bytes()),
-      r.bucket_cap_mb());
+      r.bucket_cap_mb(), r.pytorch_rules());
   for (const jobs::RecomputeRun& run : r.runs()) {
     if (run.name() == "plain") PrintErrorRun(run);
   }
@@ -131,7 +131,7 @@ absl::StatusOr<jobs::RecomputeConfig> ConfigFromFlags() {
   config.steps = FlagDiffersFromDefault("steps") ? absl::GetFlag(FLAGS_steps) : 20;
   config.lr = FlagDiffersFromDefault("lr") ? absl::GetFlag(FLAGS_lr) : 0.05;
   config.seed = absl::GetFlag(FLAGS_seed);
-  config.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+  DDPKIT_ASSIGN_OR_RETURN(config.ddp, DdpCapsFromFlags());
   config.trace_path = absl::GetFlag(FLAGS_trace);
   return config;
 }
@@ -154,9 +154,11 @@ Subcommand RecomputeSubcommand() {
           .usage =
               "ddpkit recompute [--world-size N | --backend gloo under ddpkit launch] "
               "[--blocks K --width W | --model gpt:...|resnet:...] [--batch-size b] [--steps N] "
-              "[--lr X] [--seed S] [--bucket-cap-mb MB] [--trace FILE.json] [--json]",
+              "[--lr X] [--seed S] [--pytorch-version V] [--bucket-cap-mb MB] [--trace FILE.json] "
+              "[--json]",
           .flag_names = {"blocks", "width", "model", "batch_size", "steps", "lr", "seed",
-                         "bucket_cap_mb", "json", "backend", "world_size", "timeout", "trace"},
+                         "pytorch_version", "bucket_cap_mb", "json", "backend", "world_size",
+                         "timeout", "trace"},
           .own_defaults = {{"model", "(none: the block MLP of --blocks, --width)"},
                            {"world_size", "2"},
                            {"batch_size", "64"},

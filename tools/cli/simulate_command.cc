@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/ddp_flags.h"
 #include "tools/cli/job_flags.h"
 #include "tools/cli/print_json.h"
 #include "tools/jobs/simulate/compute.h"
@@ -28,8 +29,6 @@ ABSL_FLAG(int32_t, no_sync_every, 1, "K: synchronise every K-th micro-batch (no_
 ABSL_FLAG(std::string, hook, "none", "communication hook: none, fp16, powersgd:R");
 ABSL_FLAG(std::string, svg, "", "write the largest world's simulated step as a timeline SVG");
 ABSL_DECLARE_FLAG(std::string, params);
-ABSL_DECLARE_FLAG(double, bucket_cap_mb);
-ABSL_DECLARE_FLAG(double, first_bucket_mb);
 
 namespace ddpkit::cli {
 namespace {
@@ -81,8 +80,7 @@ absl::StatusOr<jobs::SimulateConfig> ConfigFromFlags() {
   DDPKIT_ASSIGN_OR_RETURN(c.network, jobs::sim::ParseNetwork(absl::GetFlag(FLAGS_network)));
   DDPKIT_ASSIGN_OR_RETURN(c.world_sizes, WorldSizes());
   DDPKIT_ASSIGN_OR_RETURN(c.hook, HookFromFlag());
-  c.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
-  c.first_bucket_mb = absl::GetFlag(FLAGS_first_bucket_mb);
+  DDPKIT_ASSIGN_OR_RETURN(c.ddp, DdpCapsFromFlags(c.model.recorded_rules));
   c.sweep_caps = absl::GetFlag(FLAGS_sweep_caps);
   c.no_sync_every = absl::GetFlag(FLAGS_no_sync_every);
   c.svg_path = absl::GetFlag(FLAGS_svg);
@@ -93,10 +91,11 @@ void PrintText(const jobs::SimulateReport& r) {
   std::cout << absl::StrFormat(
       "Simulated DDP step: %s (%d parameters, %.1f MB), hook %s, no_sync every %d\n"
       "  compute: %s — forward %.3f ms, backward %.3f ms, optimizer %.3f ms\n"
-      "  grad-ready order: %s\n  network: %s\n  (%s)\n\n",
+      "  grad-ready order: %s\n  network: %s\n  (%s)\n  buckets planned as %s%s\n\n",
       r.model(), r.parameter_tensors(), r.parameter_bytes() / 1e6, r.hook(), r.no_sync_every(),
       r.compute(), r.forward_ms(), r.backward_ms(), r.optimizer_ms(), r.grad_ready_order(),
-      r.network(), r.network_source());
+      r.network(), r.network_source(), r.pytorch_rules(),
+      r.pytorch_rules_note().empty() ? "" : StrCat(" (", r.pytorch_rules_note(), ")"));
   std::cout << absl::StrFormat("%6s %7s %7s %10s %10s %10s %10s %10s %10s %10s %6s\n", "world",
                                "cap MB", "buckets", "step ms", "compute", "comm", "exposed",
                                "overlapped", "iter 0 ms", "per micro", "eff");
@@ -129,18 +128,19 @@ int RunSimulate(const std::vector<std::string>&) {
 }  // namespace
 
 Subcommand SimulateSubcommand() {
-  return {.name = "simulate",
-          .summary = "predict DDP's step on 2 ... 1,024 ranks from compute and network profiles",
-          .usage =
-              "ddpkit simulate --params FILE | --model mlp:... | --param-table FILE --world-size "
-              "N[,N...] "
-              "[--network ...] [--compute ...] [--bucket-cap-mb X | --sweep-caps] "
-              "[--no-sync-every K] [--hook fp16|powersgd:R] [--svg FILE] [--json]",
-          .flag_names = {"params", "model", "param_table", "batch_size", "world_size", "network",
-                         "compute", "bucket_cap_mb", "first_bucket_mb", "sweep_caps",
-                         "no_sync_every", "hook", "svg", "json"},
-          .flag_aliases = {{"world_size", "simulate_world_sizes"}},
-          .run = RunSimulate};
+  return {
+      .name = "simulate",
+      .summary = "predict DDP's step on 2 ... 1,024 ranks from compute and network profiles",
+      .usage =
+          "ddpkit simulate --params FILE | --model mlp:... | --param-table FILE --world-size "
+          "N[,N...] "
+          "[--network ...] [--compute ...] [--bucket-cap-mb X | --sweep-caps] "
+          "[--no-sync-every K] [--hook fp16|powersgd:R] [--svg FILE] [--json]",
+      .flag_names = {"params", "model", "param_table", "batch_size", "world_size", "network",
+                     "compute", "pytorch_version", "bucket_cap_mb", "first_bucket_mb",
+                     "bucket_cap_mb_list", "sweep_caps", "no_sync_every", "hook", "svg", "json"},
+      .flag_aliases = {{"world_size", "simulate_world_sizes"}},
+      .run = RunSimulate};
 }
 
 }  // namespace ddpkit::cli

@@ -81,10 +81,10 @@ void PrintSetup(const jobs::TrainReport& setup) {
                                setup.optimizer() == "zero-sgd" ? "ZeRO-1 SGD" : "SGD", setup.lr(),
                                setup.momentum(), setup.steps())
             << absl::StrFormat(
-                   "DDP: find_unused_parameters=%s static_graph=%s "
+                   "DDP as PyTorch %s does it: find_unused_parameters=%s static_graph=%s "
                    "gradient_as_bucket_view=%s comm_hook=%s\n\n",
-                   OnOff(log.find_unused_parameters()), OnOff(log.static_graph()),
-                   OnOff(log.gradient_as_bucket_view()),
+                   log.pytorch_version(), OnOff(log.find_unused_parameters()),
+                   OnOff(log.static_graph()), OnOff(log.gradient_as_bucket_view()),
                    log.comm_hook().empty() ? "none" : log.comm_hook())
             << "initial buckets (reduction order; "
             << (log.find_unused_parameters() && !log.static_graph()

@@ -4,19 +4,24 @@ bucket plans PyTorch's own DDP made for it. `ddpkit buckets --params FILE` reads
 is in docs/plan_files.md).
 
     /usr/bin/python3 tools/scripts/export_ddp_plan.py MODEL [--input-shape N,C,H,W|N,T]
-        [--bucket-cap-mb X] [--first-bucket-mb Y] --out FILE
+        [--bucket-cap-mb X | --bucket-cap-mb-list A,B,C] [--first-bucket-mb Y] --out FILE
 
 MODEL is `torchvision:NAME` (torchvision.models.get_model(NAME), untrained) or
 `module.path:factory` (a function of no arguments returning an nn.Module; this folder is on the
 import path, so `plan_models:gpt2_124m` and `plan_models:bert_base` name the transformers defined
 in plan_models.py). With --input-shape the model is wrapped in DistributedDataParallel (gloo, a
-world of one, PyTorch's defaults unless the caps are given) and runs three iterations on random
+world of one, PyTorch's defaults unless the caps are given — only given ones are passed, since
+from PyTorch 2.4 a passed bucket_cap_mb plans differently from an unset one) and runs three
+iterations on random
 input of that shape — a 2-d shape is token ids below the first Embedding's size (when the
 model has one), any other random normal values — with the loss out.square().mean(); PyTorch rebuilds its buckets at the second
 forward, in the order the first backward produced the gradients; forward hooks on the first
 iteration count each parameter's backward FLOPs at that shape (backward_flops, for
-`ddpkit simulate --params`). Without it, the file holds the parameters and buffers alone. Needs Debian's python3-torch and python3-torchvision (1.13/0.14);
-the build and the tests never run it.
+`ddpkit simulate --params`). Without it, the file holds the parameters and buffers alone.
+
+Runs under Debian's python3-torch and python3-torchvision (1.13/0.14) or today's PyTorch in a
+venv (pip install torch torchvision); the file's torch_version says whose DDP planned it, and
+`ddpkit buckets --params` follows that version's rules. The build and the tests never run it.
 """
 import argparse
 import importlib
@@ -159,15 +164,49 @@ def ints(text):
     return [int(v) for v in text.replace(",", " ").split()] if text else []
 
 
-def ddp_plan(model, shape, bucket_cap_mb, first_bucket_mb):
-    """Three iterations under DDP; what its logging data says then, and its initial plan."""
-    first_bucket_bytes = int(first_bucket_mb * 1024 * 1024)
-    dist._DEFAULT_FIRST_BUCKET_BYTES = first_bucket_bytes  # DDP reads it when constructed
-    ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
-    # DDP's constructor computes its initial plan so, then reverses it (no size limit unless
-    # find_unused_parameters); 1.13 logs only the sizes, so the indices are asked for here.
+def torch_release():
+    """(major, minor) of the running PyTorch."""
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()))
+
+
+def first_bucket_cap(ddp, bucket_cap_mb, bucket_cap_mb_list):
+    """The first bucket's cap DDP's rebuild walks under: from 2.4 (PR 121640) a given cap or cap
+    list is the first bucket's too; otherwise dist._DEFAULT_FIRST_BUCKET_BYTES."""
+    config = getattr(ddp, "_bucket_config", None)  # 2.15's _BucketCapacityConfig
+    if config is not None:
+        return config.first_bucket_bytes_cap
+    if torch_release() >= (2, 4) and (bucket_cap_mb is not None or bucket_cap_mb_list):
+        return ddp.bucket_bytes_cap
+    return dist._DEFAULT_FIRST_BUCKET_BYTES
+
+
+def initial_limits(ddp):
+    """The limits DDP's constructor walked (no find_unused_parameters here): one unlimited
+    bucket, or from 2.11 the cap list."""
+    config = getattr(ddp, "_bucket_config", None)
+    if config is not None:
+        return config.compute_bucket_size_limits(static_graph=False, find_unused_parameters=False)[0]
+    return [sys.maxsize]
+
+
+def ddp_plan(model, shape, bucket_cap_mb, bucket_cap_mb_list, first_bucket_mb):
+    """Three iterations under DDP; what its logging data says then, and its initial plan. Only
+    the caps given are passed, as a user's DDP(model) call would: from 2.4 a passed
+    bucket_cap_mb plans differently from an unset one."""
+    if first_bucket_mb is not None:  # DDP reads the module attribute when constructed
+        dist._DEFAULT_FIRST_BUCKET_BYTES = int(first_bucket_mb * 1024 * 1024)
+    caps = {}
+    if bucket_cap_mb is not None:
+        caps["bucket_cap_mb"] = bucket_cap_mb
+    if bucket_cap_mb_list:
+        caps["bucket_cap_mb_list"] = bucket_cap_mb_list
+    ddp = DistributedDataParallel(model, **caps)
+    # DDP's constructor computes its initial plan so, then reverses it; 1.13 logs only the
+    # sizes, so the indices are asked for here.
     params = [p for p in model.parameters() if p.requires_grad]
-    initial, _ = dist._compute_bucket_assignment_by_size(params, [sys.maxsize], [False] * len(params))
+    initial, _ = dist._compute_bucket_assignment_by_size(params, initial_limits(ddp),
+                                                         [False] * len(params))
     # The rebuild happens at the second forward, after the logging data is sampled there: the
     # third forward's sample is the first to show it.
     flops, handles = backward_flops(model)  # counted on the first forward
@@ -178,10 +217,10 @@ def ddp_plan(model, shape, bucket_cap_mb, first_bucket_mb):
                 h.remove()
     log = ddp._get_ddp_logging_data()
     rebuilt = log.get("rebuilt_per_bucket_param_indices", "")
-    return flops, {"world_size": 1, "backend": "gloo", "iterations": 3,
+    plan = {"world_size": 1, "backend": "gloo", "iterations": 3,
             "find_unused_parameters": False, "static_graph": False,
             "bucket_cap_mb": bucket_cap_mb, "bucket_cap_bytes": log["bucket_cap_bytes"],
-            "first_bucket_bytes": first_bucket_bytes,
+            "first_bucket_bytes": first_bucket_cap(ddp, bucket_cap_mb, bucket_cap_mb_list),
             "bucket_sizes": ints(log["bucket_sizes"]),
             "initial_per_bucket_param_indices": [list(b) for b in reversed(initial)],
             "has_rebuilt_buckets": bool(log["has_rebuilt_buckets"]),
@@ -189,6 +228,9 @@ def ddp_plan(model, shape, bucket_cap_mb, first_bucket_mb):
                 ints(log.get("prev_iteration_grad_ready_order_indices", "")),
             "rebuilt_bucket_sizes": ints(log.get("rebuilt_bucket_sizes", "")),
             "rebuilt_per_bucket_param_indices": [ints(b) for b in rebuilt.split(",") if b]}
+    if bucket_cap_mb_list:
+        plan["bucket_cap_mb_list"] = bucket_cap_mb_list
+    return flops, plan
 
 
 def write(plan, path):
@@ -213,8 +255,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
     parser.add_argument("--input-shape", default="")
-    parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
-    parser.add_argument("--first-bucket-mb", type=float, default=1.0)
+    parser.add_argument("--bucket-cap-mb", type=float, default=None,
+                        help="passed to DDP when given (PyTorch's default: unset, 25 MiB)")
+    parser.add_argument("--bucket-cap-mb-list", default="",
+                        help="PyTorch >= 2.11's per-bucket caps, A,B,C in MiB")
+    parser.add_argument("--first-bucket-mb", type=float, default=None,
+                        help="sets dist._DEFAULT_FIRST_BUCKET_BYTES (default 1 MiB)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -231,8 +277,9 @@ def main():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29562")
         dist.init_process_group("gloo", rank=0, world_size=1)
+        cap_list = [float(v) for v in args.bucket_cap_mb_list.split(",") if v]
         flops, plan["ddp"] = ddp_plan(model, ints(args.input_shape), args.bucket_cap_mb,
-                                      args.first_bucket_mb)
+                                      cap_list, args.first_bucket_mb)
         for entry, p in zip(plan["parameters"], model.parameters()):
             entry["backward_flops"] = round(flops.get(id(p), 0))
         dist.destroy_process_group()

@@ -113,6 +113,7 @@ std::vector<GoldenRun> RunLikeTorch(const SafetensorsFile& golden, PowerSgdOptio
   const int64_t steps = MetaInt(golden, "steps"), batch = MetaInt(golden, "batch_size");
   const double lr = MetaDouble(golden, "lr");
   const DdpOptions ddp_options{
+      .pytorch_version = {1, 13},  // the goldens' PyTorch: a given cap and its own first bucket
       .bucket_cap_mb = static_cast<double>(MetaInt(golden, "bucket_cap_bytes")) / (1 << 20),
       .first_bucket_mb = static_cast<double>(MetaInt(golden, "first_bucket_bytes")) / (1 << 20)};
   const PowerSgdVariant variant = *PowerSgdVariantFromName(golden.metadata.at("hook"));

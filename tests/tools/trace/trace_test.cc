@@ -29,7 +29,7 @@ TrainConfig TracedTrain(const std::string& path) {
   config.world.world_size = 2;
   config.batch_size = 8;
   config.steps = 5;
-  config.ddp = {.bucket_cap_mb = 0.02, .first_bucket_mb = 0.005};
+  config.ddp = {.pytorch_version = {1, 13}, .bucket_cap_mb = 0.02, .first_bucket_mb = 0.005};
   config.trace_path = path;
   return config;
 }
@@ -152,7 +152,7 @@ TEST(TraceTest, ResNetAndGptTracesNameEveryGradientAndCountTheBuckets) {
     config.model = model;
     config.batch_size = 4;
     config.steps = 3;
-    config.ddp = {.bucket_cap_mb = 0.004, .first_bucket_mb = 0.001};
+    config.ddp = {.pytorch_version = {1, 13}, .bucket_cap_mb = 0.004, .first_bucket_mb = 0.001};
     absl::StatusOr<TrainReport> report = Train(config);
     ASSERT_TRUE(report.ok()) << report.status();
     absl::StatusOr<trace::TraceView> view = trace::ReadTraceFile(path);

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "autograd/models/zoo.h"
+#include "reducer/pytorch_version.h"
 #include "tools/jobs/bench/bench_report.pb.h"
 #include "tools/jobs/job.h"
 
@@ -39,6 +40,7 @@ struct BenchDdpConfig {
   int warmup_iters = 5;
   std::vector<double> bucket_caps = {0.5, 1, 5, 10, 25, 50};
   std::string trace_path;  // a Chrome trace of the DDP steps when set
+  reducer::PyTorchVersion pytorch_version = reducer::kDefaultPyTorch;  // whose DDP
 };
 absl::StatusOr<BenchDdpReport> BenchDdp(const BenchDdpConfig& config);
 
@@ -64,6 +66,7 @@ struct BenchPaperConfig {
   std::vector<double> bucket_caps = {0, 0.5, 1, 5, 10, 25, 50, 100};  // 0: one per parameter
   std::vector<int> sync_every = {1, 2, 4, 8};
   std::string out_dir;  // "": no files; else paper.svg (and the report's svg_path)
+  reducer::PyTorchVersion pytorch_version = reducer::kDefaultPyTorch;  // whose DDP
 };
 absl::StatusOr<BenchPaperReport> BenchPaper(const BenchPaperConfig& config);
 // The three plots side by side: the breakdown, the cap sweep, the no_sync sweep.

@@ -93,6 +93,7 @@ absl::StatusOr<Measured> MeasureDdp(const BenchDdpConfig& config, const models::
                                     const std::string& label, Tracing& tracing) {
   auto local = models::MakeModel(spec, 0);
   auto model = models::MakeModel(spec, 0);
+  options.pytorch_version = config.pytorch_version;
   DDPKIT_ASSIGN_OR_RETURN(auto ddp,
                           reducer::DistributedDataParallel::Create(model, group, options));
   if (tracing.recorder != nullptr) {
@@ -170,6 +171,7 @@ absl::StatusOr<BenchDdpReport> BenchDdp(const BenchDdpConfig& config) {
       }));
   DDPKIT_RETURN_IF_ERROR(trace.Write().status());
   report.set_model(spec.text);
+  report.set_pytorch_rules(StrCat("PyTorch ", config.pytorch_version.ToString(), "'s DDP"));
   report.set_batch_size(config.batch_size);
   report.set_iters(config.iters);
   report.set_warmup_iters(std::max(2, config.warmup_iters));

@@ -112,7 +112,8 @@ struct CommTotals {
 // Experiment 1 in one mode: `iters` timed steps after the warm-up (which holds the rebuild).
 absl::StatusOr<PhaseBreakdown> Breakdown(const BenchPaperConfig& config, const RankData& data,
                                          comm::ProcessGroup& group, bool overlap) {
-  DDPKIT_ASSIGN_OR_RETURN(Trainee t, MakeTrainee(data, group, {}));
+  DDPKIT_ASSIGN_OR_RETURN(Trainee t,
+                          MakeTrainee(data, group, {.pytorch_version = config.pytorch_version}));
   std::unique_ptr<reducer::FusedGradientAllreduce> fused;
   if (!overlap) {
     fused = std::make_unique<reducer::FusedGradientAllreduce>(t.ddp->module().NamedParameters());
@@ -155,11 +156,16 @@ absl::StatusOr<PhaseBreakdown> Breakdown(const BenchPaperConfig& config, const R
 
 // Experiment 2 at one cap. 0 stands for one bucket per parameter: a one-byte cap, the first
 // bucket's included (DDP refuses a cap of 0; a bucket closes once it holds at least the cap).
+// From PyTorch 2.4 the given cap is the first bucket's too; before, the first one is set apart.
 absl::StatusOr<CapPoint> AtCap(const BenchPaperConfig& config, const RankData& data,
                                comm::ProcessGroup& group, double cap) {
   constexpr double kOneByte = 1.0 / (1 << 20);
-  reducer::DdpOptions options{.bucket_cap_mb = cap > 0 ? cap : kOneByte};
-  if (cap == 0) options.first_bucket_mb = kOneByte;
+  reducer::DdpOptions options{.pytorch_version = config.pytorch_version,
+                              .bucket_cap_mb = cap > 0 ? cap : kOneByte};
+  if (cap == 0 &&
+      !reducer::Follows(config.pytorch_version, reducer::DdpRule::kGivenCapCapsFirstBucket)) {
+    options.first_bucket_mb = kOneByte;
+  }
   DDPKIT_ASSIGN_OR_RETURN(Trainee t, MakeTrainee(data, group, options));
   for (int i = 0; i < std::max(2, config.warmup_iters); ++i) {  // the rebuild is in the 2nd
     DDPKIT_RETURN_IF_ERROR(Step(t, data, group, nullptr).status());
@@ -186,7 +192,8 @@ absl::StatusOr<CapPoint> AtCap(const BenchPaperConfig& config, const RankData& d
 // Experiment 3 at one K: `iters` rounds of K micro-batches, the last of each synced.
 absl::StatusOr<double> IterationMs(const BenchPaperConfig& config, const RankData& data,
                                    comm::ProcessGroup& group, int k) {
-  DDPKIT_ASSIGN_OR_RETURN(Trainee t, MakeTrainee(data, group, {}));
+  DDPKIT_ASSIGN_OR_RETURN(Trainee t,
+                          MakeTrainee(data, group, {.pytorch_version = config.pytorch_version}));
   auto round = [&]() -> absl::Status {
     for (int i = 0; i < k; ++i) {
       DDPKIT_RETURN_IF_ERROR(Step(t, data, group, nullptr, /*sync=*/i + 1 == k).status());
@@ -224,7 +231,8 @@ absl::StatusOr<BenchPaperReport> PaperOnRank(const BenchPaperConfig& config,
     point.set_iteration_ms(ms);
     point.set_speedup(report.sync(0).iteration_ms() / ms);
   }
-  DDPKIT_ASSIGN_OR_RETURN(Trainee probe, MakeTrainee(data, group, {}));
+  DDPKIT_ASSIGN_OR_RETURN(Trainee probe,
+                          MakeTrainee(data, group, {.pytorch_version = config.pytorch_version}));
   const reducer::DdpLoggingData log = probe.ddp->LoggingData();
   report.set_parameter_tensors(log.num_parameter_tensors());
   report.set_parameter_bytes(log.total_parameter_size_bytes());
@@ -271,6 +279,7 @@ absl::StatusOr<BenchPaperReport> BenchPaper(const BenchPaperConfig& config) {
         return PaperOnRank(config, spec, group);
       }));
   report.set_model(spec.text);
+  report.set_pytorch_rules(StrCat("PyTorch ", config.pytorch_version.ToString(), "'s DDP"));
   report.set_batch_size(config.batch_size);
   report.set_iters(config.iters);
   report.set_thread_budget(budget.ToString());

@@ -83,7 +83,12 @@ absl::StatusOr<ModelBuckets> ModelBucketPlans(const std::string& model,
   report.set_total_parameter_bytes(log.total_parameter_size_bytes());
   report.set_first_bucket_bytes(log.first_bucket_bytes());
   report.set_bucket_cap_bytes(log.bucket_cap_bytes());
-  report.set_size_limited_initial_plan(options.find_unused_parameters && !options.static_graph);
+  const reducer::BucketCaps caps = reducer::BucketCapsOf(options);
+  for (size_t cap : caps.rebuild.per_bucket) {
+    report.add_per_bucket_cap_bytes(static_cast<int64_t>(cap));
+  }
+  report.set_size_limited_initial_plan(caps.initial.front() != reducer::kNoBucketSizeLimit);
+  report.set_pytorch_rules(reducer::RulesFollowed(options));
   return report;
 }
 

@@ -37,4 +37,9 @@ absl::StatusOr<ModelBuckets> ModelBucketPlans(const std::string& model,
 absl::StatusOr<ModelBuckets> PlanFileBucketPlans(const PlanFile& file,
                                                  const reducer::DdpOptions& options);
 
+// The options the file's DDP run was recorded with: its PyTorch's rules (today's without a
+// torch_version), caps — a given bucket_cap_mb told apart from an unset one — and mode. Without
+// a "ddp" section, the defaults under the file's PyTorch.
+reducer::DdpOptions RecordedDdpOptions(const PlanFile& file);
+
 }  // namespace ddpkit::jobs

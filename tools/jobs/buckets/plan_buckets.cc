@@ -94,6 +94,12 @@ PyTorchAgreement CompareWithPyTorch(const PlanFile& file, const ModelBuckets& re
   }
   const PyTorchDdpLog& log = *file.ddp;
   const reducer::BucketLimits limits = reducer::LimitsOf(options);
+  if (file.rules_version && *file.rules_version != options.pytorch_version) {
+    agreement.set_not_compared(StrCat("the file was recorded with PyTorch ", file.torch_version,
+                                      ", and these plans follow ", reducer::RulesFollowed(options),
+                                      " (--pytorch-version): drop the flag to compare"));
+    return agreement;
+  }
   if (log.find_unused_parameters != options.find_unused_parameters ||
       log.static_graph != options.static_graph ||
       static_cast<size_t>(log.first_bucket_bytes) != limits.first_bucket_bytes ||
@@ -144,6 +150,25 @@ absl::StatusOr<reducer::BucketAssignment> Rebuilt(
 
 }  // namespace
 
+reducer::DdpOptions RecordedDdpOptions(const PlanFile& file) {
+  reducer::DdpOptions options;
+  if (file.rules_version) options.pytorch_version = *file.rules_version;
+  if (!file.ddp) return options;
+  const PyTorchDdpLog& log = *file.ddp;
+  options.bucket_cap_mb = log.bucket_cap_mb;
+  options.bucket_cap_mb_list = log.bucket_cap_mb_list;
+  // The first bucket's cap is the file's own unless it follows from a given cap (2.4's rule).
+  const bool first_from_cap =
+      Follows(options.pytorch_version, reducer::DdpRule::kGivenCapCapsFirstBucket) &&
+      (log.bucket_cap_mb || !log.bucket_cap_mb_list.empty());
+  if (!first_from_cap) {
+    options.first_bucket_mb = static_cast<double>(log.first_bucket_bytes) / (1024.0 * 1024.0);
+  }
+  options.find_unused_parameters = log.find_unused_parameters;
+  options.static_graph = log.static_graph;
+  return options;
+}
+
 absl::StatusOr<ModelBuckets> PlanFileBucketPlans(const PlanFile& file,
                                                  const reducer::DdpOptions& options) {
   ModelBuckets report;
@@ -154,21 +179,23 @@ absl::StatusOr<ModelBuckets> PlanFileBucketPlans(const PlanFile& file,
   const reducer::BucketAssignment initial = reducer::InitialBucketAssignment(specs, options);
   *report.mutable_initial() = PlanOf(initial);
   *report.mutable_initial_buckets() = DescribeBuckets(initial, specs, names);
-  const reducer::BucketLimits limits = reducer::LimitsOf(options);
+  const reducer::BucketCaps caps = reducer::BucketCapsOf(options);
+  const reducer::BucketLimits& limits = caps.rebuild;
   report.set_first_bucket_bytes(static_cast<int64_t>(limits.first_bucket_bytes));
   report.set_bucket_cap_bytes(static_cast<int64_t>(limits.bucket_cap_bytes));
-  report.set_size_limited_initial_plan(options.find_unused_parameters && !options.static_graph);
+  for (size_t cap : limits.per_bucket) report.add_per_bucket_cap_bytes(static_cast<int64_t>(cap));
+  report.set_size_limited_initial_plan(caps.initial.front() != reducer::kNoBucketSizeLimit);
+  report.set_pytorch_rules(reducer::RulesFollowed(options));
   int64_t total = 0;
   for (const reducer::BucketTensorSpec& s : specs) total += static_cast<int64_t>(s.nbytes());
   report.set_total_parameter_bytes(total);
-  if (!report.size_limited_initial_plan()) {  // find_unused without static graph never rebuilds
+  if (!(options.find_unused_parameters && !options.static_graph)) {  // dynamic: never rebuilds
     bool estimated = false;
     const std::vector<size_t> order = RebuildOrder(file, specs.size(), estimated);
     report.set_grad_ready_order_estimated(estimated);
     for (size_t index : order) report.add_grad_ready_order(static_cast<int32_t>(index));
-    DDPKIT_ASSIGN_OR_RETURN(
-        const reducer::BucketAssignment rebuilt,
-        Rebuilt(specs, order, {limits.first_bucket_bytes, limits.bucket_cap_bytes}));
+    DDPKIT_ASSIGN_OR_RETURN(const reducer::BucketAssignment rebuilt,
+                            Rebuilt(specs, order, limits.Walk()));
     *report.mutable_rebuilt() = PlanOf(rebuilt);
     *report.mutable_rebuilt_buckets() = DescribeBuckets(rebuilt, specs, names);
     DDPKIT_ASSIGN_OR_RETURN(const reducer::BucketAssignment uncapped,

@@ -33,6 +33,7 @@ class Field {
     return absl::InvalidArgumentError(
         StrCat(path_.empty() ? "the file" : path_, ": expected ", what, ", got ", got));
   }
+  bool IsNull() const { return value_.is_null(); }
   bool Has(std::string_view key) const {
     return value_.is_object() && value_.contains(std::string(key));
   }
@@ -182,7 +183,17 @@ absl::Status ReadDdpOptions(const Field& ddp, PyTorchDdpLog& log) {
   DDPKIT_ASSIGN_OR_RETURN(const Field static_graph, ddp.Member("static_graph"));
   DDPKIT_ASSIGN_OR_RETURN(log.static_graph, static_graph.Bool());
   DDPKIT_ASSIGN_OR_RETURN(const Field cap_mb, ddp.Member("bucket_cap_mb"));
-  DDPKIT_ASSIGN_OR_RETURN(log.bucket_cap_mb, cap_mb.Number());
+  if (!cap_mb.IsNull()) {
+    DDPKIT_ASSIGN_OR_RETURN(log.bucket_cap_mb, cap_mb.Number());
+  }
+  if (ddp.Has("bucket_cap_mb_list")) {
+    DDPKIT_ASSIGN_OR_RETURN(const Field list, ddp.Member("bucket_cap_mb_list"));
+    DDPKIT_ASSIGN_OR_RETURN(const std::vector<Field> items, list.List());
+    for (const Field& item : items) {
+      DDPKIT_ASSIGN_OR_RETURN(const double mb, item.Number());
+      log.bucket_cap_mb_list.push_back(mb);
+    }
+  }
   DDPKIT_ASSIGN_OR_RETURN(const Field cap, ddp.Member("bucket_cap_bytes"));
   DDPKIT_ASSIGN_OR_RETURN(log.bucket_cap_bytes, cap.Int(1));
   DDPKIT_ASSIGN_OR_RETURN(const Field first, ddp.Member("first_bucket_bytes"));
@@ -224,6 +235,10 @@ absl::StatusOr<PlanFile> ReadRoot(const Field& root) {
   if (root.Has("torch_version")) {
     DDPKIT_ASSIGN_OR_RETURN(const Field version, root.Member("torch_version"));
     DDPKIT_ASSIGN_OR_RETURN(file.torch_version, version.String());
+    absl::StatusOr<reducer::PyTorchVersion> rules =
+        reducer::NearestKnownPyTorch(file.torch_version, &file.rules_note);
+    if (!rules.ok()) return version.Expected("a PyTorch version, as torch.__version__ prints it");
+    file.rules_version = *rules;
   }
   DDPKIT_ASSIGN_OR_RETURN(file.parameters, ReadTensors(root, "parameters", true));
   if (file.parameters.empty()) {

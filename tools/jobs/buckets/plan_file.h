@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "reducer/pytorch_version.h"
 
 namespace ddpkit::jobs {
 
@@ -47,7 +48,10 @@ struct PyTorchDdpLog {
   int64_t iterations = 0;
   bool find_unused_parameters = false;
   bool static_graph = false;
-  double bucket_cap_mb = 0;
+  // What the exporter passed as bucket_cap_mb; nullopt: left unset (PyTorch >= 2.4 tells the two
+  // apart). bucket_cap_bytes is what DDP logged either way.
+  std::optional<double> bucket_cap_mb;
+  std::vector<double> bucket_cap_mb_list;  // PyTorch >= 2.11's per-bucket caps, when passed
   int64_t bucket_cap_bytes = 0;
   int64_t first_bucket_bytes = 0;
   // The initial plan, in reduction order: its bytes per bucket, and its indices (from PyTorch's
@@ -61,9 +65,13 @@ struct PyTorchDdpLog {
 };
 
 struct PlanFile {
-  std::string format;  // kPlanFileFormat
-  std::string model;   // as given to the exporter: "torchvision:resnet50"
-  std::string torch_version;
+  std::string format;         // kPlanFileFormat
+  std::string model;          // as given to the exporter: "torchvision:resnet50"
+  std::string torch_version;  // as torch.__version__ printed it; "" when not recorded
+  // The DDP rules the file was recorded under (the nearest release ddpkit knows, and a note when
+  // that is not torch_version itself); nullopt without a torch_version.
+  std::optional<reducer::PyTorchVersion> rules_version;
+  std::string rules_note;
   std::vector<int64_t> input_shape;    // empty: the parameters alone, no "ddp" section
   std::vector<PlanTensor> parameters;  // registration order, each tensor once
   std::vector<PlanTensor> buffers;

@@ -53,7 +53,7 @@ absl::StatusOr<RecomputeModelInfo> Validate(const RecomputeConfig& config) {
         StrCat("--steps must be at most ", kMaxSteps, ", got ", config.steps));
   }
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--lr", config.lr));
-  DDPKIT_RETURN_IF_ERROR(RequirePositive("--bucket-cap-mb", config.bucket_cap_mb));
+  DDPKIT_RETURN_IF_ERROR(reducer::ValidateDdpOptions(config.ddp));
   DDPKIT_ASSIGN_OR_RETURN(RecomputeModelInfo info, DescribeRecomputeModel(ModelOf(config)));
   const int ranks_here =
       comm::InfoOf(config.world.backend).ranks_share_process ? config.world.world_size : 1;
@@ -158,9 +158,7 @@ struct RankContext {
   comm::ProcessGroup& group;
 };
 
-DdpOptions OptionsOf(const RecomputeConfig& config) {
-  return {.bucket_cap_mb = config.bucket_cap_mb};
-}
+DdpOptions OptionsOf(const RecomputeConfig& config) { return config.ddp; }
 
 // (a) The error, as a user meets it: the first backward throws on every rank.
 absl::StatusOr<RecomputeRun> RunPlain(const RankContext& c) {
@@ -294,7 +292,9 @@ RecomputeReport DescribeConfig(const RecomputeConfig& config, const RecomputeMod
   report.set_steps(config.steps);
   report.set_lr(config.lr);
   report.set_seed(config.seed);
-  report.set_bucket_cap_mb(config.bucket_cap_mb);
+  report.set_bucket_cap_mb(static_cast<double>(reducer::LimitsOf(config.ddp).bucket_cap_bytes) /
+                           (1024.0 * 1024.0));
+  report.set_pytorch_rules(reducer::RulesFollowed(config.ddp));
   return report;
 }
 

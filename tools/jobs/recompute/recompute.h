@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "reducer/ddp_options.h"
 #include "tools/jobs/job.h"
 #include "tools/jobs/recompute/recompute_model.h"
 #include "tools/jobs/recompute/recompute_report.pb.h"
@@ -34,7 +35,8 @@ struct RecomputeConfig {
   int steps = 20;
   double lr = 0.05;
   uint64_t seed = 0;
-  double bucket_cap_mb = 25;
+  // Whose DDP and its caps (--pytorch-version, --bucket-cap-mb, ...); each run sets the mode.
+  reducer::DdpOptions ddp;
   // With a path, each training run writes its trace (PATH minus ".json", then ".<run>.json") and
   // PATH minus ".json" plus ".svg" shows the two runs' timelines one above the other.
   std::string trace_path;

@@ -219,6 +219,8 @@ absl::StatusOr<SimModel> FromPlanFile(const std::string& path, int batch) {
           : "FLOPs ESTIMATED: the plan file carries none, so each tensor counts 2 x numel x "
             "batch (1 x for 1-d); export_ddp_plan.py --input-shape records them";
   model.name = StrCat(path.substr(path.find_last_of('/') + 1), " (", file.model, ")");
+  model.recorded_rules = file.rules_version;
+  model.recorded_rules_note = file.rules_note;
   return model;
 }
 

@@ -4,12 +4,14 @@
 // ddpkit trace, or (at merge time) a plan file through FromParams.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "autograd/dtype.h"
 #include "reducer/bucket_assignment.h"
+#include "reducer/pytorch_version.h"
 
 namespace ddpkit::jobs::sim {
 
@@ -38,6 +40,9 @@ struct SimModel {
   // Where forward_flops came from when that needs saying (a plan file's measured FLOPs, or an
   // estimate from shapes): a FLOPs-based compute profile repeats it in its source line.
   std::string flops_source;
+  // A plan file's torch_version as DDP rules (plan_file.h's rules_version), with its note.
+  std::optional<reducer::PyTorchVersion> recorded_rules;
+  std::string recorded_rules_note;
 
   std::vector<reducer::BucketTensorSpec> Specs() const;
   double BackwardUs() const;  // the backward pass: every gradient plus the tail

@@ -11,8 +11,6 @@ namespace {
 
 using sim::StepTimeline;
 
-size_t Mib(double mb) { return static_cast<size_t>(mb * 1024 * 1024); }
-
 std::string HookName(const sim::Hook& hook) {
   switch (hook.kind) {
     case sim::Hook::kFp16: return "fp16";
@@ -21,14 +19,26 @@ std::string HookName(const sim::Hook& hook) {
   }
 }
 
-SimPoint PointAt(const SimulateConfig& c, int world, double cap_mb) {
-  const reducer::BucketAssignment plan = RebuiltPlan(c.model, c.first_bucket_mb, cap_mb);
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// The options with `cap_mb` passed as bucket_cap_mb, as a user sweeping caps would pass it
+// (from PyTorch 2.4 it then caps the first bucket too, so first_bucket_mb is dropped there).
+reducer::DdpOptions WithCap(reducer::DdpOptions options, double cap_mb) {
+  options.bucket_cap_mb = cap_mb;
+  if (reducer::Follows(options.pytorch_version, reducer::DdpRule::kGivenCapCapsFirstBucket)) {
+    options.first_bucket_mb.reset();
+  }
+  return options;
+}
+
+SimPoint PointAt(const SimulateConfig& c, int world, const reducer::DdpOptions& options) {
+  const reducer::BucketAssignment plan = RebuiltPlan(c.model, options);
   const StepTimeline step = sim::SimulateStep(c.model, plan, c.network, world, c.hook);
   const StepTimeline first =
-      sim::SimulateStep(c.model, InitialPlan(c.model), c.network, world, c.hook);
+      sim::SimulateStep(c.model, InitialPlan(c.model, options), c.network, world, c.hook);
   SimPoint p;
   p.set_world_size(world);
-  p.set_bucket_cap_mb(cap_mb);
+  p.set_bucket_cap_mb(static_cast<double>(reducer::LimitsOf(options).bucket_cap_bytes) / kMiB);
   p.set_buckets(static_cast<int>(plan.buckets.size()));
   p.set_step_ms(step.step_us / 1e3);
   p.set_compute_ms(step.compute_us / 1e3);
@@ -49,7 +59,7 @@ CapSweep SweepAt(const SimulateConfig& c, int world) {
   CapSweep sweep;
   sweep.set_world_size(world);
   for (double cap : c.caps) {
-    const SimPoint p = PointAt(c, world, cap);
+    const SimPoint p = PointAt(c, world, WithCap(c.ddp, cap));
     *sweep.add_points() = p;
     // Caps are swept in increasing order: a larger cap must win by more than 0.1%.
     if (sweep.points_size() == 1 || p.iteration_ms() < sweep.best_step_ms() * 0.999) {
@@ -65,8 +75,11 @@ absl::Status CheckConfig(const SimulateConfig& c) {
   for (int n : c.world_sizes) {
     if (n < 1 || n > (1 << 20)) return absl::InvalidArgumentError(StrCat("bad world size ", n));
   }
-  if (c.bucket_cap_mb <= 0 || c.first_bucket_mb <= 0) {
-    return absl::InvalidArgumentError("bucket caps must be positive");
+  DDPKIT_RETURN_IF_ERROR(reducer::ValidateDdpOptions(c.ddp));
+  if (c.sweep_caps && !c.ddp.bucket_cap_mb_list.empty()) {
+    return absl::InvalidArgumentError(
+        "--sweep-caps passes each cap as bucket_cap_mb; a --bucket-cap-mb-list sets its own: "
+        "give one or the other");
   }
   if (c.no_sync_every < 1) return absl::InvalidArgumentError("--no-sync-every must be >= 1");
   if (c.model.grad_ready_order.size() != c.model.params.size()) {
@@ -97,21 +110,34 @@ void Describe(const SimulateConfig& c, SimulateReport& r) {
   r.set_forward_ms(c.model.forward_us / 1e3);
   r.set_backward_ms(c.model.BackwardUs() / 1e3);
   r.set_optimizer_ms(c.model.optimizer_us / 1e3);
-  r.set_first_bucket_mb(c.first_bucket_mb);
+  r.set_first_bucket_mb(static_cast<double>(reducer::LimitsOf(c.ddp).first_bucket_bytes) / kMiB);
+  r.set_pytorch_rules(reducer::RulesFollowed(c.ddp));
+  if (const auto& recorded = c.model.recorded_rules) {
+    r.set_pytorch_rules_note(*recorded == c.ddp.pytorch_version
+                                 ? StrCat("the plan file's torch_version",
+                                          c.model.recorded_rules_note.empty()
+                                              ? ""
+                                              : StrCat(": ", c.model.recorded_rules_note))
+                                 : StrCat("the plan file was recorded with PyTorch ",
+                                          recorded->ToString(), "; --pytorch-version chose ",
+                                          c.ddp.pytorch_version.ToString()));
+  }
 }
 
 absl::Status WriteSvg(const SimulateConfig& c, SimulateReport& r) {
   int world = 1;
   for (int n : c.world_sizes) world = std::max(world, n);
   const StepTimeline first =
-      sim::SimulateStep(c.model, InitialPlan(c.model), c.network, world, c.hook);
-  const StepTimeline rebuilt = sim::SimulateStep(
-      c.model, RebuiltPlan(c.model, c.first_bucket_mb, c.bucket_cap_mb), c.network, world, c.hook);
+      sim::SimulateStep(c.model, InitialPlan(c.model, c.ddp), c.network, world, c.hook);
+  const StepTimeline rebuilt =
+      sim::SimulateStep(c.model, RebuiltPlan(c.model, c.ddp), c.network, world, c.hook);
   DDPKIT_ASSIGN_OR_RETURN(
       const std::string svg,
-      SimulatedTimelineSvg(c.model, first, rebuilt, world,
-                           StrCat("simulated on ", c.network.name, ", bucket_cap_mb ",
-                                  c.bucket_cap_mb, ", hook ", HookName(c.hook))));
+      SimulatedTimelineSvg(
+          c.model, first, rebuilt, world,
+          StrCat("simulated on ", c.network.name, ", bucket_cap_mb ",
+                 static_cast<double>(reducer::LimitsOf(c.ddp).bucket_cap_bytes) / kMiB, ", hook ",
+                 HookName(c.hook), ", ", reducer::RulesFollowed(c.ddp))));
   std::ofstream out(c.svg_path);
   out << svg;
   if (!out) return absl::InternalError(StrCat("cannot write ", c.svg_path));
@@ -121,15 +147,15 @@ absl::Status WriteSvg(const SimulateConfig& c, SimulateReport& r) {
 
 }  // namespace
 
-reducer::BucketAssignment RebuiltPlan(const sim::SimModel& model, double first_bucket_mb,
-                                      double cap_mb) {
-  return reducer::RebuiltBucketAssignment(
-      model.Specs(), model.grad_ready_order,
-      {.first_bucket_bytes = Mib(first_bucket_mb), .bucket_cap_bytes = Mib(cap_mb)});
+reducer::BucketAssignment RebuiltPlan(const sim::SimModel& model,
+                                      const reducer::DdpOptions& options) {
+  return reducer::RebuiltBucketAssignment(model.Specs(), model.grad_ready_order,
+                                          reducer::LimitsOf(options));
 }
 
-reducer::BucketAssignment InitialPlan(const sim::SimModel& model) {
-  return reducer::InitialBucketAssignment(model.Specs(), reducer::DdpOptions{});
+reducer::BucketAssignment InitialPlan(const sim::SimModel& model,
+                                      const reducer::DdpOptions& options) {
+  return reducer::InitialBucketAssignment(model.Specs(), options);
 }
 
 absl::StatusOr<SimulateReport> Simulate(const SimulateConfig& config) {
@@ -138,7 +164,7 @@ absl::StatusOr<SimulateReport> Simulate(const SimulateConfig& config) {
   SimulateReport report;
   Describe(config, report);
   for (int world : config.world_sizes) {
-    *report.add_worlds() = PointAt(config, world, config.bucket_cap_mb);
+    *report.add_worlds() = PointAt(config, world, config.ddp);
     if (config.sweep_caps) *report.add_sweeps() = SweepAt(config, world);
   }
   report.set_simulate_ms(absl::ToDoubleMilliseconds(absl::Now() - start));

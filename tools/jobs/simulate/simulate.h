@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "reducer/ddp_options.h"
 #include "tools/jobs/simulate/network.h"
 #include "tools/jobs/simulate/sim_model.h"
 #include "tools/jobs/simulate/simulate_report.pb.h"
@@ -18,22 +19,23 @@ struct SimulateConfig {
   sim::SimModel model;  // with its compute profile applied
   sim::NetworkModel network;
   std::vector<int> world_sizes = {2, 8, 64, 1024};
-  double bucket_cap_mb = 25;
-  double first_bucket_mb = 1;
-  bool sweep_caps = false;
+  // Whose DDP plans the buckets, and the caps (only these fields of the options are read).
+  reducer::DdpOptions ddp;
+  bool sweep_caps = false;  // each of `caps` passed as bucket_cap_mb
   std::vector<double> caps = {1, 2, 5, 10, 15, 25, 50, 100, 200};
   int no_sync_every = 1;  // K: K - 1 micro-batches under no_sync, then a synced one
   sim::Hook hook;
-  std::string svg_path;  // "": no picture; else the largest world's step at bucket_cap_mb
+  std::string svg_path;  // "": no picture; else the largest world's step under `ddp`
 };
 
 absl::StatusOr<SimulateReport> Simulate(const SimulateConfig& config);
 
-// DDP's plan after its rebuild: the grad-ready order walked under [first bucket, cap].
-reducer::BucketAssignment RebuiltPlan(const sim::SimModel& model, double first_bucket_mb,
-                                      double cap_mb);
-// DDP's plan before it (default options): one bucket per dtype, reverse registration order.
-reducer::BucketAssignment InitialPlan(const sim::SimModel& model);
+// DDP's plan after its rebuild: the grad-ready order walked under the options' limits.
+reducer::BucketAssignment RebuiltPlan(const sim::SimModel& model,
+                                      const reducer::DdpOptions& options);
+// DDP's plan before it: one bucket per dtype (a cap list: the list), reverse registration order.
+reducer::BucketAssignment InitialPlan(const sim::SimModel& model,
+                                      const reducer::DdpOptions& options);
 
 // Iterations 0 (initial plan) and 1 (rebuilt) of one rank of `world`, drawn as `ddpkit trace svg`
 // draws a trace.

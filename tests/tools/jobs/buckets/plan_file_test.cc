@@ -19,12 +19,6 @@ std::string PlanPath(const std::string& name) {
   return std::string(DDPKIT_TESTDATA_DIR) + "/plans/" + name;
 }
 
-// The options PyTorch ran with (bytes / 2^20 converts back exactly).
-reducer::DdpOptions OptionsOf(const PyTorchDdpLog& log) {
-  return {.bucket_cap_mb = static_cast<double>(log.bucket_cap_bytes) / (1 << 20),
-          .first_bucket_mb = static_cast<double>(log.first_bucket_bytes) / (1 << 20)};
-}
-
 std::vector<int64_t> Sizes(const google::protobuf::RepeatedPtrField<reducer::BucketInfo>& b) {
   std::vector<int64_t> sizes;
   for (const reducer::BucketInfo& info : b) sizes.push_back(info.bytes());
@@ -42,7 +36,8 @@ std::vector<std::vector<int64_t>> Indices(
 
 TEST(PlanFileTest, EveryCommittedPlanIsPyTorchs) {
   int files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(PlanPath(""))) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(PlanPath(""))) {
+    if (!entry.is_regular_file()) continue;  // plans/2.15/ holds PyTorch 2.15's
     SCOPED_TRACE(entry.path().string());
     ++files;
     absl::StatusOr<PlanFile> file = ReadPlanFile(entry.path().string());
@@ -50,7 +45,7 @@ TEST(PlanFileTest, EveryCommittedPlanIsPyTorchs) {
     ASSERT_TRUE(file->ddp.has_value());
     const PyTorchDdpLog& log = *file->ddp;
     ASSERT_TRUE(log.has_rebuilt_buckets);
-    absl::StatusOr<ModelBuckets> plans = PlanFileBucketPlans(*file, OptionsOf(log));
+    absl::StatusOr<ModelBuckets> plans = PlanFileBucketPlans(*file, RecordedDdpOptions(*file));
     ASSERT_TRUE(plans.ok()) << plans.status();
     EXPECT_EQ(Sizes(plans->initial_buckets()), log.bucket_sizes);
     EXPECT_EQ(Indices(plans->initial_buckets()), log.initial_per_bucket_param_indices);
@@ -70,7 +65,7 @@ TEST(PlanFileTest, DdpkitsResNet18IsTorchvisions) {
   absl::StatusOr<PlanFile> file = ReadPlanFile(PlanPath("resnet18.json"));
   ASSERT_TRUE(file.ok()) << file.status();
   const PyTorchDdpLog& log = *file->ddp;
-  absl::StatusOr<ModelBuckets> ours = ModelBucketPlans("resnet:2,2,2,2", OptionsOf(log));
+  absl::StatusOr<ModelBuckets> ours = ModelBucketPlans("resnet:2,2,2,2", RecordedDdpOptions(*file));
   ASSERT_TRUE(ours.ok()) << ours.status();
   std::vector<std::string> names;
   for (const reducer::BucketInfo& b : ours->initial_buckets()) {
@@ -110,7 +105,7 @@ TEST(PlanFileTest, FrozenAndFloat64ParametersAsPyTorch) {
   EXPECT_EQ(file->DdpParameters().size(), 9u);
   ASSERT_EQ(file->aliases.size(), 1u);
   EXPECT_EQ(file->aliases[0].name, "again.weight");
-  absl::StatusOr<ModelBuckets> plans = PlanFileBucketPlans(*file, OptionsOf(*file->ddp));
+  absl::StatusOr<ModelBuckets> plans = PlanFileBucketPlans(*file, RecordedDdpOptions(*file));
   ASSERT_TRUE(plans.ok()) << plans.status();
   EXPECT_THAT(plans->skipped_parameters(), ::testing::ElementsAre("frozen.weight", "frozen.bias"));
   ASSERT_EQ(plans->initial_buckets_size(), 2);
@@ -124,7 +119,9 @@ TEST(PlanFileTest, FrozenAndFloat64ParametersAsPyTorch) {
 TEST(PlanFileTest, EstimatesWithoutAnOrderAndComparesOnlyLikeForLike) {
   absl::StatusOr<PlanFile> file = ReadPlanFile(PlanPath("resnet50.json"));
   ASSERT_TRUE(file.ok()) << file.status();
-  absl::StatusOr<ModelBuckets> plans = PlanFileBucketPlans(*file, {.bucket_cap_mb = 50});
+  reducer::DdpOptions options = RecordedDdpOptions(*file);
+  options.bucket_cap_mb = 50;
+  absl::StatusOr<ModelBuckets> plans = PlanFileBucketPlans(*file, options);
   ASSERT_TRUE(plans.ok()) << plans.status();
   EXPECT_FALSE(plans->pytorch().compared());
   EXPECT_THAT(plans->pytorch().not_compared(), HasSubstr("other options"));
@@ -141,7 +138,7 @@ TEST(PlanFileTest, NamesTheFirstDifference) {
   absl::StatusOr<PlanFile> file = ReadPlanFile(PlanPath("mixed_toy.json"));
   ASSERT_TRUE(file.ok()) << file.status();
   file->ddp->rebuilt_bucket_sizes[1] += 8;
-  absl::StatusOr<ModelBuckets> plans = PlanFileBucketPlans(*file, OptionsOf(*file->ddp));
+  absl::StatusOr<ModelBuckets> plans = PlanFileBucketPlans(*file, RecordedDdpOptions(*file));
   ASSERT_TRUE(plans.ok()) << plans.status();
   EXPECT_FALSE(plans->pytorch().agrees());
   EXPECT_EQ(plans->pytorch().first_difference(),
@@ -155,7 +152,7 @@ TEST(PlanFileTest, LeftoverBucketsOfSeveralDtypesComeInAnotherOrder) {
   absl::StatusOr<PlanFile> file =
       ReadPlanFile(std::string(DDPKIT_TESTDATA_DIR) + "/plan_leftover_order.json");
   ASSERT_TRUE(file.ok()) << file.status();
-  absl::StatusOr<ModelBuckets> plans = PlanFileBucketPlans(*file, OptionsOf(*file->ddp));
+  absl::StatusOr<ModelBuckets> plans = PlanFileBucketPlans(*file, RecordedDdpOptions(*file));
   ASSERT_TRUE(plans.ok()) << plans.status();
   EXPECT_EQ(Indices(plans->rebuilt_buckets()),
             (std::vector<std::vector<int64_t>>{{1, 0}, {7, 6, 3, 2}, {5, 4}}));
@@ -233,7 +230,7 @@ TEST(PlanFileTest, ABrokenOrderIsAnError) {
   absl::StatusOr<PlanFile> file = ReadPlanFile(PlanPath("mixed_toy.json"));
   ASSERT_TRUE(file.ok()) << file.status();
   file->ddp->prev_iteration_grad_ready_order_indices[0] = 0;
-  absl::StatusOr<ModelBuckets> plans = PlanFileBucketPlans(*file, OptionsOf(*file->ddp));
+  absl::StatusOr<ModelBuckets> plans = PlanFileBucketPlans(*file, RecordedDdpOptions(*file));
   ASSERT_FALSE(plans.ok());
   EXPECT_THAT(plans.status().message(),
               HasSubstr("ddp.prev_iteration_grad_ready_order_indices: the arrival order names "

@@ -93,8 +93,8 @@ TEST(StepModelTest, TheRebuildSplitsTheOneInitialBucket) {
   // Two 1 MiB gradients: the initial plan is one bucket (all of it after backward), the rebuilt
   // one closes a bucket at the 1 MiB first-bucket limit, so p1's allreduce overlaps p0's backward.
   SimModel m = Model({1 << 18, 1 << 18}, 2000);
-  const reducer::BucketAssignment initial = InitialPlan(m);
-  const reducer::BucketAssignment rebuilt = RebuiltPlan(m, 1, 25);
+  const reducer::BucketAssignment initial = InitialPlan(m, {});
+  const reducer::BucketAssignment rebuilt = RebuiltPlan(m, {});  // 1 MiB first, 25 MiB cap
   ASSERT_EQ(initial.buckets.size(), 1u);
   ASSERT_EQ(rebuilt.buckets.size(), 2u);
   EXPECT_EQ(rebuilt.buckets[0], std::vector<size_t>{1});

@@ -79,7 +79,8 @@ TEST(TrainerTest, DataParallelRunEqualsOneProcessOnTheGlobalBatch) {
     TrainConfig ddp = single;
     ddp.world.world_size = 4;
     ddp.batch_size = 8;
-    ddp.ddp = {.bucket_cap_mb = 0.01,
+    ddp.ddp = {.pytorch_version = {1, 13},  // a first bucket of its own beside a given cap
+               .bucket_cap_mb = 0.01,
                .first_bucket_mb = 0.004,
                .find_unused_parameters = grad_accum == 3,
                .gradient_as_bucket_view = true};
