@@ -556,6 +556,31 @@ TEST(CliTest, TraceStatsReadsPyTorchProfilerTraces) {
   EXPECT_TRUE(absl::StrContains(r.err, "ddp_logging.rank0.json: not a Chrome trace")) << r.err;
 }
 
+// PyTorch 2.15's pickle dumps of a job where rank 1 allreduced another shape: the verdict, the
+// stack that issued it, and every collective's verdict.
+TEST(CliTest, FrAnalyzeReadsPyTorchsPickleDumps) {
+  const std::string dir = std::string(DDPKIT_TESTDATA_DIR) + "/torch_fr/torch-2.15/size/pickle";
+  Result r = RunDdpkit("fr analyze " + dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out,
+                                "3 of 3 rank(s) left a dump (PyTorch dump version 2.10 "
+                                "(PyTorch 2.9-2.15))"))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "diagnosis: ranks disagree at seq 5 (size mismatch)"))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "  issued at (rank 1):\n    all_reduce at ")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out,
+                                "collectives compared (as PyTorch's analyser): 10: 9 fully "
+                                "matched, 1 size mismatch"))
+      << r.out;
+  r = RunDdpkit("fr analyze " + dir + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["collectives"].size(), 10u);
+  EXPECT_EQ(j["collectives"][4]["verdict"], "size_mismatch");
+  EXPECT_EQ(j["findings"][0]["verdict"], "size_mismatch");
+}
+
 // A join without Join fails; its dumps say which rank never issued what.
 TEST(CliTest, FrAnalyzeNamesTheRankThatLeft) {
   Result r = RunDdpkit("join --inputs 3,1 --batch-size 4 --model mlp:6,8,3 --no-join");

@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/jobs/fr/dump.h"
 #include "tools/jobs/fr/torch_dump.h"
+#include "tools/jobs/fr/torch_match.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -86,30 +87,41 @@ absl::StatusOr<Dump> ReadDump(const std::string& path) {
   return dump;
 }
 
-// Every dump in a folder: ddpkit's, or PyTorch's JSON form (one file per rank, the rank ending
-// its name), never both.
+// Every dump in a folder: ddpkit's, or PyTorch's (either form, one file per rank, the rank
+// ending its name), never both.
 struct AllDumps {
-  std::string source;  // "ddpkit", "PyTorch 2.10"
+  std::string source;  // "ddpkit", "PyTorch dump version 2.10"
   int world_size = 0;
   std::set<int> ranks;                                // the ranks that left a dump
   std::map<std::string, std::map<int, Dump>> groups;  // process group -> rank -> its dump
+  // PyTorch's dumps: each rank's dump version, and the groups' members pg_config names.
+  std::map<int, std::string> versions;
+  std::map<std::string, std::set<int>> group_ranks;
 };
 
 absl::Status AddTorchDump(const std::string& path, int rank, AllDumps& all) {
   DDPKIT_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
-  if (LooksLikePickle(text)) {
-    // Converted beside itself (FILE.json, as TorchPickleRefusal says): that copy is read instead.
-    if (std::filesystem::exists(path + ".json")) return absl::OkStatus();
-    return absl::InvalidArgumentError(TorchPickleRefusal(path));
-  }
   DDPKIT_ASSIGN_OR_RETURN(TorchDump dump, ParseTorchDump(text, rank, path));
   if (!all.ranks.insert(rank).second) {
     return absl::InvalidArgumentError(StrCat(path, ": a second dump of rank ", rank));
   }
-  all.source = StrCat("PyTorch ", dump.version);
+  all.versions[rank] = dump.version;
   all.world_size = std::max(all.world_size, dump.world_size);
   for (auto& [group, d] : dump.groups) all.groups[group][rank] = std::move(d);
+  for (auto& [group, ranks] : dump.group_ranks)
+    all.group_ranks[group].insert(ranks.begin(), ranks.end());
   return absl::OkStatus();
+}
+
+// "PyTorch dump version 2.10 (PyTorch 2.9-2.15)", or the versions when ranks disagree.
+std::string TorchSource(const std::map<int, std::string>& versions) {
+  std::set<std::string> distinct;
+  for (const auto& [rank, v] : versions) distinct.insert(v);
+  if (distinct.size() > 1) return StrCat("PyTorch dump versions ", absl::StrJoin(distinct, ", "));
+  const std::string& v = *distinct.begin();
+  const std::string_view releases = TorchReleasesOf(v);
+  return StrCat("PyTorch dump version ", v,
+                releases.empty() ? "" : StrCat(" (PyTorch ", releases, ")"));
 }
 
 absl::StatusOr<AllDumps> ReadDumps(const std::string& dir) {
@@ -138,15 +150,16 @@ absl::StatusOr<AllDumps> ReadDumps(const std::string& dir) {
     return absl::NotFoundError(StrCat(
         "no flight-recorder dump in '", dir,
         "': ddpkit's ranks write ddpkit_fr.rank<r>.json when a collective fails, into "
-        "DDPKIT_FR_DUMP_DIR (default ./ddpkit_fr); PyTorch's JSON dumps are read as files whose "
-        "names end with the rank (fr_rank_<r>.json)"));
+        "DDPKIT_FR_DUMP_DIR (default ./ddpkit_fr); PyTorch's dumps, JSON or pickle, are read as "
+        "files whose names end with the rank (fr_rank_<r>.json, nccl_trace_rank_<r>)"));
   }
-  if (ddpkit) all.source = "ddpkit";
+  all.source = ddpkit ? "ddpkit" : TorchSource(all.versions);
   return all;
 }
 
 std::string Describe(const FrEntry& e) {
-  std::string out = absl::StrFormat("%s %s[%d] seq %d", e.op(), e.dtype(), e.count(), e.seq());
+  const std::string size = e.shape().empty() ? std::to_string(e.count()) : e.shape();
+  std::string out = absl::StrFormat("%s %s[%s] seq %d", e.op(), e.dtype(), size, e.seq());
   if (e.purpose() == "bucket") {
     absl::StrAppendFormat(&out, " (bucket %d)", e.bucket());
   } else if (e.purpose() != "untagged") {
@@ -161,28 +174,12 @@ std::string RankList(const std::vector<int>& ranks) {
   return StrCat(ranks.size() > 1 ? "ranks " : "rank ", absl::StrJoin(ranks, ", "));
 }
 
-// How two ranks' calls as `seq` differ, or nullopt when they agree.
+// How two ranks' calls as `seq` differ (ddpkit's dumps), or nullopt when they agree.
 std::optional<std::string> Difference(const Dump& a, const Dump& b, int64_t seq) {
-  if (a.calls.count(seq) && b.calls.count(seq)) {
-    const std::optional<std::string_view> what =
-        comm::CallDifference(a.calls.at(seq), b.calls.at(seq));
-    if (!what) return std::nullopt;
-    return std::string(*what);
-  }
-  const TorchCall& x = a.torch_calls.at(seq);
-  const TorchCall& y = b.torch_calls.at(seq);
-  const std::pair<const char*, std::pair<const std::string*, const std::string*>> fields[] = {
-      {"op", {&x.op, &y.op}},
-      {"input sizes", {&x.input_sizes, &y.input_sizes}},
-      {"input dtypes", {&x.input_dtypes, &y.input_dtypes}},
-      {"output sizes", {&x.output_sizes, &y.output_sizes}},
-      {"output dtypes", {&x.output_dtypes, &y.output_dtypes}}};
-  for (const auto& [name, values] : fields) {
-    if (*values.first != *values.second) {
-      return StrCat(name, " ", *values.first, " vs ", *values.second);
-    }
-  }
-  return std::nullopt;
+  const std::optional<std::string_view> what =
+      comm::CallDifference(a.calls.at(seq), b.calls.at(seq));
+  if (!what) return std::nullopt;
+  return std::string(*what);
 }
 
 // Whether a rank was still in `seq` when it dumped. Gloo's PyTorch dumps record no start or
@@ -230,7 +227,12 @@ std::string MissingText(const std::map<int, Dump>& dumps, const std::vector<int>
                         const FrEntry& first, const Wait& wait) {
   std::string text = absl::StrFormat("%s never issued %s", RankList(missing), Describe(first));
   if (!wait.ranks.empty()) text += "; " + WaitText(wait);
-  const Dump& gone = dumps.at(missing[0]);
+  auto it = dumps.find(missing[0]);
+  if (it == dumps.end()) {
+    absl::StrAppendFormat(&text, " (rank %d recorded no call in this process group)", missing[0]);
+    return text;
+  }
+  const Dump& gone = it->second;
   if (!gone.entries.empty()) {
     absl::StrAppendFormat(&text, " (rank %d's last was %s", missing[0],
                           Describe(gone.entries.rbegin()->second));
@@ -282,6 +284,86 @@ std::optional<FrFinding> FirstDisagreement(const std::map<int, Dump>& dumps) {
     return f;
   }
   return std::nullopt;
+}
+
+// The first collective of a PyTorch job's process group that is not fully matched (nor
+// undecided, which a rank without a dump explains), as a finding.
+std::optional<FrFinding> FirstDivergent(const std::map<int, Dump>& dumps,
+                                        const std::vector<FrCollective>& collectives) {
+  for (const FrCollective& c : collectives) {
+    if (c.verdict() == "fully_matched" || c.verdict() == "undecided") continue;
+    FrFinding f;
+    f.set_seq(c.seq());
+    f.set_verdict(c.verdict());
+    f.set_process_group(c.process_group());
+    const Wait wait = Waiting(dumps, c.seq());
+    SetWait(wait, f);
+    const Dump& reference = dumps.at(c.reference_rank());
+    const FrEntry& first = reference.entries.at(c.seq());
+    if (c.verdict() == "missing") {
+      f.set_kind("missing");
+      const std::vector<int> missing(c.missing_ranks().begin(), c.missing_ranks().end());
+      for (int r : missing) f.add_ranks(r);
+      f.set_text(MissingText(dumps, missing, first, wait));
+      for (const std::string& frame : reference.torch_calls.at(c.seq()).front().frames) {
+        f.add_stack(frame);  // where the ranks that issued it are
+      }
+      return f;
+    }
+    const FrMismatch& m = c.mismatches(0);
+    f.set_kind("mismatch");
+    f.add_ranks(c.reference_rank());
+    for (const FrMismatch& other : c.mismatches()) {
+      if (other.rank() != c.reference_rank()) f.add_ranks(other.rank());
+    }
+    const Dump& culprit = dumps.at(m.rank());
+    f.set_text(
+        absl::StrFormat("ranks disagree at seq %d (%s): rank %d issued %s but rank %d "
+                        "issued %s (%s)",
+                        c.seq(), VerdictWords(c.verdict()), c.reference_rank(), Describe(first),
+                        m.rank(), Describe(culprit.entries.at(c.seq())), m.detail()));
+    for (const std::string& frame : culprit.torch_calls.at(c.seq()).front().frames) {
+      f.add_stack(frame);
+    }
+    return f;
+  }
+  return std::nullopt;
+}
+
+// "the ranks' dumps have different dump versions: 2.10 (ranks 0, 1), 2.9 (rank 2)".
+std::optional<FrFinding> VersionsDisagree(const std::map<int, std::string>& versions) {
+  std::map<std::string, std::vector<int>> ranks;
+  for (const auto& [rank, v] : versions) ranks[v].push_back(rank);
+  if (ranks.size() < 2) return std::nullopt;
+  FrFinding f;
+  f.set_kind("versions");
+  std::vector<std::string> parts;
+  for (const auto& [v, rs] : ranks) {
+    parts.push_back(StrCat(v, " (", RankList(rs), ")"));
+    for (int r : rs) f.add_ranks(r);
+  }
+  f.set_text(StrCat("the ranks' dumps have different dump versions: ", absl::StrJoin(parts, ", "),
+                    ": the ranks ran different PyTorch releases (PyTorch's analyser refuses such "
+                    "a set; ddpkit compares what the versions share)"));
+  return f;
+}
+
+// PyTorch's dumps: every group's collectives compared, and the first divergent one of each.
+void AnalyzeTorch(const AllDumps& all, int world, FlightRecorderAnalysis& analysis) {
+  for (const auto& [rank, v] : all.versions) (*analysis.mutable_dump_versions())[rank] = v;
+  if (std::optional<FrFinding> f = VersionsDisagree(all.versions)) *analysis.add_findings() = *f;
+  for (const auto& [group, dumps] : all.groups) {
+    const GroupDumps g{.name = group,
+                       .dumps = &dumps,
+                       .expected = ExpectedRanks(group, dumps, all.group_ranks, world),
+                       .dumped = all.ranks,
+                       .version = all.versions.begin()->second};
+    const std::vector<FrCollective> collectives = CompareCollectives(g);
+    for (const FrCollective& c : collectives) *analysis.add_collectives() = c;
+    if (std::optional<FrFinding> first = FirstDivergent(dumps, collectives)) {
+      *analysis.add_findings() = *first;
+    }
+  }
 }
 
 // A rank's entries in every process group, in the order it issued them.
@@ -342,6 +424,17 @@ FrFinding NoDump(int rank, const std::map<int, Dump>& dumps) {
   return f;
 }
 
+// The diagnosis when no dump holds a collective.
+std::string NothingRecorded(const AllDumps& all) {
+  std::string text = "the dumps hold no collective";
+  if (all.source != "ddpkit") {
+    text +=
+        ": PyTorch before 2.8 records only NCCL's collectives (gloo's from 2.8 on), and only "
+        "while TORCH_NCCL_TRACE_BUFFER_SIZE (2.8 on: TORCH_FR_BUFFER_SIZE) is above 0";
+  }
+  return text;
+}
+
 }  // namespace
 
 absl::StatusOr<FlightRecorderAnalysis> AnalyzeFlightRecorders(const std::string& dir,
@@ -352,14 +445,22 @@ absl::StatusOr<FlightRecorderAnalysis> AnalyzeFlightRecorders(const std::string&
   analysis.set_source(all.source);
   const int world = std::max(all.world_size, *all.ranks.rbegin() + 1);
   analysis.set_world_size(world);
-  for (const auto& [group, dumps] : all.groups) {
-    if (std::optional<FrFinding> first = FirstDisagreement(dumps))
-      *analysis.add_findings() = *first;
+  if (all.source == "ddpkit") {
+    for (const auto& [group, dumps] : all.groups) {
+      if (std::optional<FrFinding> first = FirstDisagreement(dumps))
+        *analysis.add_findings() = *first;
+    }
+  } else {
+    AnalyzeTorch(all, world, analysis);
   }
+  static const std::map<int, Dump> kNone;
   const std::map<int, Dump>& widest =
-      std::max_element(all.groups.begin(), all.groups.end(), [](const auto& a, const auto& b) {
-        return a.second.size() < b.second.size();
-      })->second;
+      all.groups.empty() ? kNone
+                         : std::max_element(all.groups.begin(), all.groups.end(),
+                                            [](const auto& a, const auto& b) {
+                                              return a.second.size() < b.second.size();
+                                            })
+                               ->second;
   for (int r = 0; r < world; ++r) {
     if (all.ranks.count(r)) {
       *analysis.add_ranks() = SummaryOf(all, r, last_entries);
@@ -371,9 +472,13 @@ absl::StatusOr<FlightRecorderAnalysis> AnalyzeFlightRecorders(const std::string&
       *analysis.add_findings() = NoDump(r, widest);
     }
   }
-  analysis.set_diagnosis(analysis.findings().empty()
+  analysis.set_diagnosis(!analysis.findings().empty() ? analysis.findings(0).text()
+                         : all.groups.empty()         ? NothingRecorded(all)
+                         : all.source == "ddpkit"
                              ? "every rank issued the same collectives, and each completed"
-                             : analysis.findings(0).text());
+                             : StrCat("every collective fully matched across the ranks (",
+                                      analysis.collectives_size(),
+                                      " compared): no rank missed or changed a call"));
   return analysis;
 }
 

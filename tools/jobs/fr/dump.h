@@ -6,16 +6,22 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "comm/types.h"
 #include "tools/jobs/fr/fr_report.pb.h"
 
 namespace ddpkit::jobs {
 
-// What a PyTorch entry says about its call: ranks that issued the same collective agree on all.
+// What a PyTorch entry says about its call: what PyTorch's analyser compares across ranks.
 struct TorchCall {
-  std::string op;  // profiling_name: "gloo:all_reduce", "nccl:all_reduce", ...
-  std::string input_sizes, input_dtypes, output_sizes, output_dtypes;  // as JSON text
+  std::string op;    // profiling_name: "gloo:all_reduce", "nccl:all_reduce", ...
+  std::string type;  // the op's name without its library: "all_reduce"
+  std::vector<std::vector<int64_t>> input_sizes, output_sizes;
+  std::vector<std::string> input_dtypes, output_dtypes;
+  bool has_dtypes = false;          // dump version 1.x records no dtypes
+  std::string state;                // as recorded: scheduled, started or completed
+  std::vector<std::string> frames;  // "all_reduce at file.py:12", innermost first
 };
 
 struct Dump {
@@ -24,7 +30,9 @@ struct Dump {
   std::string reason;
   std::map<int64_t, FrEntry> entries;
   std::map<int64_t, comm::CollectiveFingerprint> calls;  // ddpkit's dumps: the entries' calls
-  std::map<int64_t, TorchCall> torch_calls;              // PyTorch's dumps
+  // PyTorch's dumps: the calls recorded under each sequence number, in order (more than one
+  // for a coalesced group, which shares its number).
+  std::map<int64_t, std::vector<TorchCall>> torch_calls;
 };
 
 }  // namespace ddpkit::jobs

@@ -5,9 +5,11 @@
 #include <cstdint>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "autograd/error.h"
 #include "nlohmann/json.hpp"
+#include "tools/jobs/fr/pickle_reader.h"
 
 namespace ddpkit::jobs {
 namespace {
@@ -28,100 +30,212 @@ int64_t Int(const json& v) {
   return v.get<int64_t>();
 }
 
-// Elements of one tensor's sizes, [] being a scalar; refuses negative or overflowing sizes.
-int64_t Numel(const json& sizes) {
-  int64_t n = 1;
-  for (const json& d : sizes) {
-    const int64_t dim = Int(d);
-    if (dim < 0 || __builtin_mul_overflow(n, dim, &n)) throw Malformed{"a tensor size is invalid"};
+std::string Text(const json& v, std::string_view what) {
+  if (!v.is_string()) throw Malformed{StrCat(what, " is not text: ", v.dump())};
+  return v.get<std::string>();
+}
+
+const json& Field(const json& e, const char* name) {
+  if (!e.contains(name)) throw Malformed{StrCat("an entry without '", name, "'")};
+  return e[name];
+}
+
+// Each tensor's sizes; refuses negative or overflowing ones.
+std::vector<std::vector<int64_t>> Sizes(const json& v) {
+  if (!v.is_array()) throw Malformed{"sizes not a list"};
+  std::vector<std::vector<int64_t>> out;
+  for (const json& tensor : v) {
+    if (!tensor.is_array()) throw Malformed{"a tensor's sizes not a list"};
+    int64_t numel = 1;
+    std::vector<int64_t>& dims = out.emplace_back();
+    for (const json& d : tensor) {
+      const int64_t dim = Int(d);
+      if (dim < 0 || __builtin_mul_overflow(numel, dim, &numel)) {
+        throw Malformed{"a tensor size is invalid"};
+      }
+      dims.push_back(dim);
+    }
   }
+  return out;
+}
+
+std::vector<std::string> Dtypes(const json& v) {
+  if (!v.is_array()) throw Malformed{"dtypes not a list"};
+  std::vector<std::string> out;
+  for (const json& d : v) out.push_back(Text(d, "a dtype"));
+  return out;
+}
+
+int64_t Numel(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;  // checked against overflow by Sizes
   return n;
 }
 
-// The first tensor's dtype and element count, from its inputs, else its outputs.
-void SetFirstTensor(const json& e, FrEntry& entry) {
-  for (const char* side : {"input", "output"}) {
-    const json& sizes = e.at(StrCat(side, "_sizes"));
-    const json& dtypes = e.at(StrCat(side, "_dtypes"));
-    if (!sizes.is_array() || !dtypes.is_array()) throw Malformed{"sizes or dtypes not a list"};
-    for (const json& s : sizes) Numel(s);  // every size checked, not only the first
-    if (sizes.empty()) continue;
-    entry.set_count(Numel(sizes.at(0)));
-    entry.set_dtype(dtypes.empty() ? "?" : dtypes.at(0).get<std::string>());
-    return;
-  }
+// "all_reduce" from "nccl:all_reduce", "send" from "nccl:send 0->1" (as PyTorch's analyser).
+std::string TypeOf(const std::string& op) {
+  const size_t colon = op.rfind(':');
+  const std::string name = colon == std::string::npos ? op : op.substr(colon + 1);
+  return name.substr(0, name.find(' '));
 }
 
-std::string GroupOf(const json& e) {
-  if (e.contains("process_group") && e["process_group"].is_array() && !e["process_group"].empty()) {
-    return e["process_group"].at(0).get<std::string>();
+// The stack, innermost first, as "name at file:line" (only the pickle form keeps it).
+std::vector<std::string> FramesOf(const json& e) {
+  std::vector<std::string> out;
+  if (!e.contains("frames") || !e["frames"].is_array()) return out;
+  for (const json& f : e["frames"]) {
+    if (!f.is_object() || !f.contains("name") || !f.contains("filename")) continue;
+    const json line = f.value("line", json());
+    out.push_back(StrCat(f["name"].is_string() ? f["name"].get<std::string>() : "?", " at ",
+                         f["filename"].is_string() ? f["filename"].get<std::string>() : "?", ":",
+                         line.is_number_integer() ? std::to_string(line.get<int64_t>()) : "?"));
+    if (out.size() == 64) break;
   }
-  return std::to_string(Int(e.at("pg_id")));
-}
-
-FrEntry EntryOf(const json& e) {
-  FrEntry entry;
-  entry.set_seq(Int(e.at("collective_seq_id")));
-  entry.set_record_id(e.contains("record_id") ? Int(e["record_id"]) : entry.seq());
-  entry.set_op(e.at("profiling_name").get<std::string>());
-  entry.set_purpose("untagged");
-  entry.set_bucket(-1);
-  entry.set_process_group(GroupOf(e));
-  SetFirstTensor(e, entry);
-  const std::string state = e.at("state").get<std::string>();
-  const json& done = e.value("time_discovered_completed_ns", json());
-  const bool completed = state == "completed" || (done.is_number() && done.get<double>() > 0);
-  entry.set_state(completed ? "completed" : state);
-  if (e.contains("duration_ms") && e["duration_ms"].is_number()) {
-    entry.set_duration_ms(e["duration_ms"].get<double>());
-  }
-  if (e.contains("timeout_ms") && e["timeout_ms"].is_number()) {
-    entry.set_timeout_ms(e["timeout_ms"].get<double>());
-  }
-  return entry;
+  return out;
 }
 
 TorchCall CallOf(const json& e) {
-  return {.op = e.at("profiling_name").get<std::string>(),
-          .input_sizes = e.at("input_sizes").dump(),
-          .input_dtypes = e.at("input_dtypes").dump(),
-          .output_sizes = e.at("output_sizes").dump(),
-          .output_dtypes = e.at("output_dtypes").dump()};
+  TorchCall call;
+  call.op = Text(Field(e, "profiling_name"), "profiling_name");
+  call.type = TypeOf(call.op);
+  call.input_sizes = Sizes(Field(e, "input_sizes"));
+  call.output_sizes = Sizes(Field(e, "output_sizes"));
+  call.has_dtypes = e.contains("input_dtypes") || e.contains("output_dtypes");
+  if (call.has_dtypes) {
+    call.input_dtypes = Dtypes(Field(e, "input_dtypes"));
+    call.output_dtypes = Dtypes(Field(e, "output_dtypes"));
+  }
+  call.state = Text(Field(e, "state"), "state");
+  call.frames = FramesOf(e);
+  return call;
 }
 
-// The size of the largest process group in pg_config, whose "ranks" are text: "[0, 1, 2]".
-int WorldSizeOf(const json& pg_config, int rank) {
-  int world = rank + 1;
-  for (const auto& [name, pg] : pg_config.items()) {
-    if (!pg.is_object() || !pg.contains("ranks") || !pg["ranks"].is_string()) continue;
-    const std::string ranks = pg["ranks"].get<std::string>();
+// The process group's name: process_group's first item (2.x), else pg_id (1.x).
+std::string GroupOf(const json& e) {
+  if (e.contains("process_group") && e["process_group"].is_array() && !e["process_group"].empty()) {
+    return Text(e["process_group"].at(0), "process_group");
+  }
+  return std::to_string(Int(Field(e, "pg_id")));
+}
+
+double Number(const json& e, const char* name) {
+  return e.contains(name) && e[name].is_number() ? e[name].get<double>() : 0;
+}
+
+FrEntry EntryOf(const json& e, const TorchCall& call) {
+  FrEntry entry;
+  entry.set_seq(Int(e.contains("collective_seq_id") ? e["collective_seq_id"] : Field(e, "seq_id")));
+  entry.set_record_id(e.contains("record_id") ? Int(e["record_id"]) : entry.seq());
+  entry.set_op(call.op);
+  entry.set_purpose("untagged");
+  entry.set_bucket(-1);
+  entry.set_process_group(GroupOf(e));
+  const bool inputs = !call.input_sizes.empty();
+  const auto& sizes = inputs ? call.input_sizes : call.output_sizes;
+  const auto& dtypes = inputs ? call.input_dtypes : call.output_dtypes;
+  if (!sizes.empty()) {
+    entry.set_count(Numel(sizes[0]));
+    entry.set_shape(absl::StrJoin(sizes[0], ", "));
+    entry.set_dtype(dtypes.empty() ? "?" : dtypes[0]);
+  }
+  // Older dumps leave state "scheduled" or "started" once the watchdog saw it complete.
+  const bool completed = call.state == "completed" || Number(e, "time_discovered_completed_ns") > 0;
+  entry.set_state(completed ? "completed" : call.state);
+  entry.set_duration_ms(Number(e, "duration_ms"));
+  entry.set_timeout_ms(Number(e, "timeout_ms"));
+  return entry;
+}
+
+// Point-to-point: flagged in 2.x, named send/recv in 1.x.
+bool IsP2p(const json& e, const TorchCall& call) {
+  if (e.contains("is_p2p") && e["is_p2p"].is_boolean()) return e["is_p2p"].get<bool>();
+  return call.type == "send" || call.type == "recv";
+}
+
+// A group's ranks: a list (1.x), or text "[0, 1, 2]" (2.x).
+std::set<int> RanksOf(const json& v) {
+  std::set<int> ranks;
+  auto add = [&](int64_t r) {
+    if (r >= 0 && r < (1 << 20)) ranks.insert(static_cast<int>(r));
+  };
+  if (v.is_array()) {
+    for (const json& r : v) {
+      if (r.is_number_integer()) add(r.get<int64_t>());
+    }
+  } else if (v.is_string()) {
     for (absl::string_view token :
-         absl::StrSplit(ranks, absl::ByAnyChar("[], "), absl::SkipEmpty())) {
+         absl::StrSplit(v.get<std::string>(), absl::ByAnyChar("[], "), absl::SkipEmpty())) {
       int r = 0;
-      if (absl::SimpleAtoi(token, &r) && r >= 0 && r < (1 << 20)) world = std::max(world, r + 1);
+      if (absl::SimpleAtoi(token, &r)) add(r);
     }
   }
-  return world;
+  return ranks;
 }
 
-absl::StatusOr<TorchDump> FromJson(const json& j, int rank) {
-  TorchDump dump;
-  dump.version = j.at("version").get<std::string>();
-  if (dump.version.rfind("2.", 0) != 0) {
-    return absl::InvalidArgumentError(
-        StrCat("version ", dump.version, " is not one ddpkit reads (2.x)"));
+// pg_config: {pg_id: [ranks]} (1.x) or {name: {"name", "desc", "ranks": "[0, 1]"}} (2.x).
+void ReadGroups(const json& pg_config, TorchDump& dump, int rank) {
+  dump.world_size = rank + 1;
+  if (!pg_config.is_object()) throw Malformed{"pg_config is not a dictionary"};
+  for (const auto& [key, pg] : pg_config.items()) {
+    const json& ranks = pg.is_object() ? pg.value("ranks", json()) : pg;
+    std::string name = key;
+    if (pg.is_object() && pg.contains("name") && pg["name"].is_string()) {
+      name = pg["name"].get<std::string>();
+    }
+    const std::set<int> members = RanksOf(ranks);
+    if (members.empty()) continue;
+    dump.group_ranks[name] = members;
+    dump.world_size = std::max(dump.world_size, *members.rbegin() + 1);
   }
-  dump.world_size = WorldSizeOf(j.at("pg_config"), rank);
-  for (const json& e : j.at("entries")) {
-    if (e.value("is_p2p", false)) continue;
-    FrEntry entry = EntryOf(e);
+}
+
+// "2.10" -> ok when its major version is one ddpkit reads.
+void CheckVersion(const std::string& version) {
+  const std::vector<std::string> parts = absl::StrSplit(version, '.');
+  int major = 0, minor = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &major) ||
+      !absl::SimpleAtoi(parts[1], &minor)) {
+    throw Malformed{StrCat("version '", version, "' is not MAJOR.MINOR")};
+  }
+  if (major < 1 || major > 2) {
+    throw Malformed{StrCat("dump version ", version,
+                           " is not one ddpkit reads (1.x and 2.x: PyTorch 2.3 to 2.15)")};
+  }
+}
+
+TorchDump FromJson(const json& j, int rank) {
+  TorchDump dump;
+  dump.version = Text(j.at("version"), "version");
+  CheckVersion(dump.version);
+  ReadGroups(j.value("pg_config", json::object()), dump, rank);
+  const json entries = j.value("entries", json::array());  // 2.5's JSON leaves it out when empty
+  if (!entries.is_array()) throw Malformed{"entries is not a list"};
+  for (const json& e : entries) {
+    if (!e.is_object()) throw Malformed{"an entry is not a dictionary"};
+    TorchCall call = CallOf(e);
+    if (IsP2p(e, call)) continue;
+    FrEntry entry = EntryOf(e, call);
     Dump& group = dump.groups[entry.process_group()];
     group.rank = rank;
     group.world_size = dump.world_size;
-    group.torch_calls[entry.seq()] = CallOf(e);
-    group.entries[entry.seq()] = std::move(entry);
+    group.torch_calls[entry.seq()].push_back(std::move(call));
+    group.entries.emplace(entry.seq(), std::move(entry));  // a coalesced group: its first
   }
   return dump;
+}
+
+absl::StatusOr<json> Parse(std::string_view text, std::string_view path) {
+  if (LooksLikePickle(text)) {
+    absl::StatusOr<json> j = ReadTorchPickle(text);
+    if (!j.ok()) return absl::InvalidArgumentError(StrCat(path, ": ", j.status().message()));
+    return j;
+  }
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return absl::InvalidArgumentError(StrCat(
+        path, ": not a flight-recorder dump (neither ddpkit's nor PyTorch's JSON or pickle form)"));
+  }
+  return j;
 }
 
 }  // namespace
@@ -148,31 +262,27 @@ bool LooksLikePickle(std::string_view text) {
          static_cast<unsigned char>(text[1]) <= 5;
 }
 
-std::string TorchPickleRefusal(std::string_view path) {
-  return StrCat(path,
-                ": PyTorch's pickle dump form, which ddpkit does not read; write the JSON form "
-                "(torch._C._distributed_c10d._dump_fr_trace_json()) or convert this file: "
-                "python3 -c \"import json,pickle,sys; json.dump(pickle.load(open(sys.argv[1],"
-                "'rb')), open(sys.argv[1]+'.json','w'))\" ",
-                path, ", which writes ", path, ".json: ddpkit reads that in the pickle's place");
-}
-
 absl::StatusOr<TorchDump> ParseTorchDump(std::string_view text, int rank, std::string_view path) {
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("entries") || !j.contains("version") ||
-      !j.contains("pg_config")) {
-    return absl::InvalidArgumentError(
-        StrCat(path, ": not a flight-recorder dump (neither ddpkit's nor PyTorch's JSON form)"));
+  DDPKIT_ASSIGN_OR_RETURN(const json j, Parse(text, path));
+  if (!j.is_object() || !j.contains("version") ||
+      !(j.contains("entries") || j.contains("pg_config"))) {
+    return absl::InvalidArgumentError(StrCat(
+        path, ": not a flight-recorder dump (neither ddpkit's nor PyTorch's JSON or pickle form)"));
   }
   try {
-    absl::StatusOr<TorchDump> dump = FromJson(j, rank);
-    if (!dump.ok()) return absl::InvalidArgumentError(StrCat(path, ": ", dump.status().message()));
-    return dump;
+    return FromJson(j, rank);
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(StrCat(path, ": malformed PyTorch dump: ", e.what()));
   } catch (const Malformed& e) {
     return absl::InvalidArgumentError(StrCat(path, ": malformed PyTorch dump: ", e.what));
   }
+}
+
+std::string_view TorchReleasesOf(std::string_view version) {
+  static const std::map<std::string_view, std::string_view> kReleases = {
+      {"1.4", "2.3"}, {"2.1", "2.4"}, {"2.4", "2.5-2.6"}, {"2.9", "2.8"}, {"2.10", "2.9-2.15"}};
+  auto it = kReleases.find(version);
+  return it == kReleases.end() ? std::string_view() : it->second;
 }
 
 }  // namespace ddpkit::jobs

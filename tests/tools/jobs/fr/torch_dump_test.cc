@@ -1,6 +1,6 @@
-// `ddpkit fr analyze` on PyTorch's own flight-recorder dumps: real JSON dumps of two broken gloo
-// jobs made with PyTorch 2.15 (tools/scripts/golden/make_torch_fr_golden.py), its pickle form,
-// and files that are not dumps.
+// `ddpkit fr analyze` on PyTorch's own flight-recorder dumps: the JSON form of two broken gloo
+// jobs made with PyTorch 2.15 (tools/scripts/golden/make_torch_fr_golden.py; every release and
+// form: torch_versions_test.cc), read in detail, and files that are not dumps.
 #include "tools/jobs/fr/torch_dump.h"
 
 #include <unistd.h>
@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tools/jobs/fr/analyze.h"
 
@@ -17,8 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Fixture(const std::string& name) {
-  return std::string(DDPKIT_TESTDATA_DIR) + "/torch_fr/" + name;
+// The JSON dumps of a PyTorch 2.15 job (missing, dtype, ...); the pickle form with FORM.
+std::string Fixture(const std::string& name, const std::string& form = "json") {
+  return absl::StrCat(DDPKIT_TESTDATA_DIR, "/torch_fr/torch-2.15/", name, "/", form);
 }
 
 // A fresh folder holding copies of `files` from the fixture `from`, plus `extra` name -> text.
@@ -29,7 +31,7 @@ std::string FolderWith(const std::string& name, const std::string& from,
       testing::TempDir() + "/ddpkit_torch_fr_" + std::to_string(::getpid()) + "_" + name;
   fs::remove_all(dir);
   fs::create_directories(dir);
-  for (const std::string& f : files) fs::copy_file(Fixture(from + "/" + f), dir + "/" + f);
+  for (const std::string& f : files) fs::copy_file(Fixture(from) + "/" + f, dir + "/" + f);
   for (const auto& [file, text] : extra) std::ofstream(dir + "/" + file) << text;
   return dir;
 }
@@ -37,7 +39,7 @@ std::string FolderWith(const std::string& name, const std::string& from,
 TEST(TorchFrTest, RankThatStoppedIsNamedWithTheCollectiveItNeverIssued) {
   absl::StatusOr<FlightRecorderAnalysis> a = AnalyzeFlightRecorders(Fixture("missing"));
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(a->source(), "PyTorch 2.10");
+  EXPECT_EQ(a->source(), "PyTorch dump version 2.10 (PyTorch 2.9-2.15)");
   EXPECT_EQ(a->world_size(), 3);
   ASSERT_EQ(a->findings_size(), 1);
   const FrFinding& f = a->findings(0);
@@ -58,7 +60,7 @@ TEST(TorchFrTest, RankThatStoppedIsNamedWithTheCollectiveItNeverIssued) {
 }
 
 TEST(TorchFrTest, RankThatIssuedAnotherDtypeIsNamedWithBothCalls) {
-  absl::StatusOr<FlightRecorderAnalysis> a = AnalyzeFlightRecorders(Fixture("mismatch"));
+  absl::StatusOr<FlightRecorderAnalysis> a = AnalyzeFlightRecorders(Fixture("dtype"));
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_GE(a->findings_size(), 1);
   const FrFinding& f = a->findings(0);
@@ -66,9 +68,9 @@ TEST(TorchFrTest, RankThatIssuedAnotherDtypeIsNamedWithBothCalls) {
   EXPECT_EQ(f.seq(), 5);
   EXPECT_EQ(std::vector<int>(f.ranks().begin(), f.ranks().end()), std::vector<int>({0, 1}));
   EXPECT_EQ(a->diagnosis(),
-            "ranks disagree at seq 5: rank 0 issued gloo:all_reduce Float[1234] seq 5 in process "
-            "group 0 but rank 1 issued gloo:all_reduce Int[1234] seq 5 in process group 0 (input "
-            "dtypes [\"Float\"] vs [\"Int\"])");
+            "ranks disagree at seq 5 (dtype mismatch): rank 0 issued gloo:all_reduce Float[1234] "
+            "seq 5 in process group 0 but rank 1 issued gloo:all_reduce Int[1234] seq 5 in "
+            "process group 0 (input dtypes [Float] vs [Int])");
   EXPECT_EQ(a->ranks(1).last_entries_size(), 8);  // the newest 8 of its 10
 }
 
@@ -89,24 +91,25 @@ TEST(TorchFrTest, RankWithoutADumpIsWhereThePeersWaited) {
   fs::remove_all(dir);
 }
 
-TEST(TorchFrTest, PickleFormIsRefusedWithTheConversion) {
-  absl::StatusOr<FlightRecorderAnalysis> a = AnalyzeFlightRecorders(Fixture("pickle"));
-  ASSERT_FALSE(a.ok());
-  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
-  const std::string message(a.status().message());
-  EXPECT_TRUE(absl::StrContains(message, "fr_rank_0: PyTorch's pickle dump form")) << message;
-  EXPECT_TRUE(absl::StrContains(message, "json.dump(pickle.load(")) << message;
-  EXPECT_EQ(message.find('\n'), std::string::npos);
-}
-
-// Once converted beside itself, the pickle is passed over and its FILE.json read.
-TEST(TorchFrTest, ConvertedPickleIsReadInItsPlace) {
-  const std::string dir =
-      FolderWith("converted", "missing", {"fr_rank_0.json", "fr_rank_1.json", "fr_rank_2.json"});
-  fs::copy_file(Fixture("pickle/fr_rank_0"), dir + "/fr_rank_0");
+// One folder may mix the forms: a rank is a rank, whichever form it left.
+TEST(TorchFrTest, FormsMixWithinAFolder) {
+  const std::string dir = FolderWith("mixed", "missing", {"fr_rank_0.json", "fr_rank_1.json"});
+  fs::copy_file(Fixture("missing", "pickle") + "/fr_rank_2", dir + "/fr_rank_2");
   absl::StatusOr<FlightRecorderAnalysis> a = AnalyzeFlightRecorders(dir);
   ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->findings_size(), 1) << a->diagnosis();
   EXPECT_EQ(a->findings(0).kind(), "missing");
+  EXPECT_EQ(a->findings(0).seq(), 7);
+  fs::remove_all(dir);
+}
+
+// The pickle form and its JSON twin of one rank are two dumps of that rank.
+TEST(TorchFrTest, BothFormsOfOneRankAreTwoDumps) {
+  const std::string dir = FolderWith("twins", "missing", {"fr_rank_0.json"});
+  fs::copy_file(Fixture("missing", "pickle") + "/fr_rank_0", dir + "/fr_rank_0");
+  absl::StatusOr<FlightRecorderAnalysis> a = AnalyzeFlightRecorders(dir);
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(absl::StrContains(a.status().message(), "a second dump of rank 0")) << a.status();
   fs::remove_all(dir);
 }
 
@@ -114,7 +117,12 @@ TEST(TorchFrTest, FilesThatAreNotDumpsAreRefusedInOneLine) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"fr_rank_1.json", "{\"traceEvents\": []}"},  // a profiler trace
       {"fr_rank_1.json", "not json"},
-      {"fr_rank_1.json", R"({"version": "1.0", "pg_config": {}, "entries": []})"},
+      {"fr_rank_1.json", R"({"version": "3.0", "pg_config": {}, "entries": []})"},
+      {"fr_rank_1.json", R"({"version": 2.1, "pg_config": {}, "entries": []})"},
+      {"fr_rank_1", std::string("\x80\x02}q\x00.", 6)},  // a pickle, not a dump
+      {"fr_rank_1", std::string("\x80\x02"
+                                "cos\nsystem\nq\x00.",
+                                16)},  // a class: refused
       {"fr_rank_1.json", R"({"version": "2.10", "pg_config": {}, "entries": [{"pg_id": 0}]})"},
       {"fr_rank_1.json",
        R"({"version": "2.10", "pg_config": {}, "entries": [{"collective_seq_id": 1,
@@ -127,7 +135,7 @@ TEST(TorchFrTest, FilesThatAreNotDumpsAreRefusedInOneLine) {
     ASSERT_FALSE(a.ok()) << file.second;
     EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
     const std::string message(a.status().message());
-    EXPECT_TRUE(absl::StrContains(message, "fr_rank_1.json: ")) << message;
+    EXPECT_TRUE(absl::StrContains(message, file.first + ": ")) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     fs::remove_all(dir);
   }
@@ -140,7 +148,7 @@ TEST(TorchFrTest, OneJobAtATime) {
   fs::remove_all(dir);
   const std::string twice =
       FolderWith("twice", "missing", {"fr_rank_0.json"}, {{"other_rank_0", "{}"}});
-  fs::copy_file(Fixture("missing/fr_rank_0.json"), twice + "/other_rank_0",
+  fs::copy_file(Fixture("missing") + "/fr_rank_0.json", twice + "/other_rank_0",
                 fs::copy_options::overwrite_existing);
   absl::StatusOr<FlightRecorderAnalysis> a = AnalyzeFlightRecorders(twice);
   ASSERT_FALSE(a.ok());
