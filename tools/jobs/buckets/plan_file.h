@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tools/jobs/buckets/compiled_record.h"
 
 namespace ddpkit::jobs {
 
@@ -69,6 +70,7 @@ struct PlanFile {
   std::vector<PlanTensor> buffers;
   std::vector<PlanAlias> aliases;
   std::optional<PyTorchDdpLog> ddp;
+  std::optional<CompiledDdpRecord> compiled;  // the "compiled" section (torch.compile), if any
 
   // Positions in `parameters` of the ones DDP reduces (requires_grad), in order: DDP's
   // parameter i is parameters[DdpParameters()[i]].
