@@ -1,9 +1,11 @@
 // Any bytes given to the plan-file reader: a file or an InvalidArgument naming the source,
 // never a crash or an exception; what it accepts is consistent: each tensor's numel and bytes are
-// its shape's, and every DDP index it kept lies among the parameters that require a gradient.
+// its shape's, every DDP index it kept lies among the parameters that require a gradient, and a
+// compiled section it kept is consistent.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 
 #include "tools/jobs/buckets/plan_file.h"
 
@@ -14,6 +16,40 @@ bool InRange(const std::vector<int64_t>& indices, size_t n) {
     if (i < 0 || static_cast<size_t>(i) >= n) return false;
   }
   return true;
+}
+
+// The compiled section the reader kept: parameters among the file's, each user after its node,
+// the split a partition of the nodes (so DdpOptimizerSplit may index freely).
+bool CompiledSectionIsConsistent(const ddpkit::jobs::PlanFile& file) {
+  const ddpkit::jobs::CompiledDdpRecord& record = *file.compiled;
+  const size_t n = record.nodes.size(), p = file.parameters.size();
+  auto params_ok = [p](const std::vector<size_t>& v) {
+    for (size_t i : v) {
+      if (i >= p) return false;
+    }
+    return true;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const ddpkit::jobs::CompiledNode& node = record.nodes[i];
+    if (!params_ok(node.params) || !params_ok(node.module_params) ||
+        !params_ok(node.other_params)) {
+      return false;
+    }
+    for (size_t u : node.users) {
+      if (u <= i || u >= n) return false;
+    }
+  }
+  std::vector<int> seen(n, 0);
+  for (const ddpkit::jobs::CompiledSubgraph& s : record.split) {
+    if (s.nodes.empty() || !params_ok(s.params)) return false;
+    for (size_t i : s.nodes) {
+      if (i >= n || seen[i]++) return false;
+    }
+  }
+  for (int count : seen) {
+    if (count != 1) return false;
+  }
+  return record.bucket_bytes_cap >= 1 && record.first_bucket_bytes_cap >= 1;
 }
 
 }  // namespace
@@ -34,6 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int64_t extent : t.shape) numel *= extent;  // the reader checked it fits
     if (t.numel != numel || t.nbytes < t.numel || t.nbytes > 16 * t.numel) std::abort();
   }
+  if (file->compiled && !CompiledSectionIsConsistent(*file)) std::abort();
   if (!file->ddp) return 0;
   const size_t n = file->DdpParameters().size();
   const ddpkit::jobs::PyTorchDdpLog& log = *file->ddp;

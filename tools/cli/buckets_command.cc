@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "tools/cli/buckets_compiled.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/ddp_flags.h"
 #include "tools/cli/job_flags.h"
@@ -216,12 +217,16 @@ int RunParams(bool json) {
             : StrCat("--pytorch-version; the file was recorded with PyTorch ",
                      file->torch_version));
   }
+  if (absl::Status compiled = AddCompiledSplit(*file, *plans); !compiled.ok()) {
+    return Fail("buckets", compiled);
+  }
   if (json) {
     PrintJson(*plans);
     return kExitOk;
   }
   PrintModelPlans(*plans);
   PrintPlanFileNotes(*plans);
+  PrintCompiledSplit(*plans);
   return kExitOk;
 }
 

@@ -242,6 +242,10 @@ def write(plan, path):
         if key in ("parameters", "buffers", "aliases") and value:
             rows = ",\n".join("  " + json.dumps(v) for v in value)
             lines.append(f" {json.dumps(key)}: [\n{rows}\n ]{comma}")
+        elif key == "compiled":  # one node, one subgraph per line
+            import compiled_ddp_split
+            rows = "\n".join(compiled_ddp_split.write_lines(value))
+            lines.append(f' "compiled": {{\n{rows}\n }}{comma}')
         elif key == "ddp":
             rows = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in value.items())
             lines.append(f' "ddp": {{\n{rows}\n }}{comma}')
@@ -262,7 +266,12 @@ def main():
     parser.add_argument("--first-bucket-mb", type=float, default=None,
                         help="sets dist._DEFAULT_FIRST_BUCKET_BYTES (default 1 MiB)")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--compiled", choices=("aot_eager", "inductor"),
+                        help="PyTorch 2.x: also record the split torch.compile's DDPOptimizer "
+                             "makes, compiling with this backend (compiled_ddp_split.py)")
     args = parser.parse_args()
+    if args.compiled and (not args.input_shape or not hasattr(torch, "compile")):
+        parser.error("--compiled needs --input-shape and PyTorch 2.x (torch.compile)")
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = build_model(args.model)
@@ -282,6 +291,14 @@ def main():
                                       cap_list, args.first_bucket_mb)
         for entry, p in zip(plan["parameters"], model.parameters()):
             entry["backward_flops"] = round(flops.get(id(p), 0))
+        if args.compiled:
+            import compiled_ddp_split
+            torch.manual_seed(0)
+            fresh = build_model(args.model)
+            plan["compiled"] = compiled_ddp_split.record(
+                fresh, lambda: random_input(fresh, ints(args.input_shape)),
+                lambda out: first_tensor(out).float().square().mean(), args.bucket_cap_mb,
+                args.compiled)
         dist.destroy_process_group()
     write(plan, args.out)
     print(f"wrote {args.out}: {args.model}, {len(plan['parameters'])} parameters"

@@ -240,3 +240,32 @@ class ThreeDtypeToy(nn.Module):
 
 def three_dtype_toy():
     return ThreeDtypeToy()
+
+
+class LayerScaleToy(nn.Module):
+    """Three linears, the first two followed by an in-place LayerScale (timm's LayerScale with
+    inplace=True: x.mul_(gamma)), the first on a reshaped view. In torch.compile's forward graph
+    a mul_ node has no user — later nodes read the tensor it changed through the node before it —
+    and DDPOptimizer counts gamma1 (its mul_ is a method of a view, a call_method node) but never
+    gamma2 (a method of a linear's output, a call_function node). At small caps the bucket
+    holding gamma1's mul_ is full with no output leaving it, so DDPOptimizer grows it past its
+    cap (docs/plan_files.md, "Compiled DDP")."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(32, 512)
+        self.gamma1 = nn.Parameter(torch.full((512,), 0.1))
+        self.fc2 = nn.Linear(512, 512)
+        self.gamma2 = nn.Parameter(torch.full((512,), 0.1))
+        self.head = nn.Linear(512, 8)
+
+    def forward(self, x):
+        h = self.fc1(x).view(-1, 512)
+        h.mul_(self.gamma1)
+        g = self.fc2(h)
+        g.mul_(self.gamma2)
+        return self.head(g)
+
+
+def layer_scale_toy():
+    return LayerScaleToy()

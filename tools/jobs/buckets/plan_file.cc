@@ -261,6 +261,14 @@ absl::StatusOr<PlanFile> ReadRoot(const Field& root) {
   return file;
 }
 
+// The optional "compiled" section (compiled_record.h), naming the file's parameters.
+absl::StatusOr<PlanFile> WithCompiledSection(const Json& section, PlanFile file) {
+  std::vector<std::string> names;
+  for (const PlanTensor& p : file.parameters) names.push_back(p.name);
+  DDPKIT_ASSIGN_OR_RETURN(file.compiled, ReadCompiledRecord(section, names));
+  return file;
+}
+
 }  // namespace
 
 std::vector<size_t> PlanFile::DdpParameters() const {
@@ -285,6 +293,8 @@ absl::StatusOr<PlanFile> ParsePlanFile(std::string_view text, std::string_view s
     return absl::InvalidArgumentError(StrCat(source, ": not valid JSON (", e.what(), ")"));
   }
   absl::StatusOr<PlanFile> file = ReadRoot(Field(root, ""));
+  if (file.ok() && root.contains("compiled"))
+    file = WithCompiledSection(root.at("compiled"), *file);
   if (!file.ok()) {
     return absl::InvalidArgumentError(StrCat(source, ": ", file.status().message()));
   }

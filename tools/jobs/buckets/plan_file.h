@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "reducer/pytorch_version.h"
+#include "tools/jobs/buckets/compiled_record.h"
 
 namespace ddpkit::jobs {
 
@@ -77,6 +78,7 @@ struct PlanFile {
   std::vector<PlanTensor> buffers;
   std::vector<PlanAlias> aliases;
   std::optional<PyTorchDdpLog> ddp;
+  std::optional<CompiledDdpRecord> compiled;  // the "compiled" section (torch.compile), if any
 
   // Positions in `parameters` of the ones DDP reduces (requires_grad), in order: DDP's
   // parameter i is parameters[DdpParameters()[i]].
