@@ -1,6 +1,7 @@
 #include "reducer/comm_hook.h"
 
 #include "autograd/kernels.h"
+#include "comm/widen.h"
 
 namespace ddpkit::reducer {
 namespace {
@@ -20,20 +21,28 @@ struct CompressionState {
   }
 };
 
+// t /= the world size in t's own precision (half precision through float32, as PyTorch's CPU
+// div_): PyTorch's hooks divide, which differs from a multiply by 1/W unless W is a power of 2.
+void DivideByWorld(const Tensor& t, int world) {
+  comm::DivideInPlaceOn(t.device(), t.raw_data(), t.numel(), t.dtype(), world);
+}
+
+// PyTorch's allreduce_hook: divide first (against overflow), then sum.
 CommHook AllreduceHook(comm::ProcessGroup& group) {
   return [&group](GradBucket& bucket) {
-    ScaleInPlace(bucket.buffer(), 1.0 / group.size());
+    DivideByWorld(bucket.buffer(), group.size());
     return comm::Future::FromWork(group.Allreduce(bucket.buffer()), bucket.buffer());
   };
 }
 
+// PyTorch's fp16/bf16_compress_hook: cast, divide in the wire dtype, sum, cast back.
 CommHook CompressHook(comm::ProcessGroup& group, DType wire_dtype) {
   auto state = std::make_shared<CompressionState>();
   return [&group, state, wire_dtype](GradBucket& bucket) {
     const Tensor& buffer = bucket.buffer();
-    ScaleInPlace(buffer, 1.0 / group.size());
     Tensor compressed = state->For(bucket, wire_dtype);
     compressed.CopyFrom(buffer);
+    DivideByWorld(compressed, group.size());
     return comm::Future::FromWork(group.Allreduce(compressed), compressed)
         ->Then([buffer](const Tensor& reduced) {
           buffer.CopyFrom(reduced);  // decompress in place
@@ -43,6 +52,27 @@ CommHook CompressHook(comm::ProcessGroup& group, DType wire_dtype) {
 }
 
 }  // namespace
+
+// PyTorch 2.1's _reducer_allreduce_and_upcast_hook: cast to the reduce dtype, sum, and only then
+// divide, in that dtype — unlike the compress hooks, which divide first, so a float16 sum can
+// overflow here where theirs does not.
+CommHook MixedPrecisionHook(comm::ProcessGroup& group, DType reduce_dtype) {
+  auto state = std::make_shared<CompressionState>();
+  return [&group, state, reduce_dtype](GradBucket& bucket) {
+    const Tensor& buffer = bucket.buffer();
+    Tensor wire = buffer;
+    if (reduce_dtype != buffer.dtype()) {
+      wire = state->For(bucket, reduce_dtype);
+      wire.CopyFrom(buffer);
+    }
+    return comm::Future::FromWork(group.Allreduce(wire), wire)
+        ->Then([buffer, &group](const Tensor& reduced) {
+          DivideByWorld(reduced, group.size());
+          if (!reduced.IsAliasOf(buffer)) buffer.CopyFrom(reduced);  // the upcast
+          return buffer;
+        });
+  };
+}
 
 absl::StatusOr<BuiltinCommHook> ParseBuiltinCommHook(std::string_view name) {
   if (name == "allreduce") return BuiltinCommHook::kAllreduce;

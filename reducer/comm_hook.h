@@ -51,15 +51,22 @@ class GradBucket {
 
 using CommHook = std::function<std::shared_ptr<comm::Future>(GradBucket& bucket)>;
 
-// The built-in hooks.
-//  * allreduce: divide by the world size, allreduce SUM — the same numbers as no hook;
-//  * fp16 / bf16: divide by the world size, compress to float16 / bfloat16, allreduce the
+// The built-in hooks, PyTorch's default_hooks.
+//  * allreduce: divide by the world size, allreduce SUM — the numbers of no hook but for the last
+//    bit (a division where DDP's own copy multiplies by 1/W);
+//  * fp16 / bf16: compress to float16 / bfloat16, divide by the world size there, allreduce the
 //    compressed copy (half the bytes on the wire), decompress into the buffer. The division
-//    comes before the compression so large gradients cannot overflow float16.
+//    comes before the sum so large gradients cannot overflow float16.
 enum class BuiltinCommHook { kAllreduce, kFp16Compress, kBf16Compress };
 
 absl::StatusOr<BuiltinCommHook> ParseBuiltinCommHook(std::string_view name);  // allreduce|fp16|bf16
 std::string_view BuiltinCommHookName(BuiltinCommHook hook);
 CommHook MakeBuiltinCommHook(BuiltinCommHook hook, comm::ProcessGroup& group);
+
+// The hook DDP registers for mixed_precision (ddp_options.h): the bucket cast to `reduce_dtype`,
+// summed, divided by the world size in that dtype, and cast back (PyTorch's
+// _reducer_allreduce_and_upcast_hook).
+CommHook MixedPrecisionHook(comm::ProcessGroup& group, DType reduce_dtype);
+inline constexpr std::string_view kMixedPrecisionHookName = "_reducer_allreduce_and_upcast_hook";
 
 }  // namespace ddpkit::reducer

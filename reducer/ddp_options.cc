@@ -29,6 +29,29 @@ absl::Status CheckAvailable(const DdpOptions& options, DdpRule rule, bool used) 
              " or later, or leave it out"));
 }
 
+absl::Status CheckMixedPrecision(const DdpOptions& options) {
+  if (!options.mixed_precision) return absl::OkStatus();
+  const MixedPrecision& mp = *options.mixed_precision;
+  if (mp.param_dtype != DType::kFloat32 && mp.param_dtype != DType::kFloat64) {
+    return absl::InvalidArgumentError(
+        StrCat("[ddp] mixed_precision: param_dtype ", DTypeName(mp.param_dtype),
+               " needs half-precision forward and backward, which ddpkit's ops do not have; "
+               "keep param_dtype float32 (ddpkit reproduces the reduction in reduce_dtype)"));
+  }
+  if (!IsFloatingPoint(mp.Reduce())) {
+    return absl::InvalidArgumentError(
+        StrCat("[ddp] mixed_precision: reduce_dtype must be a "
+               "floating-point dtype, got ",
+               DTypeName(mp.Reduce())));
+  }
+  if (mp.buffer_dtype) {
+    return absl::InvalidArgumentError(
+        "[ddp] mixed_precision: buffer_dtype is not supported: PyTorch casts every buffer to it, "
+        "integer counters too, and ddpkit's ops keep buffers in their own dtype; leave it unset");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckCaps(const DdpOptions& options) {
   if (options.bucket_cap_mb) {
     DDPKIT_RETURN_IF_ERROR(CheckCap("bucket_cap_mb", "--bucket-cap-mb", *options.bucket_cap_mb));
@@ -67,8 +90,8 @@ absl::Status ValidateDdpOptions(const DdpOptions& options) {
   if (options.pytorch_version < kOldestPyTorch || options.pytorch_version > kNewestPyTorch) {
     return ParsePyTorchVersion(options.pytorch_version.ToString()).status();
   }
-  DDPKIT_RETURN_IF_ERROR(CheckAvailable(options, DdpRule::kPerBucketCaps,
-                                        !options.bucket_cap_mb_list.empty()));
+  DDPKIT_RETURN_IF_ERROR(
+      CheckAvailable(options, DdpRule::kPerBucketCaps, !options.bucket_cap_mb_list.empty()));
   DDPKIT_RETURN_IF_ERROR(CheckAvailable(options, DdpRule::kForwardSyncBuffers,
                                         options.forward_sync_buffers.has_value()));
   DDPKIT_RETURN_IF_ERROR(CheckAvailable(options, DdpRule::kInitSyncOption, !options.init_sync));
@@ -76,6 +99,9 @@ absl::Status ValidateDdpOptions(const DdpOptions& options) {
                                         options.skip_all_reduce_unused_params));
   DDPKIT_RETURN_IF_ERROR(
       CheckAvailable(options, DdpRule::kBatchedGradCopy, options.batched_grad_copy));
+  DDPKIT_RETURN_IF_ERROR(
+      CheckAvailable(options, DdpRule::kMixedPrecision, options.mixed_precision.has_value()));
+  DDPKIT_RETURN_IF_ERROR(CheckMixedPrecision(options));
   return CheckCaps(options);
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "autograd/dtype.h"
 #include "reducer/bucket_assignment.h"
 #include "reducer/pytorch_version.h"
 
@@ -19,6 +20,18 @@ namespace ddpkit::reducer {
 
 inline constexpr double kDefaultBucketCapMb = 25;   // PyTorch's _DEFAULT_BUCKET_CAP_MB
 inline constexpr double kDefaultFirstBucketMb = 1;  // dist._DEFAULT_FIRST_BUCKET_BYTES, in MiB
+
+// PyTorch 2.1's mixed_precision=_MixedPrecision(param_dtype, reduce_dtype, buffer_dtype), as far
+// as ddpkit's ops reach: they compute in float32 and float64 only, so param_dtype must be the
+// parameters' own and buffer_dtype unset (PyTorch would cast every buffer, integer ones too).
+// What is reproduced bit for bit is the reduction: each bucket cast to reduce_dtype, summed,
+// and only then divided by the world size (PyTorch's _reducer_allreduce_and_upcast_hook).
+struct MixedPrecision {
+  DType param_dtype = DType::kFloat32;
+  std::optional<DType> reduce_dtype{};  // unset: param_dtype
+  std::optional<DType> buffer_dtype{};
+  DType Reduce() const { return reduce_dtype.value_or(param_dtype); }
+};
 
 struct DdpOptions {
   PyTorchVersion pytorch_version = kDefaultPyTorch;  // whose DDP rules to follow
@@ -50,7 +63,8 @@ struct DdpOptions {
   // 2.13's batched_grad_copy: a bucket's gradients are copied in once it is complete, then the
   // whole bucket divided by the world size (a true division, not a multiplication by 1/W).
   bool batched_grad_copy = false;
-  std::string module_name = "module";  // for logs
+  std::optional<MixedPrecision> mixed_precision{};  // 2.1; registers its comm hook
+  std::string module_name = "module";               // for logs
 };
 
 // Bucket limits in bytes from a size in MiB, as PyTorch: int(mb * 1024 * 1024).

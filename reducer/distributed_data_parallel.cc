@@ -162,6 +162,14 @@ absl::StatusOr<std::shared_ptr<DistributedDataParallel>> DistributedDataParallel
         "synchronise, train it without DDP",
         {pytorch_phrase::kNoTrainableParameter}));
   }
+  for (const auto& [name, p] : params) {
+    if (options.mixed_precision && p.dtype() != options.mixed_precision->param_dtype) {
+      return absl::InvalidArgumentError(
+          StrCat("[ddp] mixed_precision: parameter '", name, "' is ", DTypeName(p.dtype()),
+                 " but param_dtype is ", DTypeName(options.mixed_precision->param_dtype),
+                 "; ddpkit computes in the parameters' own dtype, so make them agree"));
+    }
+  }
   if (options.init_sync) {  // PyTorch 2.8's init_sync=False: no collective at construction
     DDPKIT_RETURN_IF_ERROR(VerifySameModelOnAllRanks(params, group));
     // Parameters and buffers in one list, as PyTorch's _sync_module_states: a float32 model is
@@ -189,6 +197,10 @@ absl::StatusOr<std::shared_ptr<DistributedDataParallel>> DistributedDataParallel
     return e.ToStatus();
   }
   if (ddp->options_.static_graph) ddp->reducer_->SetStaticGraph();
+  if (const std::optional<MixedPrecision>& mp = ddp->options_.mixed_precision) {
+    ddp->reducer_->RegisterCommHook(MixedPrecisionHook(group, mp->Reduce()),
+                                    std::string(kMixedPrecisionHookName));
+  }
   DdpLoggingData& logging = ddp->reducer_->logging_data();
   logging.set_module_name(ddp->options_.module_name);
   logging.set_broadcast_buffers(SyncsBuffersEachForward(ddp->options_));

@@ -15,7 +15,8 @@ bool ReadNumber(std::string_view text, size_t& pos, int& value) {
          pos - start < 4) {
     value = value * 10 + (text[pos++] - '0');
   }
-  return pos > start && (pos == text.size() || !std::isdigit(static_cast<unsigned char>(text[pos])));
+  return pos > start &&
+         (pos == text.size() || !std::isdigit(static_cast<unsigned char>(text[pos])));
 }
 
 // What may follow MAJOR.MINOR: nothing, ".PATCH...", "+local" or a pre-release ("rc1", "a0").
@@ -31,9 +32,10 @@ absl::StatusOr<PyTorchVersion> ParseAny(std::string_view text) {
   size_t pos = 0;
   if (!ReadNumber(text, pos, v.major) || pos >= text.size() || text[pos++] != '.' ||
       !ReadNumber(text, pos, v.minor) || !ValidTail(text.substr(pos))) {
-    return absl::InvalidArgumentError(StrCat(
-        "'", text, "' is not a PyTorch version; give MAJOR.MINOR, as 2.15 or 1.13 (what "
-        "torch.__version__ prints is accepted too)"));
+    return absl::InvalidArgumentError(
+        StrCat("'", text,
+               "' is not a PyTorch version; give MAJOR.MINOR, as 2.15 or 1.13 (what "
+               "torch.__version__ prints is accepted too)"));
   }
   return v;
 }
@@ -75,19 +77,14 @@ PyTorchVersion SinceVersion(DdpRule rule) {
     case DdpRule::kStaticGraphCountsBackwards:
     case DdpRule::kBuffersFlagCoversInitAndJoin:
     case DdpRule::kMixedPrecision:
-    case DdpRule::kDelayAllReduceNamedParams:
-      return {2, 1};
+    case DdpRule::kDelayAllReduceNamedParams: return {2, 1};
     case DdpRule::kGivenCapCapsFirstBucket:
-    case DdpRule::kNoSyncRecordsUse:
-      return {2, 4};
+    case DdpRule::kNoSyncRecordsUse: return {2, 4};
     case DdpRule::kSkipAllReduceUnusedParams:
-    case DdpRule::kInitSyncOption:
-      return {2, 8};
-    case DdpRule::kPerBucketCaps:
-      return {2, 11};
+    case DdpRule::kInitSyncOption: return {2, 8};
+    case DdpRule::kPerBucketCaps: return {2, 11};
     case DdpRule::kForwardSyncBuffers:
-    case DdpRule::kBatchedGradCopy:
-      return {2, 13};
+    case DdpRule::kBatchedGradCopy: return {2, 13};
   }
   DDPKIT_INTERNAL_CHECK(false, "unknown DdpRule");
   return kNewestPyTorch;
@@ -101,22 +98,14 @@ std::string_view RuleName(DdpRule rule) {
       return "broadcast_buffers=False at construction and in Join's final sync";
     case DdpRule::kGivenCapCapsFirstBucket:
       return "a given bucket_cap_mb caps the first bucket too";
-    case DdpRule::kNoSyncRecordsUse:
-      return "a parameter used under no_sync counts as used";
-    case DdpRule::kSkipAllReduceUnusedParams:
-      return "skip_all_reduce_unused_params";
-    case DdpRule::kInitSyncOption:
-      return "init_sync";
-    case DdpRule::kPerBucketCaps:
-      return "bucket_cap_mb_list";
-    case DdpRule::kForwardSyncBuffers:
-      return "forward_sync_buffers";
-    case DdpRule::kBatchedGradCopy:
-      return "batched_grad_copy";
-    case DdpRule::kMixedPrecision:
-      return "mixed_precision";
-    case DdpRule::kDelayAllReduceNamedParams:
-      return "delay_all_reduce_named_params";
+    case DdpRule::kNoSyncRecordsUse: return "a parameter used under no_sync counts as used";
+    case DdpRule::kSkipAllReduceUnusedParams: return "skip_all_reduce_unused_params";
+    case DdpRule::kInitSyncOption: return "init_sync";
+    case DdpRule::kPerBucketCaps: return "bucket_cap_mb_list";
+    case DdpRule::kForwardSyncBuffers: return "forward_sync_buffers";
+    case DdpRule::kBatchedGradCopy: return "batched_grad_copy";
+    case DdpRule::kMixedPrecision: return "mixed_precision";
+    case DdpRule::kDelayAllReduceNamedParams: return "delay_all_reduce_named_params";
   }
   return "?";
 }

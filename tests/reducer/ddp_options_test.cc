@@ -79,8 +79,7 @@ TEST(BucketCapsTest, From24APassedCapCapsTheFirstBucket) {
   // find_unused_parameters' first iteration: one cap, or [first, cap] while it is smaller.
   EXPECT_THAT(BucketCapsOf({.bucket_cap_mb = 4, .find_unused_parameters = true}).initial,
               ElementsAre(4 * kMiB));
-  EXPECT_THAT(BucketCapsOf({.find_unused_parameters = true}).initial,
-              ElementsAre(kMiB, 25 * kMiB));
+  EXPECT_THAT(BucketCapsOf({.find_unused_parameters = true}).initial, ElementsAre(kMiB, 25 * kMiB));
   EXPECT_THAT(BucketCapsOf({.first_bucket_mb = 30, .find_unused_parameters = true}).initial,
               ElementsAre(25 * kMiB));
   // Static graph never splits the first iteration.
@@ -109,9 +108,9 @@ TEST(ValidateDdpOptionsTest, NamesTheOptionAndItsFlag) {
   EXPECT_THAT(ValidateDdpOptions({.bucket_cap_mb_list = {1, -2}}).message(),
               HasSubstr("bucket_cap_mb_list"));
   EXPECT_TRUE(ValidateDdpOptions({}).ok());
-  EXPECT_TRUE(ValidateDdpOptions({.pytorch_version = {1, 13}, .bucket_cap_mb = 2,
-                                  .first_bucket_mb = 0.5})
-                  .ok());
+  EXPECT_TRUE(
+      ValidateDdpOptions({.pytorch_version = {1, 13}, .bucket_cap_mb = 2, .first_bucket_mb = 0.5})
+          .ok());
 }
 
 TEST(ValidateDdpOptionsTest, RefusesWhatTheChosenPyTorchLacksOrIgnores) {

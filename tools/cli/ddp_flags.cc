@@ -40,6 +40,10 @@ ABSL_FLAG(bool, init_sync, true,
 ABSL_FLAG(bool, skip_all_reduce_unused_params, false,
           "PyTorch 2.8's skip_all_reduce_unused_params: a bucket of parameters this rank left "
           "unused is not allreduced (needs --find-unused-parameters or --static-graph)");
+ABSL_FLAG(std::string, mixed_precision, "",
+          "PyTorch 2.1's mixed_precision with float32 parameters: the gradients reduced in this "
+          "dtype (float16, bfloat16 or float32), summed before they are divided by the world "
+          "size (default: unset)");
 ABSL_FLAG(bool, batched_grad_copy, false,
           "PyTorch 2.13's batched_grad_copy: a bucket's gradients copied in together, then the "
           "bucket divided by the world size once");
@@ -128,6 +132,13 @@ absl::StatusOr<reducer::DdpOptions> DdpOptionsFromFlags(
   options.init_sync = absl::GetFlag(FLAGS_init_sync);
   options.skip_all_reduce_unused_params = absl::GetFlag(FLAGS_skip_all_reduce_unused_params);
   options.batched_grad_copy = absl::GetFlag(FLAGS_batched_grad_copy);
+  if (const std::string reduce = absl::GetFlag(FLAGS_mixed_precision); !reduce.empty()) {
+    absl::StatusOr<DType> dtype = ParseDType(reduce);
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(StrCat("--mixed-precision: ", dtype.status().message()));
+    }
+    options.mixed_precision = reducer::MixedPrecision{.reduce_dtype = *dtype};
+  }
   DDPKIT_RETURN_IF_ERROR(reducer::ValidateDdpOptions(options));
   DDPKIT_RETURN_IF_ERROR(CommHookFromFlags().status());
   DDPKIT_RETURN_IF_ERROR(PowerSgdOptionsFromFlags().status());

@@ -22,6 +22,7 @@ ABSL_DECLARE_FLAG(std::string, forward_sync_buffers);
 ABSL_DECLARE_FLAG(bool, init_sync);
 ABSL_DECLARE_FLAG(bool, skip_all_reduce_unused_params);
 ABSL_DECLARE_FLAG(bool, batched_grad_copy);
+ABSL_DECLARE_FLAG(std::string, mixed_precision);
 ABSL_DECLARE_FLAG(std::string, comm_hook);
 ABSL_DECLARE_FLAG(int32_t, powersgd_rank);
 ABSL_DECLARE_FLAG(int32_t, powersgd_start_iter);
@@ -42,6 +43,7 @@ inline const std::vector<std::string> kDdpFlagNames = {"pytorch_version",
                                                        "init_sync",
                                                        "skip_all_reduce_unused_params",
                                                        "batched_grad_copy",
+                                                       "mixed_precision",
                                                        "comm_hook",
                                                        "powersgd_rank",
                                                        "powersgd_start_iter",

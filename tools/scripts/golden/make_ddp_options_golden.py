@@ -14,6 +14,12 @@ The cases (each skipped where the running PyTorch lacks the option):
   Gradients are exact (loss = sum of p * c, so .grad = c) and only rank 0's are non-zero, so the
   allreduce's sum is exact whatever the order Gloo adds in; the file holds, per iteration and
   parameter, the path seen and a checksum of the averaged gradient's bits.
+- hooks and mixed_precision: the same model under the allreduce and fp16 comm hooks (which divide
+  before the allreduce, the fp16 one in float16) and 2.1's mixed_precision with float32
+  parameters (whose hook sums in reduce_dtype, then divides): at W = 3 with one rank's gradients,
+  and at W = 2 with both ranks' large enough that a float16 sum overflows where a divided one
+  does not. Mixed precision needs torch.Stream and torch.Event, CUDA-only in the wheel: on the
+  CPU they are replaced by no-ops (cpu_streams), which leaves the arithmetic alone.
 - skip: 2.8's skip_all_reduce_unused_params on three Linear(10, 10) layers a, b, c, of which b is
   used as the plan says; each iteration's collectives (op and element count, in issue order: Gloo
   with one thread, read from the profiler), the logged num_buckets_reduced (sampled at the next
@@ -29,6 +35,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import traceback
 import warnings
 
@@ -97,6 +104,10 @@ class Collectives:
         return self
 
     def __exit__(self, *exc):
+        if release() < (2, 0):
+            # 1.13 records Gloo's events from its worker threads, and one can land after the
+            # step has returned: give them a moment before the profiler stops.
+            time.sleep(0.2)
         self.prof.__exit__(*exc)
         events = sorted((e for e in self.prof.events() if e.name.startswith("gloo:")),
                         key=lambda e: e.time_range.start)
@@ -132,18 +143,54 @@ class Exact(torch.nn.Module):
         return sum((p * c).sum() for p, c in zip(self.ps, self.cs)) * scale
 
 
+def cpu_streams():
+    """DDP's mixed precision synchronises through torch.Stream and torch.Event, which this wheel
+    builds for CUDA only; on a CPU host they are no-ops (the arithmetic is untouched)."""
+    class Stream:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def wait_stream(self, other):
+            pass
+
+    class Event:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def record(self, *args, **kwargs):
+            pass
+
+        def wait(self, *args, **kwargs):
+            pass
+
+    torch.Stream, torch.Event = Stream, Event
+    torch.accelerator.current_stream = lambda *args, **kwargs: Stream()
+
+
 def checksum(t):
     """The float32 bit patterns, as unsigned words, summed modulo 2^32."""
     words = t.detach().contiguous().view(torch.int32).to(torch.int64).remainder(1 << 32)
     return int(words.sum()) % (1 << 32)
 
 
-def division_case(kw):
+def division_case(kw, hook=None, scales=None):
+    """`scales`: each rank's loss scale (default: 1 on rank 0, 0 elsewhere, so sums are exact)."""
     def case(rank, world):
         torch.manual_seed(0)
+        if "mixed_precision" in kw:
+            cpu_streams()
         model = Exact()
         ddp = DDP(model, **kw)
+        if hook is not None:
+            ddp.register_comm_hook(None, hook)
         view = kw.get("gradient_as_bucket_view", False)
+        scale = scales[rank] if scales else (1.0 if rank == 0 else 0.0)
         iterations = []
         for _ in range(3):
             for p in model.parameters():
@@ -151,14 +198,15 @@ def division_case(kw):
                     p.grad.zero_()  # in place: .grad stays the bucket view
                 else:
                     p.grad = None
-            ddp(torch.tensor(1.0 if rank == 0 else 0.0)).backward()
+            ddp(torch.tensor(scale)).backward()
             kinds = []
             for p, c in zip(model.ps, model.cs):
                 mul, div = c * (1.0 / world), c / world
                 is_mul, is_div = torch.equal(p.grad, mul), torch.equal(p.grad, div)
                 kinds.append({"path": "both" if is_mul and is_div else "mul" if is_mul
                               else "div" if is_div else "neither",
-                              "checksum": checksum(p.grad)})
+                              "checksum": checksum(p.grad),
+                              "infinite": int(torch.isinf(p.grad).sum())})
             iterations.append(kinds)
         return {"iterations": iterations}
     return case
@@ -266,6 +314,22 @@ def buffers_case(kw):
 
 # ------------------------------------------------------------------------------ the cases
 
+def default_hooks():
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as hooks
+    return hooks
+
+
+def mixed_precision(reduce_dtype):
+    """2.1's option with float32 parameters; None where the running PyTorch has none."""
+    if release() < (2, 1):
+        return None
+    from torch.nn.parallel.distributed import _MixedPrecision
+    return _MixedPrecision(param_dtype=torch.float32, reduce_dtype=reduce_dtype)
+
+
+# Two ranks whose float16 sum passes 65504 where a divided one does not.
+OVERFLOW = {0: 40000.0, 1: 30000.0}
+
 CASES = {
     "division/default": ((1, 13), division_case({})),
     "division/gradient_as_bucket_view": ((1, 13),
@@ -273,6 +337,16 @@ CASES = {
     "division/batched_grad_copy": ((2, 13), division_case({"batched_grad_copy": True})),
     "division/batched_grad_copy+gradient_as_bucket_view": (
         (2, 13), division_case({"batched_grad_copy": True, "gradient_as_bucket_view": True})),
+    "hooks/allreduce": ((1, 13), division_case({}, default_hooks().allreduce_hook)),
+    "hooks/fp16": ((1, 13), division_case({}, default_hooks().fp16_compress_hook)),
+    "hooks/fp16_overflow": ((1, 13), division_case({}, default_hooks().fp16_compress_hook,
+                                                   OVERFLOW)),
+    "mixed_precision/fp16_overflow": ((2, 1), division_case(
+        {"mixed_precision": mixed_precision(torch.float16)}, None, OVERFLOW)),
+    "mixed_precision/bf16": ((2, 1), division_case(
+        {"mixed_precision": mixed_precision(torch.bfloat16)}, None, OVERFLOW)),
+    "mixed_precision/fp32": ((2, 1), division_case(
+        {"mixed_precision": mixed_precision(torch.float32)})),
     "skip/find_unused_b_never": ((2, 8), skip_case(
         {"find_unused_parameters": True, "skip_all_reduce_unused_params": True}, "never")),
     "skip/find_unused_b_never_without_skip": ((1, 13), skip_case(
@@ -289,7 +363,7 @@ CASES = {
                                            buffers_case({"forward_sync_buffers": False})),
     "buffers/init_sync_false": ((2, 8), buffers_case({"init_sync": False})),
 }
-WORLDS = {"division": 3}
+WORLDS = {"division": 3, "hooks/allreduce": 3, "hooks/fp16": 3, "mixed_precision/fp32": 3}
 
 
 def main():
@@ -303,7 +377,7 @@ def main():
     for name, (first, _) in CASES.items():
         if release() < first or (len(sys.argv) > 1 and not name.startswith(tuple(sys.argv[1:]))):
             continue
-        world = WORLDS.get(name.split("/")[0], 2)
+        world = WORLDS.get(name, WORLDS.get(name.split("/")[0], 2))
         by_rank = run(name, world)
         # Rank 1 shows what construction and Join's end brought from rank 0.
         results[name] = {"world_size": world, "rank0": by_rank[0], "rank1": by_rank[1]}
