@@ -62,10 +62,10 @@ void PrintNotes(const jobs::CompiledSplit& split) {
   }
   std::cout << "\nCompiled split agrees with PyTorch: "
             << (!split.compared() ? StrCat("not compared — ", split.not_compared())
-                : split.agrees()
-                    ? StrCat("yes (", split.subgraphs_size(),
-                             " subgraphs: nodes, parameters and bytes, subgraph by subgraph)")
-                    : StrCat("NO (", split.first_difference(), ")"))
+                : split.agrees()  ? StrCat("yes (", split.subgraphs_size(),
+                                          split.subgraphs_size() == 1 ? " subgraph" : " subgraphs",
+                                           ": nodes, parameters and bytes, subgraph by subgraph)")
+                                  : StrCat("NO (", split.first_difference(), ")"))
             << "\n";
 }
 
