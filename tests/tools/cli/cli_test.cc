@@ -583,6 +583,7 @@ TEST(CliTest, FrAnalyzeReadsPyTorchsPickleDumps) {
 
 // A join without Join fails; its dumps say which rank never issued what.
 TEST(CliTest, FrAnalyzeNamesTheRankThatLeft) {
+  std::filesystem::remove_all(kDumpDir);  // an earlier test's failed job may have dumped here
   Result r = RunDdpkit("join --inputs 3,1 --batch-size 4 --model mlp:6,8,3 --no-join");
   ASSERT_EQ(r.status, 1) << r.err;
   r = RunDdpkit("fr analyze " + kDumpDir);
