@@ -1,6 +1,6 @@
 // A JSON value and where it sits in a file ("compiled.nodes[3].users[0]"), so that every error a
-// reader of outside JSON returns names the field and what was expected: the plan file's compiled
-// section reads through it (compiled_record.cc).
+// reader of outside JSON returns names the field and what was expected: the plan file reads
+// through it (plan_file.cc, and its compiled section in compiled_record.cc).
 #pragma once
 
 #include <cstdint>
@@ -73,6 +73,24 @@ class JsonField {
                           : StrCat("an integer in [", min, ", ", max, "]"));
     }
     return v;
+  }
+  absl::StatusOr<std::vector<int64_t>> Ints(int64_t min, int64_t max) const {
+    DDPKIT_ASSIGN_OR_RETURN(const std::vector<JsonField> items, List());
+    std::vector<int64_t> out;
+    for (const JsonField& item : items) {
+      DDPKIT_ASSIGN_OR_RETURN(const int64_t v, item.Int(min, max));
+      out.push_back(v);
+    }
+    return out;
+  }
+  absl::StatusOr<std::vector<std::vector<int64_t>>> IntLists(int64_t min, int64_t max) const {
+    DDPKIT_ASSIGN_OR_RETURN(const std::vector<JsonField> items, List());
+    std::vector<std::vector<int64_t>> out;
+    for (const JsonField& item : items) {
+      DDPKIT_ASSIGN_OR_RETURN(std::vector<int64_t> v, item.Ints(min, max));
+      out.push_back(std::move(v));
+    }
+    return out;
   }
 
  private:
