@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "tools/cli/comm_flags.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/ddp_flags.h"
 #include "tools/cli/job_flags.h"
 #include "tools/cli/print_json.h"
 #include "tools/jobs/contrastive/contrastive.h"
@@ -32,9 +33,9 @@ void PrintReport(const jobs::ContrastiveReport& r, Device device) {
                                                                ", text tower ", r.text_tower());
   std::cout << absl::StrFormat(
       "ddpkit contrastive: CLIP loss, %s, %d ranks (%s%s), %d pairs per rank "
-      "(B = %d), different data on every rank\n\n",
+      "(B = %d), different data on every rank; %s, static graph\n\n",
       towers, r.world_size(), r.backend(), device.is_cpu() ? "" : ", on " + device.ToString(),
-      r.batch_size(), r.global_batch());
+      r.batch_size(), r.global_batch(), r.pytorch_rules());
   std::cout << absl::StrFormat(
                    "1. gradient check: one DDP backward vs one process on the concatenated batch "
                    "(rows per rank %s)\n",
@@ -113,6 +114,8 @@ absl::StatusOr<jobs::ContrastiveConfig> ConfigFromFlags() {
   config.image_tower = absl::GetFlag(FLAGS_image_tower);
   config.text_tower = absl::GetFlag(FLAGS_text_tower);
   DDPKIT_ASSIGN_OR_RETURN(config.device, DeviceFromFlag());
+  DDPKIT_ASSIGN_OR_RETURN(const reducer::DdpOptions ddp, DdpCapsFromFlags());
+  config.pytorch_version = ddp.pytorch_version;
   return config;
 }
 
@@ -152,7 +155,7 @@ Subcommand ContrastiveSubcommand() {
               "[--lr X] [--seed S] [--out DIR] [--json]",
           .flag_names = {"layout", "gather", "image_tower", "text_tower", "out", "steps",
                          "batch_size", "lr", "optimizer", "seed", "json", "backend", "world_size",
-                         "timeout", "trace", "device"},
+                         "timeout", "trace", "device", "pytorch_version"},
           .own_defaults = {{"steps", "200"}, {"lr", "0.5 (sgd), 0.003 (adam)"}},
           .run = RunContrastiveCommand};
 }

@@ -66,9 +66,11 @@ Tensor OnDevice(const Tensor& t, Device device) { return t.device() == device ? 
 // the encoders get no gradient at all (everything they produce reaches the loss only through
 // constants); static graph records that once instead of failing the next forward.
 std::shared_ptr<reducer::DistributedDataParallel> WrapInDdp(std::shared_ptr<TwoTowerModel> model,
-                                                            comm::ProcessGroup& group) {
+                                                            comm::ProcessGroup& group,
+                                                            reducer::PyTorchVersion version) {
   absl::StatusOr<std::shared_ptr<reducer::DistributedDataParallel>> ddp =
-      reducer::DistributedDataParallel::Create(std::move(model), group, {.static_graph = true});
+      reducer::DistributedDataParallel::Create(std::move(model), group,
+                                               {.pytorch_version = version, .static_graph = true});
   CheckOk(ddp.status(), "wrapping the model in DDP");
   return *ddp;
 }
@@ -81,7 +83,7 @@ Grads GradientsOn(const Setup& s, comm::ProcessGroup& group, int64_t first, int6
   auto model = MakeModel(s, device);
   // One process normalises each rank's images as that rank's BatchNorm does.
   if (group.size() == 1) model->SetImageGroups(s.check_rows);
-  auto ddp = WrapInDdp(model, group);
+  auto ddp = WrapInDdp(model, group, s.config.pytorch_version);
   Tensor features = ddp->Forward(OnDevice(s.train.Views(first, rows), device));
   ClipLoss(Slice(features, 0, rows), Slice(features, rows, 2 * rows), model->logit_scale(), group,
            layout, gather)
@@ -152,7 +154,7 @@ TrainingCurve TrainOn(const Setup& s, comm::ProcessGroup& group, ContrastiveLayo
   auto model = MakeModel(s, device);
   const bool reference = group.size() == 1;
   if (reference) model->SetImageGroups(std::vector<int64_t>(s.world, c.batch_size));
-  auto ddp = WrapInDdp(model, group);
+  auto ddp = WrapInDdp(model, group, c.pytorch_version);
   std::unique_ptr<Optimizer> optimizer = MakeOptimizer(c, *model);
   TrainingCurve curve;
   curve.set_layout(std::string(reference ? "" : ContrastiveLayoutName(layout)));
@@ -220,6 +222,7 @@ ContrastiveReport DescribeRun(const Setup& s) {
   report.set_batch_size(c.batch_size);
   report.set_global_batch(global);
   report.set_steps(c.steps);
+  report.set_pytorch_rules(StrCat("PyTorch ", c.pytorch_version.ToString(), "'s DDP"));
   report.set_optimizer(c.optimizer);
   report.set_lr(c.lr);
   report.set_seed(c.seed);

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "autograd/device.h"
+#include "reducer/pytorch_version.h"
 #include "tools/jobs/contrastive/clip_loss.h"
 #include "tools/jobs/contrastive/contrastive_report.pb.h"
 #include "tools/jobs/contrastive/curves.h"
@@ -42,6 +43,7 @@ struct ContrastiveConfig {
   // the group's GPU). The model is built on the host from the seed and then moved, so a GPU run
   // starts from the same weights as a CPU run; the single-process reference runs here too.
   Device device = Device::Cpu();
+  reducer::PyTorchVersion pytorch_version = reducer::kDefaultPyTorch;  // whose DDP (static graph)
 };
 
 // Runs the gradient check (and the training runs unless config.train is false) and returns the
