@@ -85,7 +85,7 @@ TEST(MpiDdpTest, TrainUnderMpirunMatchesTheThreadsWorld) {
   const std::string mpi_weights = dir + "/ddp_mpi.safetensors",
                     threads_weights = dir + "/ddp_threads_for_mpi.safetensors";
   const std::string train = DDPKIT_BINARY_DIR
-      "/bin/ddpkit train --steps 4 --batch-size 8 --bucket-cap-mb 0.01 --first-bucket-mb 0.004 ";
+      "/bin/ddpkit train --steps 4 --batch-size 8 --bucket-cap-mb-list 0.004,0.01 ";
   Result m = ddpkit::testing_util::RunCommandMerged(
       MpiRun(2, train + "--backend mpi --save-weights " + mpi_weights));
   ASSERT_EQ(m.status, 0) << m.out;
