@@ -122,8 +122,7 @@ TEST(GlooDdpTest, TrainThroughTheLauncherMatchesTheThreadsWorld) {
   const std::string dir = ::testing::TempDir();
   const std::string gloo_weights = dir + "/ddp_gloo.safetensors",
                     threads_weights = dir + "/ddp_threads.safetensors";
-  const std::string train =
-      " train --steps 4 --batch-size 8 --bucket-cap-mb-list 0.004,0.01 ";
+  const std::string train = " train --steps 4 --batch-size 8 --bucket-cap-mb-list 0.004,0.01 ";
   Result g = RunShell(
       DDPKIT_BINARY_DIR
       "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 2 -- " DDPKIT_BINARY_DIR

@@ -13,8 +13,8 @@ namespace {
 using Result = ddpkit::testing_util::CommandResult;
 
 // Small buckets: each step's gradients go out as several allreduces, so they alternate.
-const std::string kTrain = DDPKIT_BINARY_DIR
-    "/bin/ddpkit train --steps 4 --batch-size 8 --bucket-cap-mb-list 0.004,0.01 ";
+const std::string kTrain =
+    DDPKIT_BINARY_DIR "/bin/ddpkit train --steps 4 --batch-size 8 --bucket-cap-mb-list 0.004,0.01 ";
 
 std::string Launched(const std::string& args) {
   return DDPKIT_BINARY_DIR
