@@ -150,8 +150,4 @@ bool SyncsBuffersAtJoinEnd(const DdpOptions& options) {
   return SyncsBuffersEachForward(options);
 }
 
-std::string RulesFollowed(const DdpOptions& options) {
-  return StrCat("PyTorch ", options.pytorch_version.ToString(), "'s DDP");
-}
-
 }  // namespace ddpkit::reducer

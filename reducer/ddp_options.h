@@ -92,7 +92,4 @@ bool SyncsBuffersEachForward(const DdpOptions& options);
 bool SyncsBuffersAtConstruction(const DdpOptions& options);
 bool SyncsBuffersAtJoinEnd(const DdpOptions& options);
 
-// "PyTorch 2.15's DDP" — what every report says it followed.
-std::string RulesFollowed(const DdpOptions& options);
-
 }  // namespace ddpkit::reducer

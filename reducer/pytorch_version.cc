@@ -49,6 +49,10 @@ std::string KnownRange() {
 
 std::string PyTorchVersion::ToString() const { return StrCat(major, ".", minor); }
 
+std::string RulesFollowed(PyTorchVersion version) {
+  return StrCat("PyTorch ", version.ToString(), "'s DDP");
+}
+
 absl::StatusOr<PyTorchVersion> ParsePyTorchVersion(std::string_view text) {
   DDPKIT_ASSIGN_OR_RETURN(const PyTorchVersion v, ParseAny(text));
   if (v < kOldestPyTorch || v > kNewestPyTorch) {

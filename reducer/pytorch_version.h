@@ -21,6 +21,9 @@ struct PyTorchVersion {
   std::string ToString() const;  // "2.15"
 };
 
+// "PyTorch 2.15's DDP" — what every report says it followed.
+std::string RulesFollowed(PyTorchVersion version);
+
 inline constexpr PyTorchVersion kOldestPyTorch{1, 13};
 inline constexpr PyTorchVersion kNewestPyTorch{2, 15};
 inline constexpr PyTorchVersion kDefaultPyTorch = kNewestPyTorch;

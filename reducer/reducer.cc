@@ -297,10 +297,9 @@ void Reducer::AutogradHook(size_t index) {
   // still counts as used when the synced step reduces (PyTorch 2.4's fix of issue #69031);
   // 1.13 recorded only the synced backward's.
   const bool records_usage = dynamic_find_unused() || static_graph_first_iteration();
-  const bool no_sync_counts = Follows(options_.pytorch_version, DdpRule::kNoSyncRecordsUse);
-  if (records_usage && no_sync_counts) RecordLocalUse(index);
+  if (records_usage && no_sync_use_counts_) RecordLocalUse(index);
   if (!expect_autograd_hooks_) return;  // no_sync, or a backward DDP's forward did not arm
-  if (records_usage && !no_sync_counts) RecordLocalUse(index);
+  if (records_usage && !no_sync_use_counts_) RecordLocalUse(index);
   if (static_graph_first_iteration()) {
     ++expected_hook_counts_[index];  // everything is reduced at the end, by DelayAllReduce
     return;

@@ -111,8 +111,7 @@ class Reducer {
   // this): the hook counts recorded during it become the expected counts from then on.
   bool static_graph_first_iteration() const {
     if (!static_graph_ || static_graph_recorded_) return false;
-    return Follows(options_.pytorch_version, DdpRule::kStaticGraphCountsBackwards) ||
-           num_iterations_ == 1;
+    return static_first_is_a_backward_ || num_iterations_ == 1;
   }
   void DelayAllReduce();
 
@@ -199,6 +198,10 @@ class Reducer {
   NamedTensors params_;
   comm::ProcessGroup& group_;
   const ReducerOptions options_;
+  // The release's rules the hooks consult, decided once (reducer/pytorch_version.h).
+  const bool static_first_is_a_backward_ =
+      Follows(options_.pytorch_version, DdpRule::kStaticGraphCountsBackwards);
+  const bool no_sync_use_counts_ = Follows(options_.pytorch_version, DdpRule::kNoSyncRecordsUse);
   std::vector<std::shared_ptr<AccumulateGrad>> grad_accumulators_;
   std::vector<AccumulateGrad::HookHandle> hook_handles_;
 

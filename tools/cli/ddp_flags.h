@@ -48,9 +48,6 @@ inline const std::vector<std::string> kDdpFlagNames = {"pytorch_version",
                                                        "powersgd_rank",
                                                        "powersgd_start_iter",
                                                        "powersgd_min_compression_rate"};
-// The flags that choose whose DDP and its caps, for subcommands that take no other DDP flag.
-inline const std::vector<std::string> kDdpCapFlagNames = {"pytorch_version", "bucket_cap_mb",
-                                                          "first_bucket_mb", "bucket_cap_mb_list"};
 
 // The options from the flags, checked by reducer::ValidateDdpOptions; InvalidArgument for a bad
 // size or version, an unknown hook or bad PowerSGD flags.
@@ -58,7 +55,8 @@ inline const std::vector<std::string> kDdpCapFlagNames = {"pytorch_version", "bu
 // given (without either: today's, reducer::kDefaultPyTorch).
 absl::StatusOr<reducer::DdpOptions> DdpOptionsFromFlags(
     std::optional<reducer::PyTorchVersion> recorded = std::nullopt);
-// Only --pytorch-version and the caps (kDdpCapFlagNames), the rest left at their defaults.
+// Only --pytorch-version and the caps (--bucket-cap-mb, --first-bucket-mb, --bucket-cap-mb-list),
+// the rest left at their defaults: for subcommands that take no other DDP flag.
 absl::StatusOr<reducer::DdpOptions> DdpCapsFromFlags(
     std::optional<reducer::PyTorchVersion> recorded = std::nullopt);
 // The --comm-hook flag: empty for none, else allreduce|fp16|bf16|powersgd|batched_powersgd.

@@ -171,7 +171,7 @@ absl::StatusOr<BenchDdpReport> BenchDdp(const BenchDdpConfig& config) {
       }));
   DDPKIT_RETURN_IF_ERROR(trace.Write().status());
   report.set_model(spec.text);
-  report.set_pytorch_rules(StrCat("PyTorch ", config.pytorch_version.ToString(), "'s DDP"));
+  report.set_pytorch_rules(reducer::RulesFollowed(config.pytorch_version));
   report.set_batch_size(config.batch_size);
   report.set_iters(config.iters);
   report.set_warmup_iters(std::max(2, config.warmup_iters));

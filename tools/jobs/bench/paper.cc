@@ -279,7 +279,7 @@ absl::StatusOr<BenchPaperReport> BenchPaper(const BenchPaperConfig& config) {
         return PaperOnRank(config, spec, group);
       }));
   report.set_model(spec.text);
-  report.set_pytorch_rules(StrCat("PyTorch ", config.pytorch_version.ToString(), "'s DDP"));
+  report.set_pytorch_rules(reducer::RulesFollowed(config.pytorch_version));
   report.set_batch_size(config.batch_size);
   report.set_iters(config.iters);
   report.set_thread_budget(budget.ToString());

@@ -88,7 +88,7 @@ absl::StatusOr<ModelBuckets> ModelBucketPlans(const std::string& model,
     report.add_per_bucket_cap_bytes(static_cast<int64_t>(cap));
   }
   report.set_size_limited_initial_plan(caps.initial.front() != reducer::kNoBucketSizeLimit);
-  report.set_pytorch_rules(reducer::RulesFollowed(options));
+  report.set_pytorch_rules(reducer::RulesFollowed(options.pytorch_version));
   return report;
 }
 

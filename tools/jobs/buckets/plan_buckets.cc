@@ -96,7 +96,8 @@ PyTorchAgreement CompareWithPyTorch(const PlanFile& file, const ModelBuckets& re
   const reducer::BucketLimits limits = reducer::LimitsOf(options);
   if (file.rules_version && *file.rules_version != options.pytorch_version) {
     agreement.set_not_compared(StrCat("the file was recorded with PyTorch ", file.torch_version,
-                                      ", and these plans follow ", reducer::RulesFollowed(options),
+                                      ", and these plans follow ",
+                                      reducer::RulesFollowed(options.pytorch_version),
                                       " (--pytorch-version): drop the flag to compare"));
     return agreement;
   }
@@ -185,7 +186,7 @@ absl::StatusOr<ModelBuckets> PlanFileBucketPlans(const PlanFile& file,
   report.set_bucket_cap_bytes(static_cast<int64_t>(limits.bucket_cap_bytes));
   for (size_t cap : limits.per_bucket) report.add_per_bucket_cap_bytes(static_cast<int64_t>(cap));
   report.set_size_limited_initial_plan(caps.initial.front() != reducer::kNoBucketSizeLimit);
-  report.set_pytorch_rules(reducer::RulesFollowed(options));
+  report.set_pytorch_rules(reducer::RulesFollowed(options.pytorch_version));
   int64_t total = 0;
   for (const reducer::BucketTensorSpec& s : specs) total += static_cast<int64_t>(s.nbytes());
   report.set_total_parameter_bytes(total);

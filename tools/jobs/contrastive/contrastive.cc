@@ -222,7 +222,7 @@ ContrastiveReport DescribeRun(const Setup& s) {
   report.set_batch_size(c.batch_size);
   report.set_global_batch(global);
   report.set_steps(c.steps);
-  report.set_pytorch_rules(StrCat("PyTorch ", c.pytorch_version.ToString(), "'s DDP"));
+  report.set_pytorch_rules(reducer::RulesFollowed(c.pytorch_version));
   report.set_optimizer(c.optimizer);
   report.set_lr(c.lr);
   report.set_seed(c.seed);

@@ -262,7 +262,7 @@ JoinReport DescribeRun(const JoinRunConfig& config, const Rank& rank) {
   for (int n : rank.inputs) report.add_inputs(n);
   report.set_batch_size(config.batch_size);
   report.set_grad_accum(config.grad_accum);
-  report.set_pytorch_rules(reducer::RulesFollowed(config.ddp));
+  report.set_pytorch_rules(reducer::RulesFollowed(config.ddp.pytorch_version));
   report.set_data(rank.rows.data.description);
   report.set_optimizer(config.optimizer);
   report.set_join(config.use_join);

@@ -294,7 +294,7 @@ RecomputeReport DescribeConfig(const RecomputeConfig& config, const RecomputeMod
   report.set_seed(config.seed);
   report.set_bucket_cap_mb(static_cast<double>(reducer::LimitsOf(config.ddp).bucket_cap_bytes) /
                            (1024.0 * 1024.0));
-  report.set_pytorch_rules(reducer::RulesFollowed(config.ddp));
+  report.set_pytorch_rules(reducer::RulesFollowed(config.ddp.pytorch_version));
   return report;
 }
 

@@ -111,7 +111,7 @@ void Describe(const SimulateConfig& c, SimulateReport& r) {
   r.set_backward_ms(c.model.BackwardUs() / 1e3);
   r.set_optimizer_ms(c.model.optimizer_us / 1e3);
   r.set_first_bucket_mb(static_cast<double>(reducer::LimitsOf(c.ddp).first_bucket_bytes) / kMiB);
-  r.set_pytorch_rules(reducer::RulesFollowed(c.ddp));
+  r.set_pytorch_rules(reducer::RulesFollowed(c.ddp.pytorch_version));
   if (const auto& recorded = c.model.recorded_rules) {
     r.set_pytorch_rules_note(*recorded == c.ddp.pytorch_version
                                  ? StrCat("the plan file's torch_version",
@@ -137,7 +137,7 @@ absl::Status WriteSvg(const SimulateConfig& c, SimulateReport& r) {
           c.model, first, rebuilt, world,
           StrCat("simulated on ", c.network.name, ", bucket_cap_mb ",
                  static_cast<double>(reducer::LimitsOf(c.ddp).bucket_cap_bytes) / kMiB, ", hook ",
-                 HookName(c.hook), ", ", reducer::RulesFollowed(c.ddp))));
+                 HookName(c.hook), ", ", reducer::RulesFollowed(c.ddp.pytorch_version))));
   std::ofstream out(c.svg_path);
   out << svg;
   if (!out) return absl::InternalError(StrCat("cannot write ", c.svg_path));
