@@ -312,15 +312,22 @@ TEST(RestartRoundsTest, ANodeThatNeverJoinsIsNamedByEveryNodeThatDid) {
 
 // CI's short chaos run: every signalled job ends with a clear error and leaves no process
 // behind (`ddpkit chaos` exits 0 only then). The time limit is timeout + 10 s here, not the
-// target's + 5 s: CI runs this beside other tests, under sanitizers too, where a rank stopped
-// during set-up leaves its peers seconds of set-up before the collective whose timeout starts
-// the clock. docs/reliability.md has the 50-trial measurement against the real target.
+// target's + 5 s: CI runs this beside other tests, where a rank stopped during set-up leaves
+// its peers seconds of set-up before the collective whose timeout starts the clock. Under
+// ASan that set-up is three times longer (a CI run measured 13.2 s for a rank stopped at
+// 1.8 s), so there the limit is + 25 s. docs/reliability.md has the 50-trial measurement
+// against the real target.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr int kChaosSlackSeconds = 25;
+#else
+constexpr int kChaosSlackSeconds = 10;
+#endif
+
 TEST(ChaosTest, SignalledJobsEndClearlyInTimeWithNothingLeftOver) {
   const std::string dir = ::testing::TempDir() + "/chaos_" + std::to_string(::getpid());
-  Result r = RunShell(kDdpkit +
-                      " chaos --trials 4 --timeout 3 --seed 11 --max-delay 2 --slack 10 "
-                      "--log-dir " +
-                      dir);
+  Result r = RunShell(absl::StrCat(kDdpkit,
+                                   " chaos --trials 4 --timeout 3 --seed 11 --max-delay 2 --slack ",
+                                   kChaosSlackSeconds, " --log-dir ", dir));
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "4 trials: 4 ended with a clear error")) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "0 over); 0 process(es) left over")) << r.out;
