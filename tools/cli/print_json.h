@@ -1,4 +1,4 @@
-// Every `--json` report goes out through here: one message, proto3's JSON mapping.
+// Every `--json` report goes out through here: one message, one JSON form (schema versioned).
 #pragma once
 
 #include <functional>
@@ -9,8 +9,17 @@
 
 namespace ddpkit::cli {
 
-// A report message as pretty JSON with the field names of its .proto, every field present
-// (defaults too), ending in a newline. 64-bit integers are strings, as proto3 maps them.
+// The version of the reports' JSON form. Raise it when a field changes meaning or goes away
+// (adding fields keeps it): a CI script checks it before it trusts a field.
+//   1: numbers as JSON numbers (64-bit integers too), the first two keys `schema_version` and
+//      `report` (the message's name, e.g. "JoinReport"), then the report's fields.
+inline constexpr int kReportSchemaVersion = 1;
+
+// A report message as pretty JSON: `schema_version`, `report`, then every field of the .proto
+// by its name there, in its order, defaults too (a submessage or `optional` field only when
+// set), ending in a newline. Numbers are JSON numbers, 64-bit integers exactly (not strings,
+// as proto3's own JSON mapping writes them, which `jq` comparisons and Python trip over);
+// enums are their names; NaN and infinities are null.
 std::string ReportToJson(const google::protobuf::Message& report);
 
 // ReportToJson(report) on stdout.
