@@ -247,4 +247,20 @@ TEST(GlooContrastiveTest, GradientCheckThroughTheLauncher) {
   EXPECT_TRUE(absl::StrContains(r.out, "a rescale by 0.3333 (1/3)")) << r.out;
 }
 
+// --check through the launcher: rank 0's verdict is the job's exit status (3 when it failed),
+// so a CI job under `ddpkit launch` tells a wrong result from a crash.
+TEST(GlooJoinTest, ACheckVerdictIsTheLaunchersExitStatus) {
+  const std::string join = DDPKIT_BINARY_DIR
+      "/bin/ddpkit launch --standalone --teardown-grace 8 --nproc-per-node 3 -- " DDPKIT_BINARY_DIR
+      "/bin/ddpkit join --backend gloo --inputs 2,4,3 --batch-size 4 --model mlp:6,8,3 "
+      "--reference one-process --check";
+  Result r = RunShell(join);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "join --check: passed")) << r.out;
+  r = RunShell(join + " --divide-by-initial-world-size false --comm-hook allreduce");
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "join --check: FAILED: DDP differs from one process"))
+      << r.out;
+}
+
 }  // namespace

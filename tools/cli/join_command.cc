@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "tools/cli/check_verdict.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/job_flags.h"
 #include "tools/cli/print_json.h"
@@ -127,6 +128,32 @@ void PrintStory(const jobs::JoinReport& r) {
             << (r.optimizer() == "zero-sgd" ? " (ZeRO-1 shards)" : "") << "\n";
   std::cout << absl::StrFormat("rank 0's final accuracy on its own rows: %.1f%%\n",
                                100 * r.final_accuracy());
+  if (!r.reference().empty()) {
+    std::cout << absl::StrFormat(
+        "one process on the union of the ranks' rows: largest |DDP - it| %.3g (%s), bound "
+        "%.3g: %s\n",
+        r.reference_max_abs_diff(), r.reference_worst_parameter(), r.reference_tolerance(),
+        r.reference_agrees() ? "equal" : "DIFFERENT");
+  }
+}
+
+// What --check holds the run to.
+std::vector<Verdict> VerdictsOf(const jobs::JoinReport& r) {
+  std::vector<Verdict> verdicts = {
+      {r.models_identical(), r.models_identical()
+                                 ? "the final models are identical on every rank"
+                                 : "the ranks' final models differ (Join's final sync or a "
+                                   "collective outside DDP left them apart)"}};
+  if (!r.reference().empty()) {
+    verdicts.push_back(
+        {r.reference_agrees(),
+         absl::StrFormat("%s one process on the union of the rows: largest difference %.3g in "
+                         "%s, bound %.3g",
+                         r.reference_agrees() ? "DDP equals" : "DDP differs from",
+                         r.reference_max_abs_diff(), r.reference_worst_parameter(),
+                         r.reference_tolerance())});
+  }
+  return verdicts;
 }
 
 absl::StatusOr<jobs::JoinRunConfig> ConfigFromFlags() {
@@ -138,6 +165,7 @@ absl::StatusOr<jobs::JoinRunConfig> ConfigFromFlags() {
   config.divide_by_initial_world_size = absl::GetFlag(FLAGS_divide_by_initial_world_size);
   config.throw_on_early_termination = absl::GetFlag(FLAGS_throw_on_early_termination);
   config.grad_accum = absl::GetFlag(FLAGS_grad_accum);
+  DDPKIT_ASSIGN_OR_RETURN(config.reference_one_process, ReferenceOneProcessFromFlags());
   // --inputs sets the world size; --world-size only when given (and then it must agree).
   if (!FlagDiffersFromDefault("world_size") && !config.inputs.empty()) config.world.world_size = 0;
   if (!config.use_join && config.throw_on_early_termination) {
@@ -165,7 +193,7 @@ int RunJoinCommand(const std::vector<std::string>&) {
                  "still training will fail in their next collective\n";
     return kExitOk;
   }
-  return EmitReport<jobs::JoinReport>(
+  const int exit = EmitReport<jobs::JoinReport>(
       *report, absl::GetFlag(FLAGS_json), [&](const jobs::JoinReport& r) {
         PrintStory(r);
         if (!config->save_weights_path.empty()) {
@@ -175,6 +203,8 @@ int RunJoinCommand(const std::vector<std::string>&) {
           std::cout << TraceWrittenLine(config->trace_path, r.backend(), r.rank()) << "\n";
         }
       });
+  if (!CheckRequested() || report->rank() != 0) return exit;
+  return ReportVerdicts("join", VerdictsOf(*report));
 }
 
 }  // namespace
@@ -184,13 +214,15 @@ Subcommand JoinSubcommand() {
       "inputs",  "data_per_rank", "divide_by_initial_world_size", "throw_on_early_termination",
       "no_join", "grad_accum"};
   flags.insert(flags.end(), kDdpTrainingFlagNames.begin(), kDdpTrainingFlagNames.end());
+  flags.insert(flags.end(), kCheckFlagNames.begin(), kCheckFlagNames.end());
   return {
       .name = "join",
       .summary = "uneven inputs: DDP training where ranks run out at different times, with Join",
       .usage =
           "ddpkit join (--inputs 5,6,3,8 | --data-per-rank PREFIX --world-size N) "
           "[--divide-by-initial-world-size true|false] [--throw-on-early-termination] "
-          "[--no-join] [--grad-accum K] [--optimizer sgd|zero-sgd] [--device cpu|cuda] [train and "
+          "[--no-join] [--grad-accum K] [--check] [--reference one-process] [--optimizer "
+          "sgd|zero-sgd] [--device cpu|cuda] [train and "
           "DDP flags]",
       .flag_names = flags,
       .run = RunJoinCommand};

@@ -55,7 +55,8 @@ int RunLaunch(const std::vector<std::string>& positionals) {
     std::cerr << "ddpkit launch: job failed: " << result->failure;
     if (result->restarts > 0) std::cerr << " (after " << result->restarts << " restart(s))";
     std::cerr << "\n";
-    return kExitFailure;
+    // A --check verdict stays a verdict through the launcher: CI tells it from a crash.
+    return result->rank_exit_code == kExitCheckFailed ? kExitCheckFailed : kExitFailure;
   }
   return kExitOk;
 }

@@ -20,6 +20,10 @@ namespace ddpkit::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;  // the job ran and failed
 inline constexpr int kExitUsage = 2;    // the command line was wrong
+// --check: the job ran to its end and a verdict it was asked to check failed (models differ
+// across ranks, DDP differs from one process). `ddpkit launch` passes it on when the failing
+// rank's. docs/join.md ("In CI") has the table.
+inline constexpr int kExitCheckFailed = 3;
 
 struct Subcommand {
   std::string name;

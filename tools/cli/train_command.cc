@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tools/cli/check_verdict.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/job_flags.h"
 #include "tools/cli/print_json.h"
@@ -58,6 +59,8 @@ absl::StatusOr<jobs::TrainConfig> ConfigFromFlags() {
   config.checkpoint = {.dir = absl::GetFlag(FLAGS_checkpoint_dir),
                        .every = absl::GetFlag(FLAGS_checkpoint_every),
                        .keep = absl::GetFlag(FLAGS_checkpoint_keep)};
+  config.check_models_identical = CheckRequested();
+  DDPKIT_ASSIGN_OR_RETURN(config.reference_one_process, ReferenceOneProcessFromFlags());
   const checkpoint::CheckpointOptions defaults;
   if (config.checkpoint.dir.empty() &&
       (config.checkpoint.every != defaults.every || config.checkpoint.keep != defaults.keep)) {
@@ -155,6 +158,17 @@ void PrintSummary(const jobs::TrainReport& report, const jobs::TrainConfig& conf
     std::cout << absl::StrFormat("held-out accuracy %.1f%% on %s\n", 100 * report.eval_accuracy(),
                                  report.eval_data());
   }
+  if (report.has_models_identical()) {
+    std::cout << "final models identical on all ranks: "
+              << (report.models_identical() ? "yes" : "NO") << "\n";
+  }
+  if (!report.reference().empty()) {
+    std::cout << absl::StrFormat(
+        "one process on each step's global batch: largest |DDP - it| %.3g (%s), bound %.3g: "
+        "%s\n",
+        report.reference_max_abs_diff(), report.reference_worst_parameter(),
+        report.reference_tolerance(), report.reference_agrees() ? "equal" : "DIFFERENT");
+  }
   if (!report.sample().empty()) {
     std::cout << "the model writes (200 characters sampled from the first one):\n"
               << report.sample() << "\n";
@@ -234,6 +248,23 @@ jobs::TrainObserver ObserverFor(bool json, Told& told) {
   return observer;
 }
 
+// What --check holds the run to (the reference only when --reference asked for it).
+std::vector<Verdict> VerdictsOf(const jobs::TrainReport& r) {
+  std::vector<Verdict> verdicts = {
+      {r.models_identical(), r.models_identical() ? "the final models are identical on every rank"
+                                                  : "the ranks' final models differ"}};
+  if (!r.reference().empty()) {
+    verdicts.push_back(
+        {r.reference_agrees(),
+         absl::StrFormat("%s one process on each step's global batch: largest difference %.3g "
+                         "in %s, bound %.3g",
+                         r.reference_agrees() ? "DDP equals" : "DDP differs from",
+                         r.reference_max_abs_diff(), r.reference_worst_parameter(),
+                         r.reference_tolerance())});
+  }
+  return verdicts;
+}
+
 int RunTrain(const std::vector<std::string>&) {
   absl::StatusOr<jobs::TrainConfig> config = ConfigFromFlags();
   if (!config.ok()) return Fail("train", config.status());
@@ -241,8 +272,10 @@ int RunTrain(const std::vector<std::string>&) {
   Told told;
   absl::StatusOr<jobs::TrainReport> report = jobs::Train(*config, ObserverFor(json, told));
   if (!report.ok()) return Fail("train", report.status());
-  return EmitReport<jobs::TrainReport>(
+  const int exit = EmitReport<jobs::TrainReport>(
       *report, json, [&](const jobs::TrainReport& r) { PrintSummary(r, *config); });
+  if (!CheckRequested() || report->rank() != 0) return exit;
+  return ReportVerdicts("train", VerdictsOf(*report));
 }
 
 }  // namespace
@@ -252,6 +285,7 @@ Subcommand TrainSubcommand() {
       "data",       "text",           "eval_data",        "steps",          "grad_accum",
       "save_grads", "checkpoint_dir", "checkpoint_every", "checkpoint_keep"};
   flags.insert(flags.end(), kDdpTrainingFlagNames.begin(), kDdpTrainingFlagNames.end());
+  flags.insert(flags.end(), kCheckFlagNames.begin(), kCheckFlagNames.end());
   return {.name = "train",
           .summary = "data-parallel training of a model with DDP (synthetic data by default)",
           .usage =

@@ -10,7 +10,8 @@ namespace {
 void RunMicroBatch(const TrainingStep& s, int index, int k) {
   if (s.load) s.load(index, k);
   std::optional<reducer::DistributedDataParallel::NoSyncGuard> no_sync;
-  if (!s.sync_last || k + 1 < s.micro_batches || (s.synced && !s.synced(index))) {
+  if (s.ddp != nullptr &&
+      (!s.sync_last || k + 1 < s.micro_batches || (s.synced && !s.synced(index)))) {
     no_sync.emplace(*s.ddp);
   }
   const int label = s.micro_batches > 1 ? k : -1;  // spans name micro-batches only when several

@@ -26,7 +26,7 @@ namespace ddpkit::jobs {
 // be left empty.
 struct TrainingStep {
   Optimizer* optimizer = nullptr;                   // zeroed first, stepped last
-  reducer::DistributedDataParallel* ddp = nullptr;  // for no_sync; may be null with sync_last
+  reducer::DistributedDataParallel* ddp = nullptr;  // for no_sync; null: one process, no DDP
   trace::TraceRecorder* trace = nullptr;            // null: no tracing
   int micro_batches = 1;                            // gradient accumulation
   // true: the last micro-batch's backward reduces (DDP's buckets); false: every backward runs

@@ -292,7 +292,10 @@ class Supervisor {
     for (Child& c : children_) {
       if (c.running && ::waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
         c.running = false;
-        if (Failed(c) && result_.ok) Fail(failure_prefix_ + Describe(c));
+        if (Failed(c) && result_.ok) {
+          Fail(failure_prefix_ + Describe(c));
+          if (WIFEXITED(c.status)) result_.rank_exit_code = WEXITSTATUS(c.status);
+        }
       }
       any_running = any_running || c.running;
     }

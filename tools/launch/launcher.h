@@ -44,6 +44,7 @@ struct LaunchOptions {
 struct LaunchResult {
   bool ok = true;
   std::string failure;       // "rank 1 (pid 123) exited with code 3", when !ok (the last run's)
+  int rank_exit_code = 0;    // that rank's exit code, when it exited (not killed by a signal)
   bool interrupted = false;  // the launcher was sent SIGINT/SIGTERM
   int restarts = 0;          // runs after the first
 };

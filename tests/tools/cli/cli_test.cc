@@ -162,11 +162,11 @@ TEST(CliTest, AWarmTrainingStepAsksTheSystemForAlmostNoMemory) {
   ASSERT_EQ(r.status, 0) << r.err;
   nlohmann::json report = nlohmann::json::parse(r.out);
   if (!report.value("host_cache", false)) GTEST_SKIP() << "the host cache is off in this build";
-  EXPECT_LE(std::stoll(report["host_allocations_when_warm"].get<std::string>()), 3) << r.out;
+  EXPECT_LE(report["host_allocations_when_warm"].get<int64_t>(), 3) << r.out;
   r = RunDdpkit("train --json --steps 12 --batch-size 16 --world-size 2", "DDPKIT_HOST_CACHE=0");
   ASSERT_EQ(r.status, 0) << r.err;
   report = nlohmann::json::parse(r.out);
-  EXPECT_GT(std::stoll(report["host_allocations_when_warm"].get<std::string>()), 100) << r.out;
+  EXPECT_GT(report["host_allocations_when_warm"].get<int64_t>(), 100) << r.out;
 }
 
 // PyTorch's test vector D through the command line, and the exact JSON shape.
@@ -176,11 +176,12 @@ TEST(CliTest, BucketsPrintsTheAssignment) {
       "--limits 200,400 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out),
-            nlohmann::json::parse(
-                R"({"buckets": [[0], [1], [2, 4], [3, 5]], "limits": [200, 200, 400, 400]})"));
+            nlohmann::json::parse(R"({"schema_version": 1, "report": "BucketPlan",
+                "buckets": [[0], [1], [2, 4], [3, 5]], "limits": [200, 200, 400, 400]})"));
   r = RunDdpkit("buckets --sizes 100,100,100 --sparse 1 --limits 400 --json");
   EXPECT_EQ(nlohmann::json::parse(r.out),
-            nlohmann::json::parse(R"({"buckets": [[0], [1], [2]], "limits": [400, 0, 400]})"));
+            nlohmann::json::parse(R"({"schema_version": 1, "report": "BucketPlan",
+                "buckets": [[0], [1], [2]], "limits": [400, 0, 400]})"));
   r = RunDdpkit("buckets --sizes 10,10,10,10 --limits 40,80 --order 3,2,1,0");
   EXPECT_TRUE(absl::StrContains(r.out, "2, 1")) << r.out;
   r = RunDdpkit("buckets --model mlp:4,8,3 --json");
@@ -314,8 +315,7 @@ TEST(CliTest, JoinWithZeroShardsTheOptimizerAndStillAgrees) {
   nlohmann::json report = nlohmann::json::parse(r.out);
   EXPECT_EQ(report["models_identical"], true);
   // 6*8 + 8 + 8*3 + 3 = 83 elements: 48 -> r0, 24 -> r1, 8 -> r2, 3 -> r3.
-  // (Element counts are int64, which proto3 JSON writes as strings.)
-  EXPECT_EQ(report["elements_stepped"], nlohmann::json::parse(R"(["48", "24", "8", "3"])"));
+  EXPECT_EQ(report["elements_stepped"], nlohmann::json::parse("[48, 24, 8, 3]"));
   const auto& last = report["iterations"][2]["active_collectives"];
   EXPECT_TRUE(std::any_of(last.begin(), last.end(), [](const nlohmann::json& c) {
     return absl::StrContains(c.get<std::string>(), "BROADCAST float32[3] from 3");
@@ -431,7 +431,7 @@ TEST(CliTest, ContrastiveReportsTheCheckTheCurvesAndTheMemory) {
   EXPECT_EQ(report["training"][0]["gather"], "single-process");
   EXPECT_EQ(report["training"][1]["losses"].size(), 3u);
   EXPECT_EQ(report["logit_memory"][0]["elements_per_rank"],
-            "64");  // 2·b·B = 2·4·8 (int64: a string)
+            64);  // 2·b·B = 2·4·8
   for (const char* file : {"/curves.csv", "/curves.svg"}) {
     FILE* f = std::fopen((dir + file).c_str(), "r");
     ASSERT_NE(f, nullptr) << file;
@@ -593,6 +593,66 @@ TEST(CliTest, FrAnalyzeNamesTheRankThatLeft) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["findings"][0]["kind"], "missing");
   std::filesystem::remove_all(kDumpDir);
+}
+
+// --check: 0 when every verdict holds, 3 with one line per failed verdict, 1 when the job
+// itself failed. A failed verdict without --check is printed but exits 0.
+TEST(CliCheckTest, JoinExitsThreeOnlyForAFailedVerdict) {
+  const std::string join = "join --inputs 5,6,3,8 --batch-size 8 --reference one-process ";
+  Result r = RunDdpkit(join + "--check");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err,
+                                "join --check: passed: the final models are identical on "
+                                "every rank; DDP equals one process"))
+      << r.err;
+  // PyTorch's allreduce hook divides by the world size whatever divide_by_initial_world_size
+  // says: with it, DDP is not the one process on the active ranks' rows the flag promises.
+  const std::string hooked = join + "--divide-by-initial-world-size false --comm-hook allreduce ";
+  r = RunDdpkit(hooked + "--check");
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "join --check: FAILED: DDP differs from one process"))
+      << r.err;
+  r = RunDdpkit(hooked);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "DIFFERENT")) << r.out;
+  // With --json the verdict goes to stderr; stdout stays one JSON report.
+  r = RunDdpkit(hooked + "--check --json");
+  EXPECT_EQ(r.status, 3) << r.err;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["reference_agrees"], false);
+  EXPECT_TRUE(report["reference_max_abs_diff"].is_number_float());
+  // A run that fails is an error, not a verdict.
+  r = RunDdpkit("join --inputs 2,4 --no-join --check --timeout 5");
+  EXPECT_EQ(r.status, 1) << r.err;
+}
+
+TEST(CliCheckTest, TrainChecksTheModelsAndTheReference) {
+  Result r = RunDdpkit(
+      "train --world-size 2 --steps 6 --grad-accum 2 --batch-size 8 --check --reference "
+      "one-process");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "final models identical on all ranks: yes")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.err, "train --check: passed")) << r.err;
+  EXPECT_EQ(RunDdpkit("train --steps 1 --reference two").status, 2);
+  r = RunDdpkit("train --steps 1 --reference one-process --model resnet:1,1,1,1,width=8,in=3");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "BatchNorm")) << r.err;
+}
+
+// Every --json report: a schema version, the report's name, numbers as JSON numbers (64-bit
+// integers too, which proto3's mapping would print as strings).
+TEST(CliCheckTest, JsonReportsCarryASchemaVersionAndNumbersAsNumbers) {
+  Result r = RunDdpkit("train --json --steps 2 --batch-size 4");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::ordered_json report = nlohmann::ordered_json::parse(r.out);
+  EXPECT_EQ(report.begin().key(), "schema_version");
+  EXPECT_EQ(report["schema_version"], 1);
+  EXPECT_EQ(report["report"], "TrainReport");
+  EXPECT_TRUE(report["num_parameters"].is_number_integer()) << report["num_parameters"];
+  EXPECT_TRUE(report["seed"].is_number_integer()) << report["seed"];
+  EXPECT_TRUE(report["ddp"]["initial_buckets"][0]["bytes"].is_number_integer());
+  EXPECT_FALSE(report.contains("models_identical"));  // only with --check
 }
 
 }  // namespace

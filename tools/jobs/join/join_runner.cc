@@ -8,6 +8,7 @@
 #include "autograd/safetensors.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/join/collective_log.h"
+#include "tools/jobs/one_process_reference.h"
 #include "tools/jobs/training_loop.h"
 #include "tools/trace/session.h"
 
@@ -18,6 +19,14 @@ using Role = IterationLog::Role;
 
 absl::Status Validate(const JoinRunConfig& config) {
   DDPKIT_RETURN_IF_ERROR(RequirePositive("--grad-accum", config.grad_accum));
+  if (config.reference_one_process) {
+    DDPKIT_RETURN_IF_ERROR(CheckReferenceApplies(config));
+    if (config.grad_accum > 1) {
+      return absl::InvalidArgumentError(
+          "--reference one-process: with --grad-accum the unsynced iterations step each rank "
+          "with its own gradient, which no single process does; drop one of them");
+    }
+  }
   if (config.data_prefix.empty() == config.inputs.empty()) {
     return absl::InvalidArgumentError(
         "give exactly one of --inputs N0,N1,... (iterations per rank on synthetic rows) or "
@@ -296,6 +305,50 @@ absl::Status Summarize(const JoinRunConfig& config, Rank& rank, JoinReport& repo
   return absl::OkStatus();
 }
 
+// Rank 0: the run again as one process on the union of every rank's rows (each iteration the
+// rows of the ranks still active then), against DDP's final model. Rank 0 reads every rank's
+// rows, so with --data-per-rank every rank file must be on its host.
+absl::Status CompareWithReference(const JoinRunConfig& config, const models::ModelSpec& model,
+                                  const Rank& rank, JoinReport& report) {
+  const int world = rank.group.size();
+  std::vector<RankRows> rows;
+  for (int r = 0; r < world; ++r) {
+    DDPKIT_ASSIGN_OR_RETURN(RankRows loaded, LoadRankRows(config, model, r, world));
+    rows.push_back(std::move(loaded));
+  }
+  const int stopped = report.stopped_at_iteration();
+  const int64_t b = config.batch_size;
+  auto active = [&](int t) {
+    std::vector<int> ranks;
+    for (int r = 0; r < world; ++r) {
+      if (t < rank.inputs[r]) ranks.push_back(r);
+    }
+    return ranks;
+  };
+  const ReferencePlan plan{.iterations = stopped >= 0 ? stopped : rank.most(),
+                           .rows =
+                               [&](int t, int) {
+                                 std::vector<RowSlice> slices;
+                                 for (int r : active(t))
+                                   slices.push_back({&rows[r].data, t * b, b});
+                                 return slices;
+                               },
+                           .loss_scale =
+                               [&](int t) {
+                                 return DdpLossScale(config.loss,
+                                                     static_cast<int>(active(t).size()), world,
+                                                     config.divide_by_initial_world_size);
+                               }};
+  DDPKIT_ASSIGN_OR_RETURN(const ReferenceComparison c,
+                          CompareWithOneProcess(config, *rank.model, plan));
+  report.set_reference("one-process");
+  report.set_reference_max_abs_diff(c.max_abs_diff);
+  report.set_reference_worst_parameter(c.worst_parameter);
+  report.set_reference_tolerance(c.tolerance);
+  report.set_reference_agrees(c.agrees());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config, const models::ModelSpec& model,
                                      comm::ProcessGroup& group, trace::TraceSession& trace) {
   DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<Rank> rank, SetUp(config, model, group, trace));
@@ -315,6 +368,9 @@ absl::StatusOr<JoinReport> RunOnRank(const JoinRunConfig& config, const models::
     }
   }
   DDPKIT_RETURN_IF_ERROR(Summarize(config, *rank, report));
+  if (config.reference_one_process && group.rank() == 0) {
+    DDPKIT_RETURN_IF_ERROR(CompareWithReference(config, model, *rank, report));
+  }
   return report;
 }
 

@@ -32,6 +32,9 @@ struct JoinRunConfig : DdpTrainingConfig {
   // Iteration t reduces only when t % grad_accum == 0, the others run under no_sync (and step
   // with their local gradients), as PyTorch's test_ddp_uneven_inputs does.
   int grad_accum = 1;
+  // --reference one-process: rank 0 also trains one process on the union of every rank's rows
+  // (tools/jobs/one_process_reference.h) and reports how far its model is from DDP's.
+  bool reference_one_process = false;
 };
 
 // Validates the config, runs every rank, returns rank 0's report (under gloo, this process's).

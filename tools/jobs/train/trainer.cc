@@ -10,6 +10,7 @@
 #include "comm/thread_budget.h"
 #include "reducer/extras/named_comm_hook.h"
 #include "tools/jobs/dataset.h"
+#include "tools/jobs/one_process_reference.h"
 #include "tools/jobs/train/sample.h"
 #include "tools/jobs/train/train_checkpoint.h"
 #include "tools/jobs/training_loop.h"
@@ -38,6 +39,7 @@ absl::Status Validate(const TrainConfig& config) {
                " (the report keeps a loss per step); run in parts with --checkpoint-dir"));
   }
   DDPKIT_RETURN_IF_ERROR(RequireAtLeast("--grad-accum", config.grad_accum, 1));
+  if (config.reference_one_process) DDPKIT_RETURN_IF_ERROR(CheckReferenceApplies(config));
   if (!config.text_path.empty() && !config.data_path.empty()) {
     return absl::InvalidArgumentError("--text and --data both name the data; give one");
   }
@@ -180,6 +182,31 @@ absl::Status Finish(const TrainConfig& config, Rank& rank, int first_step, Tenso
   return absl::OkStatus();
 }
 
+// Rank 0: every step again as one process on its global batch (each micro-batch the rows all
+// ranks trained on), from the same initial weights, against DDP's final model.
+absl::Status CompareWithReference(const TrainConfig& config, const Rank& rank,
+                                  TrainReport& report) {
+  const int world = rank.group.size();
+  const int64_t global_batch = world * static_cast<int64_t>(config.batch_size);
+  const ReferencePlan plan{
+      .iterations = config.steps,
+      .micro_batches = config.grad_accum,
+      .rows =
+          [&](int step, int k) {
+            const int64_t g = static_cast<int64_t>(step) * config.grad_accum + k;
+            return std::vector<RowSlice>{{&rank.data, g * global_batch, global_batch}};
+          },
+      .loss_scale = [&](int) { return DdpLossScale(config.loss, world, world, true); }};
+  DDPKIT_ASSIGN_OR_RETURN(const ReferenceComparison c,
+                          CompareWithOneProcess(config, *rank.model, plan));
+  report.set_reference("one-process");
+  report.set_reference_max_abs_diff(c.max_abs_diff);
+  report.set_reference_worst_parameter(c.worst_parameter);
+  report.set_reference_tolerance(c.tolerance);
+  report.set_reference_agrees(c.agrees());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config, const models::ModelSpec& model,
                                         comm::ProcessGroup& group, const TrainObserver& observer,
                                         trace::TraceSession& trace) {
@@ -226,6 +253,14 @@ absl::StatusOr<TrainReport> TrainOnRank(const TrainConfig& config, const models:
   report.set_host_cache(GetHostAllocatorStats().caching);
   trace.EndRank(group, rank.ddp->LoggingData());
   DDPKIT_RETURN_IF_ERROR(Finish(config, rank, first_step, losses, step_ms, report));
+  if (config.check_models_identical) {
+    comm::ScopedCollectiveTag tag({.purpose = "job"});
+    DDPKIT_ASSIGN_OR_RETURN(const bool identical, ModelsIdentical(*rank.model, group));
+    report.set_models_identical(identical);
+  }
+  if (config.reference_one_process && lead) {
+    DDPKIT_RETURN_IF_ERROR(CompareWithReference(config, rank, report));
+  }
   return report;
 }
 

@@ -30,6 +30,11 @@ struct TrainConfig : DdpTrainingConfig {
   int64_t synthetic_rows = 4096;
   checkpoint::CheckpointOptions
       checkpoint;  // --checkpoint-dir: resume from the latest, save every K steps
+  // --check: compare the ranks' final models (one collective after the last step).
+  bool check_models_identical = false;
+  // --reference one-process: rank 0 also trains one process on every step's global batch
+  // (tools/jobs/one_process_reference.h) from the same initial weights.
+  bool reference_one_process = false;
 };
 
 struct StepProgress {
