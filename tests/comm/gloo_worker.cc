@@ -3,7 +3,7 @@
 //   gloo_worker check            every collective x dtype x size against local references
 //   gloo_worker sample_sort      the sample sort's property checks (collective_checks.h), every
 //                                case, then ExchangeRows and a width mismatch
-//   gloo_worker die              rank 1 exits (code 3) after the first allreduce; the others try
+//   gloo_worker die              rank 1 exits (code 5) after the first allreduce; the others try
 //                                a second one and must fail with a clear error, not hang
 //   gloo_worker mismatch         rank 0 allreduces 4 elements, the others 5 (run at DETAIL)
 //   gloo_worker stop             rank 2 stops itself (SIGSTOP) after the first allreduce; the
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   }
   if (mode == "die") {
     if (!group.Allreduce(Tensor::Full({8}, 1.0))->Wait().ok()) return 1;
-    if (group.rank() == 1) std::_Exit(3);  // dies without saying goodbye
+    if (group.rank() == 1) std::_Exit(5);  // dies without saying goodbye (not 3: --check's)
     absl::Status status = group.Allreduce(Tensor::Full({8}, 1.0))->Wait();
     std::cout << "second allreduce: " << status << "\n";
     return status.ok() ? 1 : 0;  // failing (not hanging) is the expected outcome
