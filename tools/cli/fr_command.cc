@@ -11,6 +11,10 @@
 #include "tools/cli/print_json.h"
 #include "tools/jobs/fr/analyze.h"
 
+ABSL_FLAG(std::string, plan, "",
+          "FILE: a plan file of the job's model (tools/scripts/export_ddp_plan.py, same caps): "
+          "PyTorch's allreduces named by DDP bucket and iteration, uneven inputs recognised");
+
 namespace ddpkit::cli {
 namespace {
 
@@ -20,9 +24,13 @@ void PrintEntries(const jobs::FrRank& rank) {
   std::cout << absl::StrFormat("  %6s  %-16s  %-8s  %10s  %-18s  %-9s  %s\n", "seq", "op", "dtype",
                                "size", "for", "state", "time");
   for (const jobs::FrEntry& e : rank.last_entries()) {
-    std::string what =
-        e.purpose() == "bucket" ? absl::StrFormat("bucket %d", e.bucket()) : e.purpose();
-    if (!e.process_group().empty()) what = "process group " + e.process_group();
+    std::string what = e.purpose() == "bucket" && !e.ddp_params().empty()
+                           ? absl::StrFormat("bucket %d, iter %d", e.bucket(), e.iteration())
+                       : e.purpose() == "bucket" ? absl::StrFormat("bucket %d", e.bucket())
+                                                 : e.purpose();
+    if (!e.process_group().empty() && e.purpose() == "untagged") {
+      what = "process group " + e.process_group();
+    }
     if (e.shadow()) what += " (shadow)";
     std::string time = e.state() == "completed"
                            ? absl::StrFormat("%.3f ms", e.duration_ms())
@@ -37,7 +45,10 @@ void PrintEntries(const jobs::FrRank& rank) {
 // The stack that issued a finding's collective (PyTorch's pickle dumps keep one).
 void PrintStack(const jobs::FrFinding& f) {
   if (f.stack().empty()) return;
-  std::cout << absl::StrFormat("  issued at (rank %d):\n", f.ranks(f.ranks_size() > 1 ? 1 : 0));
+  // A missing call's stack is where the ranks that issued it were; a mismatch's, the culprit's.
+  std::cout << absl::StrFormat(
+      "  issued at (rank %d%s):\n", f.stack_rank(),
+      f.kind() == "missing" ? ", which the missing rank never matched" : "");
   for (const std::string& frame : f.stack()) std::cout << "    " << frame << "\n";
 }
 
@@ -100,7 +111,7 @@ int RunFr(const std::vector<std::string>& positionals) {
                           "one per rank)"));
   }
   absl::StatusOr<jobs::FlightRecorderAnalysis> analysis =
-      jobs::AnalyzeFlightRecorders(positionals[1]);
+      jobs::AnalyzeFlightRecorders(positionals[1], 8, absl::GetFlag(FLAGS_plan));
   if (!analysis.ok()) {
     return Fail("fr",
                 absl::Status(absl::StatusCode::kInvalidArgument, analysis.status().message()));
@@ -118,8 +129,8 @@ int RunFr(const std::vector<std::string>& positionals) {
 Subcommand FrSubcommand() {
   return {.name = "fr",
           .summary = "analyse the ranks' flight-recorder dumps: which collective, which rank",
-          .usage = "ddpkit fr analyze DIR [--json]",
-          .flag_names = {"json"},
+          .usage = "ddpkit fr analyze DIR [--plan FILE] [--json]",
+          .flag_names = {"json", "plan"},
           .takes_positionals = true,
           .run = RunFr};
 }

@@ -655,4 +655,17 @@ TEST(CliCheckTest, JsonReportsCarryASchemaVersionAndNumbersAsNumbers) {
   EXPECT_FALSE(report.contains("models_identical"));  // only with --check
 }
 
+// fr analyze --plan: a PyTorch DDP job's calls named by bucket, its hang read as uneven inputs.
+TEST(CliCheckTest, FrAnalyzeWithAPlanReadsAPyTorchHangAsUnevenInputs) {
+  const std::string job = std::string(DDPKIT_TESTDATA_DIR) + "/torch_fr_ddp/torch-2.15/uneven";
+  Result r = RunDdpkit("fr analyze " + job + "/json --plan " + job + "/plan.json");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "(DDP bucket 0 of iteration 3: 4.bias, 4.weight")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "uneven inputs (rank 2 ran out of batches)")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "bucket 1, iter 2")) << r.out;
+  r = RunDdpkit("fr analyze " + job + "/json --plan " + job + "/missing.json");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+}
+
 }  // namespace

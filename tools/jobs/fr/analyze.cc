@@ -13,6 +13,8 @@
 #include "comm/flight_recorder_dump.h"
 #include "comm/types.h"
 #include "nlohmann/json.hpp"
+#include "tools/jobs/buckets/plan_file.h"
+#include "tools/jobs/fr/ddp_labels.h"
 #include "tools/jobs/fr/dump.h"
 #include "tools/jobs/fr/torch_dump.h"
 #include "tools/jobs/fr/torch_match.h"
@@ -160,10 +162,13 @@ absl::StatusOr<AllDumps> ReadDumps(const std::string& dir) {
 std::string Describe(const FrEntry& e) {
   const std::string size = e.shape().empty() ? std::to_string(e.count()) : e.shape();
   std::string out = absl::StrFormat("%s %s[%s] seq %d", e.op(), e.dtype(), size, e.seq());
-  if (e.purpose() == "bucket") {
+  if (e.purpose() == "bucket" && !e.ddp_params().empty()) {  // a PyTorch dump read with --plan
+    absl::StrAppendFormat(&out, " (DDP bucket %d of iteration %d: %s)", e.bucket(), e.iteration(),
+                          e.ddp_params());
+  } else if (e.purpose() == "bucket") {
     absl::StrAppendFormat(&out, " (bucket %d)", e.bucket());
   } else if (e.purpose() != "untagged") {
-    absl::StrAppendFormat(&out, " (%s)", e.purpose());
+    absl::StrAppendFormat(&out, " (%s)", PurposeWords(e.purpose()));
   }
   if (!e.process_group().empty())
     absl::StrAppendFormat(&out, " in process group %s", e.process_group());
@@ -223,6 +228,15 @@ void SetWait(const Wait& w, FrFinding& f) {
   f.set_timeout_s(w.timeout_ms / 1000);
 }
 
+// The uneven-inputs reading of a missing call (--plan): the first missing rank's last call
+// ended an iteration and the missed one begins the next.
+std::optional<std::string> UnevenHint(const std::map<int, Dump>& dumps,
+                                      const std::vector<int>& missing, const FrEntry& first) {
+  auto it = dumps.find(missing[0]);
+  if (it == dumps.end() || it->second.entries.empty()) return std::nullopt;
+  return UnevenInputsHint(it->second.entries.rbegin()->second, first, missing[0]);
+}
+
 std::string MissingText(const std::map<int, Dump>& dumps, const std::vector<int>& missing,
                         const FrEntry& first, const Wait& wait) {
   std::string text = absl::StrFormat("%s never issued %s", RankList(missing), Describe(first));
@@ -239,6 +253,7 @@ std::string MissingText(const std::map<int, Dump>& dumps, const std::vector<int>
     if (!gone.reason.empty()) absl::StrAppendFormat(&text, "; it reported: %s", gone.reason);
     text += ")";
   }
+  if (std::optional<std::string> hint = UnevenHint(dumps, missing, first)) text += ". " + *hint;
   return text;
 }
 
@@ -305,6 +320,8 @@ std::optional<FrFinding> FirstDivergent(const std::map<int, Dump>& dumps,
       const std::vector<int> missing(c.missing_ranks().begin(), c.missing_ranks().end());
       for (int r : missing) f.add_ranks(r);
       f.set_text(MissingText(dumps, missing, first, wait));
+      if (UnevenHint(dumps, missing, first)) f.set_pattern("uneven_inputs");
+      f.set_stack_rank(c.reference_rank());
       for (const std::string& frame : reference.torch_calls.at(c.seq()).front().frames) {
         f.add_stack(frame);  // where the ranks that issued it are
       }
@@ -322,6 +339,7 @@ std::optional<FrFinding> FirstDivergent(const std::map<int, Dump>& dumps,
                         "issued %s (%s)",
                         c.seq(), VerdictWords(c.verdict()), c.reference_rank(), Describe(first),
                         m.rank(), Describe(culprit.entries.at(c.seq())), m.detail()));
+    f.set_stack_rank(m.rank());
     for (const std::string& frame : culprit.torch_calls.at(c.seq()).front().frames) {
       f.add_stack(frame);
     }
@@ -435,11 +453,26 @@ std::string NothingRecorded(const AllDumps& all) {
   return text;
 }
 
+// --plan: the default group's calls named by what DDP issued them for.
+absl::Status LabelWithPlan(const std::string& plan_path, AllDumps& all) {
+  if (all.source == "ddpkit") {
+    return absl::InvalidArgumentError(
+        "--plan reads PyTorch's dumps; ddpkit's own dumps name their buckets already");
+  }
+  DDPKIT_ASSIGN_OR_RETURN(const PlanFile file, ReadPlanFile(plan_path));
+  DDPKIT_ASSIGN_OR_RETURN(const DdpCallPlan plan, DdpCallPlanOf(file));
+  auto it = all.groups.find("0");
+  if (it != all.groups.end()) LabelDdpCollectives(plan, it->second);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<FlightRecorderAnalysis> AnalyzeFlightRecorders(const std::string& dir,
-                                                              int last_entries) {
-  DDPKIT_ASSIGN_OR_RETURN(const AllDumps all, ReadDumps(dir));
+                                                              int last_entries,
+                                                              const std::string& plan_path) {
+  DDPKIT_ASSIGN_OR_RETURN(AllDumps all, ReadDumps(dir));
+  if (!plan_path.empty()) DDPKIT_RETURN_IF_ERROR(LabelWithPlan(plan_path, all));
   FlightRecorderAnalysis analysis;
   analysis.set_dir(dir);
   analysis.set_source(all.source);

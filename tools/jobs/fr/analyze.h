@@ -12,8 +12,12 @@
 
 namespace ddpkit::jobs {
 
-// NotFound when DIR holds no dump; InvalidArgument naming a file that is not one.
+// NotFound when DIR holds no dump; InvalidArgument naming a file that is not one. With
+// `plan_path` (a plan file of the job's model, PyTorch's dumps only) the default group's
+// calls are named by what DDP issued them for (ddp_labels.h), and a rank that stopped a whole
+// iteration early is called uneven inputs.
 absl::StatusOr<FlightRecorderAnalysis> AnalyzeFlightRecorders(const std::string& dir,
-                                                              int last_entries = 8);
+                                                              int last_entries = 8,
+                                                              const std::string& plan_path = "");
 
 }  // namespace ddpkit::jobs
