@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
 
 namespace ddpkit::cli {
 
@@ -24,6 +25,24 @@ struct Verdict {
   bool passed = true;
   std::string what;
 };
+
+// The verdicts of a report with `models_identical` and the reference fields (join's and
+// train's): the models, and with --reference the one process, which trained on `rows`.
+template <typename Report>
+std::vector<Verdict> ModelVerdicts(const Report& r, std::string_view rows) {
+  std::vector<Verdict> verdicts = {
+      {r.models_identical(), r.models_identical() ? "the final models are identical on every rank"
+                                                  : "the ranks' final models differ"}};
+  if (!r.reference().empty()) {
+    verdicts.push_back(
+        {r.reference_agrees(),
+         absl::StrFormat("%s one process on %s: largest difference %.3g in %s, bound %.3g",
+                         r.reference_agrees() ? "DDP equals" : "DDP differs from", rows,
+                         r.reference_max_abs_diff(), r.reference_worst_parameter(),
+                         r.reference_tolerance())});
+  }
+  return verdicts;
+}
 
 // Each failed verdict as one line on stderr, "ddpkit <command> --check: FAILED: <what>", and
 // kExitCheckFailed; when all passed, one line listing them and kExitOk. Stdout is left alone

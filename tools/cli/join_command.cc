@@ -137,25 +137,6 @@ void PrintStory(const jobs::JoinReport& r) {
   }
 }
 
-// What --check holds the run to.
-std::vector<Verdict> VerdictsOf(const jobs::JoinReport& r) {
-  std::vector<Verdict> verdicts = {
-      {r.models_identical(), r.models_identical()
-                                 ? "the final models are identical on every rank"
-                                 : "the ranks' final models differ (Join's final sync or a "
-                                   "collective outside DDP left them apart)"}};
-  if (!r.reference().empty()) {
-    verdicts.push_back(
-        {r.reference_agrees(),
-         absl::StrFormat("%s one process on the union of the rows: largest difference %.3g in "
-                         "%s, bound %.3g",
-                         r.reference_agrees() ? "DDP equals" : "DDP differs from",
-                         r.reference_max_abs_diff(), r.reference_worst_parameter(),
-                         r.reference_tolerance())});
-  }
-  return verdicts;
-}
-
 absl::StatusOr<jobs::JoinRunConfig> ConfigFromFlags() {
   jobs::JoinRunConfig config;
   DDPKIT_RETURN_IF_ERROR(DdpTrainingFromFlags(config));
@@ -204,7 +185,7 @@ int RunJoinCommand(const std::vector<std::string>&) {
         }
       });
   if (!CheckRequested() || report->rank() != 0) return exit;
-  return ReportVerdicts("join", VerdictsOf(*report));
+  return ReportVerdicts("join", ModelVerdicts(*report, "the union of the rows"));
 }
 
 }  // namespace

@@ -248,23 +248,6 @@ jobs::TrainObserver ObserverFor(bool json, Told& told) {
   return observer;
 }
 
-// What --check holds the run to (the reference only when --reference asked for it).
-std::vector<Verdict> VerdictsOf(const jobs::TrainReport& r) {
-  std::vector<Verdict> verdicts = {
-      {r.models_identical(), r.models_identical() ? "the final models are identical on every rank"
-                                                  : "the ranks' final models differ"}};
-  if (!r.reference().empty()) {
-    verdicts.push_back(
-        {r.reference_agrees(),
-         absl::StrFormat("%s one process on each step's global batch: largest difference %.3g "
-                         "in %s, bound %.3g",
-                         r.reference_agrees() ? "DDP equals" : "DDP differs from",
-                         r.reference_max_abs_diff(), r.reference_worst_parameter(),
-                         r.reference_tolerance())});
-  }
-  return verdicts;
-}
-
 int RunTrain(const std::vector<std::string>&) {
   absl::StatusOr<jobs::TrainConfig> config = ConfigFromFlags();
   if (!config.ok()) return Fail("train", config.status());
@@ -275,7 +258,7 @@ int RunTrain(const std::vector<std::string>&) {
   const int exit = EmitReport<jobs::TrainReport>(
       *report, json, [&](const jobs::TrainReport& r) { PrintSummary(r, *config); });
   if (!CheckRequested() || report->rank() != 0) return exit;
-  return ReportVerdicts("train", VerdictsOf(*report));
+  return ReportVerdicts("train", ModelVerdicts(*report, "each step's global batch"));
 }
 
 }  // namespace

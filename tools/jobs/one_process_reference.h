@@ -61,6 +61,16 @@ absl::Status CheckReferenceApplies(const DdpTrainingConfig& config);
 double DdpLossScale(const std::string& loss, int active, int world,
                     bool divide_by_initial_world_size);
 
+// `c` into a report's reference fields (JoinReport's and TrainReport's share their names).
+template <typename Report>
+void SetReferenceFields(const ReferenceComparison& c, Report& report) {
+  report.set_reference("one-process");
+  report.set_reference_max_abs_diff(c.max_abs_diff);
+  report.set_reference_worst_parameter(c.worst_parameter);
+  report.set_reference_tolerance(c.tolerance);
+  report.set_reference_agrees(c.agrees());
+}
+
 // Trains the reference on this host (the config's model, seed and weights, plain SGD) and
 // compares `trained` (DDP's model after the same iterations, any device) with it.
 absl::StatusOr<ReferenceComparison> CompareWithOneProcess(const DdpTrainingConfig& config,

@@ -341,11 +341,7 @@ absl::Status CompareWithReference(const JoinRunConfig& config, const models::Mod
                                }};
   DDPKIT_ASSIGN_OR_RETURN(const ReferenceComparison c,
                           CompareWithOneProcess(config, *rank.model, plan));
-  report.set_reference("one-process");
-  report.set_reference_max_abs_diff(c.max_abs_diff);
-  report.set_reference_worst_parameter(c.worst_parameter);
-  report.set_reference_tolerance(c.tolerance);
-  report.set_reference_agrees(c.agrees());
+  SetReferenceFields(c, report);
   return absl::OkStatus();
 }
 

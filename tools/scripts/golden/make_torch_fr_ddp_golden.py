@@ -15,7 +15,6 @@ DIR/torch-<release>/uneven/{json,pickle}/fr_rank_<r>[.json]; DIR/torch-<release>
 is export_ddp_plan.py's plan file of the same model and cap (the buckets PyTorch's DDP logged).
 """
 import datetime
-import json
 import os
 import subprocess
 import sys
@@ -26,6 +25,8 @@ WORLD, TIMEOUT_S, BATCH = 3, 2, 8
 BATCHES = (5, 5, 3)
 CAP_MB = 0.004
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from make_torch_fr_golden import write_dumps  # noqa: E402 (this folder, on the path above)
 
 
 def model():
@@ -37,20 +38,6 @@ def model():
 
 def release(torch):
     return ".".join(torch.__version__.split("+")[0].split(".")[:2])
-
-
-def write_dumps(torch, out_dir, rank):
-    c10d = torch._C._distributed_c10d
-    forms = {"pickle": c10d._dump_fr_trace(True, True, False),
-             "json": c10d._dump_fr_trace_json(True, False)}
-    for form, data in forms.items():
-        os.makedirs(os.path.join(out_dir, form), exist_ok=True)
-        name = "fr_rank_%d" % rank + (".json" if form == "json" else "")
-        with open(os.path.join(out_dir, form, name), "wb") as f:
-            if form == "json":  # indented, keys sorted: readable in a diff
-                f.write(json.dumps(json.loads(data), indent=1, sort_keys=True).encode() + b"\n")
-            else:
-                f.write(data)
 
 
 def worker(rank, out_dir, init):
@@ -78,7 +65,7 @@ def worker(rank, out_dir, init):
     except RuntimeError as e:
         print("rank %d: %s" % (rank, str(e).splitlines()[0]), file=sys.stderr)
     time.sleep(1)
-    write_dumps(torch, out_dir, rank)
+    write_dumps(torch, out_dir, rank, None)  # make_torch_fr_golden.py's: both forms
     sys.stdout.flush()
     os._exit(0)  # no destroy: the peers' groups are broken
 
