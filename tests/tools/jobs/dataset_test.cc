@@ -1,6 +1,8 @@
 // The classification data behind `ddpkit train` and `ddpkit join`.
 #include "tools/jobs/dataset.h"
 
+#include <unistd.h>
+
 #include <fstream>
 
 #include "absl/strings/match.h"
@@ -52,8 +54,12 @@ TEST(DatasetTest, SyntheticImagesHaveTheModelsRowShape) {
   EXPECT_EQ(x.Rows(0, 1).ToDoubles(), data.x.Rows(2, 3).ToDoubles());
 }
 
+// A file of its own per call: ctest runs this binary's tests as parallel processes, and two
+// writing one shared name raced (a CI-like run read another test's text).
 std::string WriteText(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/dataset_test.txt";
+  static int calls = 0;
+  const std::string path = ::testing::TempDir() + "/dataset_test_" + std::to_string(::getpid()) +
+                           "_" + std::to_string(calls++) + ".txt";
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }
