@@ -253,7 +253,6 @@ std::string MissingText(const std::map<int, Dump>& dumps, const std::vector<int>
     if (!gone.reason.empty()) absl::StrAppendFormat(&text, "; it reported: %s", gone.reason);
     text += ")";
   }
-  if (std::optional<std::string> hint = UnevenHint(dumps, missing, first)) text += ". " + *hint;
   return text;
 }
 
@@ -319,8 +318,12 @@ std::optional<FrFinding> FirstDivergent(const std::map<int, Dump>& dumps,
       f.set_kind("missing");
       const std::vector<int> missing(c.missing_ranks().begin(), c.missing_ranks().end());
       for (int r : missing) f.add_ranks(r);
-      f.set_text(MissingText(dumps, missing, first, wait));
-      if (UnevenHint(dumps, missing, first)) f.set_pattern("uneven_inputs");
+      std::string text = MissingText(dumps, missing, first, wait);
+      if (std::optional<std::string> hint = UnevenHint(dumps, missing, first)) {
+        text += ". " + *hint;
+        f.set_pattern("uneven_inputs");
+      }
+      f.set_text(text);
       f.set_stack_rank(c.reference_rank());
       for (const std::string& frame : reference.torch_calls.at(c.seq()).front().frames) {
         f.add_stack(frame);  // where the ranks that issued it are
