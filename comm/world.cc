@@ -66,6 +66,19 @@ absl::StatusOr<std::unique_ptr<DistributedWorld>> JoinWorld(const WorldSpec& wor
   return DistributedWorld::InitGloo(env, world.options, world.round_robin_groups);
 }
 
+// The body's error as a Status whether returned or thrown (a failed collective inside DDP's
+// backward throws): a rank that ended by an exception would skip its check-out, and leave its
+// peers waiting for it until the timeout.
+absl::Status RunBody(const std::function<absl::Status(ProcessGroup&)>& body, ProcessGroup& group) {
+  try {
+    return body(group);
+  } catch (const Error& e) {
+    return e.ToStatus();
+  } catch (const std::exception& e) {
+    return absl::InternalError(e.what());
+  }
+}
+
 }  // namespace
 
 absl::Status RunOnWorld(const WorldSpec& world,
@@ -77,7 +90,7 @@ absl::Status RunOnWorld(const WorldSpec& world,
     return RunThreadsWorld(world.world_size, body, world.options, world.round_robin_groups);
   }
   DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> distributed, JoinWorld(world));
-  return body(distributed->group());
+  return RunBody(body, distributed->group());
 }
 
 bool ReportsForProcess(const WorldSpec& world, const ProcessGroup& group) {

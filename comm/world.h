@@ -42,7 +42,7 @@ absl::StatusOr<int> WorldSize(const WorldSpec& world);
 // `body` on world_size rank threads of this process, each with its own group of
 // one shared world. gloo and nccl: join the env:// world (`ddpkit launch` sets it up) and run
 // `body` once, as this process's rank (nccl: on cuda:LOCAL_RANK); mpi: the same in the world
-// mpirun or srun started. Returns OK or the first error
+// mpirun or srun started. Returns OK or the first error, `body`'s whether returned or thrown
 // (threads: the lowest failing rank's, prefixed "rank R: ").
 absl::Status RunOnWorld(const WorldSpec& world,
                         const std::function<absl::Status(ProcessGroup&)>& body);

@@ -8,6 +8,7 @@
 #include "comm/gloo/process_group_gloo.h"
 #include "comm/rendezvous.h"
 #include "comm/store/tcp_store.h"
+#include "comm/world.h"
 #include "gtest/gtest.h"
 
 namespace ddpkit::comm {
@@ -95,6 +96,25 @@ TEST(GlooRendezvousTest, APeerUnreachableInGloosConnectIsNamedByRank) {
       << group.status();
   // The side of a pair that waits for its peer to connect waits 5 timeouts (Gloo's own choice).
   EXPECT_LT(absl::Now() - start, 5 * options.timeout + absl::Seconds(1));
+}
+
+// A rank's body that throws (DDP's backward does when a collective fails) ends RunOnWorld with
+// that error as a Status, as a returned one would, instead of terminating the process before
+// the rank checks out of its world.
+TEST(GlooRendezvousTest, AThrownErrorIsReturnedLikeAReturnedOne) {
+  auto port = TcpStoreServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  const std::string free_port = std::to_string((*port)->port());
+  port->reset();
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", free_port.c_str(), 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("RANK", "0", 1);
+  const absl::Status status = RunOnWorld({.backend = Backend::kGloo}, [](ProcessGroup&) {
+    throw Error("the body failed", absl::StatusCode::kUnavailable);
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(status, absl::UnavailableError("the body failed"));
 }
 
 }  // namespace
