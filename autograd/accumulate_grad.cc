@@ -49,4 +49,14 @@ bool AccumulateGrad::RemovePostHook(HookHandle handle) {
   return true;
 }
 
+// Tensor's, defined here, in the graph's layer above the tensor's: a leaf's accumulator is a
+// node of the graph.
+std::shared_ptr<AccumulateGrad> Tensor::grad_accumulator() const {
+  DDPKIT_CHECK(is_leaf() && requires_grad(),
+               "[grad_accumulator] only leaves that require grad have an accumulator");
+  AutogradMeta& meta = impl_->meta();
+  if (!meta.grad_accumulator) meta.grad_accumulator = std::make_shared<AccumulateGrad>(impl_);
+  return meta.grad_accumulator;
+}
+
 }  // namespace ddpkit

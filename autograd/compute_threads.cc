@@ -7,7 +7,7 @@
 #include <atomic>
 #include <thread>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit {
 namespace {

@@ -1,7 +1,7 @@
 // How many threads one GEMM or elementwise loop may use: the OpenMP team each thread's oneDNN
 // GEMMs and large elementwise loops (autograd/parallel.h) run on. Ranks that each compute at
 // once should together use about the cores there are; more only makes them take turns
-// (comm/thread_budget.h sets it per job). OpenBLAS (float64, thin products) then runs on the
+// (comm/world/thread_budget.h sets it per job). OpenBLAS (float64, thin products) then runs on the
 // calling thread alone.
 #pragma once
 

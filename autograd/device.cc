@@ -2,7 +2,7 @@
 
 #include <charconv>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "absl/status/status.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit {
 

@@ -164,4 +164,7 @@ void Engine::QueueOuterCallback(std::function<void()> callback) {
 
 int Engine::Depth() { return static_cast<int>(running_tasks.size()); }
 
+// Tensor's, defined here, in the engine's layer above the tensor's.
+void Tensor::Backward(const Tensor& grad) const { Engine::Backward({*this}, {grad}); }
+
 }  // namespace ddpkit

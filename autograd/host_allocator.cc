@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit {
 namespace {

@@ -1,7 +1,7 @@
 // Differentiable ops. Each is defined in autograd/ops/<family>.cc with its backward right
 // below its forward. All compute in float32 or float64; mixing dtypes is an error. Each op runs
 // where its inputs live — the host, or a GPU (kernels in autograd/cuda/, the same pointwise math
-// from autograd/ops/pointwise.h) — and its output and gradients live there too; operands on
+// from autograd/pointwise.h) — and its output and gradients live there too; operands on
 // different devices are an error that says to move them with To().
 //
 // Shapes: tensors are row-major. Elementwise ops take equal shapes, or one side with a single
@@ -95,7 +95,7 @@ struct Conv2dOptions {
 Tensor Conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options = {});
 
-// SyncBatchNorm's cross-rank step (comm/sync_batch_norm.h implements it with a process group):
+// SyncBatchNorm's cross-rank step (comm/ops/sync_batch_norm.h implements it with a process group):
 // sums `values` element-wise over the ranks that share one batch, in place. `what` names the
 // statistics for an error. Collective: every rank calls it at the same point of its step.
 class BatchNormSync {

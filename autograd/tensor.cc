@@ -4,10 +4,8 @@
 #include <cstring>
 
 #include "absl/strings/str_join.h"
-#include "autograd/accumulate_grad.h"
 #include "autograd/cuda/kernels.h"
 #include "autograd/cuda/runtime.h"
-#include "autograd/engine.h"
 #include "autograd/host_allocator.h"
 #include "autograd/memory_stats.h"
 #include "autograd/parallel.h"
@@ -308,21 +306,11 @@ const std::shared_ptr<Node>& Tensor::grad_fn() const {
 
 uint32_t Tensor::output_nr() const { return impl_->autograd ? impl_->autograd->output_nr : 0; }
 
-std::shared_ptr<AccumulateGrad> Tensor::grad_accumulator() const {
-  DDPKIT_CHECK(is_leaf() && requires_grad(),
-               "[grad_accumulator] only leaves that require grad have an accumulator");
-  AutogradMeta& meta = impl_->meta();
-  if (!meta.grad_accumulator) meta.grad_accumulator = std::make_shared<AccumulateGrad>(impl_);
-  return meta.grad_accumulator;
-}
-
 void Tensor::SetHistory(std::shared_ptr<Node> grad_fn, uint32_t output_nr) const {
   AutogradMeta& meta = impl_->meta();
   meta.requires_grad = true;
   meta.grad_fn = std::move(grad_fn);
   meta.output_nr = output_nr;
 }
-
-void Tensor::Backward(const Tensor& grad) const { Engine::Backward({*this}, {grad}); }
 
 }  // namespace ddpkit

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "autograd/base/error.h"
 #include "autograd/device.h"
 #include "autograd/dtype.h"
-#include "autograd/error.h"
 
 namespace ddpkit {
 
@@ -160,7 +160,8 @@ class Tensor {
   std::shared_ptr<AccumulateGrad> grad_accumulator() const;
   // Makes this tensor output `output_nr` of `grad_fn` (used by ops when recording).
   void SetHistory(std::shared_ptr<Node> grad_fn, uint32_t output_nr) const;
-  // Backward from this tensor; a scalar is seeded with 1 when `grad` is undefined.
+  // Backward from this tensor; a scalar is seeded with 1 when `grad` is undefined. (Defined
+  // in engine.cc, the layer above; grad_accumulator() in accumulate_grad.cc.)
   void Backward(const Tensor& grad = Tensor()) const;
 
   TensorImpl* impl() const { return impl_.get(); }

@@ -2,7 +2,7 @@
 
 #include <iterator>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::comm {
 namespace {

@@ -19,7 +19,7 @@ enum class Launcher {
   kMpirun,         // one process per rank, started by mpirun (or srun) and joined by MPI
 };
 
-// Where the thread budget learns how many ranks share this host (comm/thread_budget.h).
+// Where the thread budget learns how many ranks share this host (comm/world/thread_budget.h).
 enum class RanksHereFrom {
   kWorldSize,       // the threads world's size
   kLocalWorldSize,  // the launcher's LOCAL_WORLD_SIZE

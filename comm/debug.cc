@@ -2,8 +2,8 @@
 
 #include <cstdlib>
 
-#include "autograd/error.h"
-#include "autograd/log.h"
+#include "autograd/base/error.h"
+#include "autograd/base/log.h"
 
 namespace ddpkit::comm {
 

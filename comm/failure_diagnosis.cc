@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::comm {
 namespace {

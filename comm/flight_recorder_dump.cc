@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "autograd/error.h"
-#include "autograd/file_util.h"
+#include "autograd/base/error.h"
+#include "autograd/base/file_util.h"
 #include "nlohmann/json.hpp"
 
 namespace ddpkit::comm {

@@ -3,7 +3,8 @@
 #include <chrono>
 #include <thread>
 
-#include "comm/process_group.h"
+#include "autograd/base/error.h"
+#include "autograd/cuda/runtime.h"
 
 namespace ddpkit::comm {
 
@@ -13,7 +14,7 @@ absl::Status GpuStreamRunner::Run(const Collective& c) {
   if (streams_[index] == nullptr) streams_[index] = cuda::PoolStream(c.device);
   cuda::StreamGuard on_comm_stream(c.device, streams_[index]);
   if (c.host_staged) return RunHostStaged(c);
-  DDPKIT_RETURN_IF_ERROR(group_.Execute(c));
+  DDPKIT_RETURN_IF_ERROR(group_.execute(c));
   cuda::Event done(c.device);
   done.Record(streams_[index]);
   return WatchUntilDone(c, done);
@@ -28,7 +29,7 @@ absl::Status GpuStreamRunner::RunHostStaged(const Collective& c) {
     on_gpu.output =
         in_place ? on_gpu.input : Tensor::Empty(c.output.shape(), c.output.dtype(), c.device);
   }
-  DDPKIT_RETURN_IF_ERROR(group_.Execute(on_gpu));
+  DDPKIT_RETURN_IF_ERROR(group_.execute(on_gpu));
   cuda::Event done(c.device);
   done.Record(cuda::CurrentStream(c.device));
   DDPKIT_RETURN_IF_ERROR(WatchUntilDone(c, done));
@@ -37,18 +38,18 @@ absl::Status GpuStreamRunner::RunHostStaged(const Collective& c) {
 }
 
 absl::Status GpuStreamRunner::WatchUntilDone(const Collective& c, const cuda::Event& done) {
-  const absl::Duration timeout = group_.options().timeout;
+  const absl::Duration timeout = group_.timeout();
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
   while (!done.Query()) {
-    if (absl::Status error = group_.AsyncError(); !error.ok()) {
-      group_.AbortCommunication();
-      return absl::Status(error.code(), StrCat(group_.Describe(c), " failed on ",
+    if (absl::Status error = group_.async_error(); !error.ok()) {
+      group_.abort_communication();
+      return absl::Status(error.code(), StrCat(group_.describe(c), " failed on ",
                                                c.device.ToString(), ": ", error.message()));
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      group_.AbortCommunication();
+      group_.abort_communication();
       return absl::DeadlineExceededError(StrCat(
-          group_.Describe(c), " timed out after ", absl::FormatDuration(timeout), " on ",
+          group_.describe(c), " timed out after ", absl::FormatDuration(timeout), " on ",
           c.device.ToString(),
           ": the GPU never finished it (a peer that did not issue it, or one that died); the "
           "communicator was aborted"));

@@ -5,18 +5,29 @@
 // backend are staged through the GPU. Used by ProcessGroup's communication thread only.
 #pragma once
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "comm/types.h"
 
 namespace ddpkit::comm {
 
-class ProcessGroup;
+// What the runner needs of its process group, which hands it these at construction (so the
+// runner, below the group, never includes it).
+struct GpuStreamRunnerCalls {
+  std::function<absl::Status(const Collective&)> execute;  // the backend's Execute
+  std::function<absl::Status()> async_error;               // the backend's AsyncError
+  std::function<void()> abort_communication;               // the backend's AbortCommunication
+  std::function<std::string(const Collective&)> describe;  // "ALLREDUCE (sequence number 5, ...)"
+  std::function<absl::Duration()> timeout;                 // the group's collective timeout
+};
 
 class GpuStreamRunner {
  public:
-  explicit GpuStreamRunner(ProcessGroup& group) : group_(group) {}
+  explicit GpuStreamRunner(GpuStreamRunnerCalls group) : group_(std::move(group)) {}
 
   absl::Status Run(const Collective& c);
 
@@ -25,7 +36,7 @@ class GpuStreamRunner {
   absl::Status RunHostStaged(const Collective& c);
   absl::Status WatchUntilDone(const Collective& c, const cuda::Event& done);
 
-  ProcessGroup& group_;
+  GpuStreamRunnerCalls group_;
   std::vector<cuda::Stream> streams_;  // per GPU index
 };
 

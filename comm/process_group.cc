@@ -2,7 +2,7 @@
 
 #include <numeric>
 
-#include "autograd/log.h"
+#include "autograd/base/log.h"
 #include "comm/spin_wait.h"
 
 namespace ddpkit::comm {
@@ -382,5 +382,13 @@ std::shared_ptr<Work> ProcessGroup::AllToAllV(const Tensor& input, const Tensor&
 }
 
 std::shared_ptr<Work> ProcessGroup::Barrier() { return Submit({.op = OpType::kBarrier}); }
+
+GpuStreamRunnerCalls ProcessGroup::RunnerCalls() {
+  return {.execute = [this](const Collective& c) { return Execute(c); },
+          .async_error = [this] { return AsyncError(); },
+          .abort_communication = [this] { AbortCommunication(); },
+          .describe = [this](const Collective& c) { return Describe(c); },
+          .timeout = [this] { return options_.timeout; }};
+}
 
 }  // namespace ddpkit::comm

@@ -159,7 +159,6 @@ class ProcessGroup {
  private:
   // The composite calls its groups' Submit and keeps its own recorder and listener.
   friend class ProcessGroupRoundRobin;
-  friend class GpuStreamRunner;
 
   void CommLoop();
   void DeadlineLoop();
@@ -199,7 +198,9 @@ class ProcessGroup {
   bool watch_deadlines_ = false;  // set before the comm thread starts
   std::condition_variable deadline_cv_;
   std::thread deadline_thread_;
-  GpuStreamRunner stream_runner_{*this};  // used by the comm thread only
+  // The backend's calls a GPU collective runs through.
+  GpuStreamRunnerCalls RunnerCalls();
+  GpuStreamRunner stream_runner_{RunnerCalls()};  // used by the comm thread only
 };
 
 }  // namespace ddpkit::comm

@@ -1,6 +1,6 @@
 #include "comm/round_robin.h"
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "comm/collective_tag.h"
 
 namespace ddpkit::comm {

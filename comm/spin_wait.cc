@@ -3,8 +3,8 @@
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
-#include "autograd/error.h"
-#include "autograd/log.h"
+#include "autograd/base/error.h"
+#include "autograd/base/log.h"
 
 namespace ddpkit::comm {
 namespace {

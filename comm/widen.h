@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "autograd/tensor.h"
 #include "comm/types.h"
 

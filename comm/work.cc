@@ -1,6 +1,6 @@
 #include "comm/work.h"
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::comm {
 

@@ -1,7 +1,7 @@
 #include "join/join.h"
 
-#include "autograd/error.h"
-#include "autograd/log.h"
+#include "autograd/base/error.h"
+#include "autograd/base/log.h"
 
 namespace ddpkit::join {
 namespace {

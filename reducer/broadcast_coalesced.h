@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "comm/process_group.h"
 
 namespace ddpkit::reducer {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_join.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::reducer {
 namespace {

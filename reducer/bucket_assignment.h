@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "autograd/dtype.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 
 namespace ddpkit::reducer {
 

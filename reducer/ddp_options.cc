@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::reducer {
 namespace {

@@ -3,10 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_join.h"
+#include "autograd/base/log.h"
 #include "autograd/engine.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
-#include "autograd/log.h"
 #include "reducer/broadcast_coalesced.h"
 #include "reducer/reducer_errors.h"
 
@@ -233,7 +233,8 @@ void DistributedDataParallel::RegisterBuiltinCommHook(BuiltinCommHook hook) {
 }
 
 void DistributedDataParallel::SyncBuffers(int root) {
-  // Forward cannot return a Status: the broadcast's failure is thrown (autograd/error.h, tier 4).
+  // Forward cannot return a Status: the broadcast's failure is thrown (autograd/base/error.h, tier
+  // 4).
   if (absl::Status s = BroadcastFromRank(module_->NamedBuffers(), group_, "buffer", root);
       !s.ok()) {
     ThrowStatus(s);

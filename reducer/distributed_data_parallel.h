@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "comm/process_group.h"
 #include "join/join.h"
 #include "reducer/ddp_options.h"

@@ -2,7 +2,7 @@
 
 #include <cctype>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::reducer {
 namespace {

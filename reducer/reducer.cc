@@ -4,10 +4,10 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_join.h"
+#include "autograd/base/log.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/kernels.h"
-#include "autograd/log.h"
 #include "reducer/reducer_errors.h"
 #include "reducer/reducer_logging.h"
 

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "autograd/accumulate_grad.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "comm/process_group.h"
 #include "reducer/bucket.h"
 #include "reducer/bucket_assignment.h"

@@ -52,7 +52,7 @@ std::string StaticGraphChangedMessage(int rank, const ParamRef& param, int expec
 // comm layer's diagnosis, keeping `status`'s code.
 absl::Status CommFailure(int rank, std::string_view what, const absl::Status& status,
                          std::string_view op = "ddp");
-// The same, thrown (tier 4 of autograd/error.h): for code that runs inside backward (the
+// The same, thrown (tier 4 of autograd/base/error.h): for code that runs inside backward (the
 // reducer's hooks and finalize) or in an override that cannot return a Status (DDP's Forward,
 // its join hook, ZeRO's Step). RunOnEveryRank turns it back into a Status.
 [[noreturn]] void ThrowCommFailure(int rank, std::string_view what, const absl::Status& status,

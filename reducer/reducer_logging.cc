@@ -4,7 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_join.h"
-#include "autograd/log.h"
+#include "autograd/base/log.h"
 #include "reducer/reducer.h"
 
 namespace ddpkit::reducer {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "comm/process_group.h"
 #include "reducer/bucket.h"
 #include "reducer/bucket_assignment.h"

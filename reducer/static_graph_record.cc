@@ -1,6 +1,6 @@
 #include "reducer/static_graph_record.h"
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::reducer {
 

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/file_util.h"
-#include "autograd/safetensors.h"
+#include "autograd/base/file_util.h"
+#include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds ddpkit and runs the whole test suite; exits non-zero on any failure.
 #   0. the format check: every C++ file as clang-format writes it (tools/scripts/check_format.sh),
-#      and the README's reading path within its line budget (tools/scripts/reading_path.sh);
+#      every #include in the stated layer order (check_layers.py, layers.txt), every file and
+#      function docs/architecture.md's concept table names still there
+#      (check_architecture_table.py), and the README's reading path within its line budget
+#      (tools/scripts/reading_path.sh);
 #   1. the normal build (with CUDA, cuDNN and NCCL when /usr/local/cuda or CUDA_HOME has them),
 #      all tests; the GPU tests (label gpu) skip with one line each on a machine without a GPU,
 #      and the network-namespace tests (label netns: test hosts, faults on the wire) without root;
@@ -29,6 +32,8 @@ phase() { echo "== ddpkit: $1 (at $((SECONDS - started)) s)"; }
 phase "format check"
 bash "$root/tools/scripts/setup_deps.sh"
 bash "$root/tools/scripts/check_format.sh"
+python3 "$root/tools/scripts/check_layers.py"
+python3 "$root/tools/scripts/check_architecture_table.py"
 bash "$root/tools/scripts/reading_path.sh"
 
 phase "build and test (build/)"

@@ -4,7 +4,7 @@
 #include <cblas.h>
 
 #include "autograd/blas/backends.h"
-#include "autograd/ops/pointwise.h"
+#include "autograd/pointwise.h"
 
 namespace ddpkit::blas {
 

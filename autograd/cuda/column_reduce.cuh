@@ -21,7 +21,8 @@ void ColumnReduce(Device device, int64_t rows, int64_t cols, Out* out, std::stri
   if (cols == 0) return;
   const int64_t chunks = rows == 0 ? 1 : (rows + kRowsPerChunk - 1) / kRowsPerChunk;
   const Stream stream = CurrentStream(device);
-  auto* partial = static_cast<Acc*>(Allocate(sizeof(Acc) * chunks * cols, device, stream));
+  const Scratch scratch(sizeof(Acc) * chunks * cols, device, stream);  // freed after both passes
+  auto* partial = static_cast<Acc*>(scratch.get());
   ForEach(device, chunks * cols, name, [=] __device__(int64_t i) {
     const int64_t chunk = i / cols, c = i % cols;
     const int64_t end = min(rows, (chunk + 1) * kRowsPerChunk);
@@ -34,7 +35,6 @@ void ColumnReduce(Device device, int64_t rows, int64_t cols, Out* out, std::stri
     for (int64_t chunk = 0; chunk < chunks; ++chunk) sum += partial[chunk * cols + c];
     out[c] = static_cast<Out>(sum);
   });
-  Free(partial, device, stream);  // stream-ordered: after the second pass has read it
 }
 
 }  // namespace ddpkit::cuda

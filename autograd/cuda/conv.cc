@@ -69,23 +69,6 @@ Algo Choose(const Perf* candidates, int count, Algo fallback) {
   return fallback;
 }
 
-// Scratch memory for one cuDNN call, freed in stream order after it.
-class Workspace {
- public:
-  Workspace(Device device, size_t nbytes)
-      : device_(device), nbytes_(nbytes), ptr_(Allocate(nbytes, device, CurrentStream(device))) {}
-  ~Workspace() { Free(ptr_, device_, CurrentStream(device_)); }
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-  void* ptr() const { return ptr_; }
-  size_t size() const { return nbytes_; }
-
- private:
-  Device device_;
-  size_t nbytes_;
-  void* ptr_;
-};
-
 // cuDNN's scaling factors: double for double data, float otherwise.
 struct Scale {
   float f32;
@@ -144,7 +127,7 @@ PlanCache& Plans() {
 template <typename Algo>
 struct Plan {
   Algo algo;
-  Workspace workspace;
+  Scratch workspace;  // freed in stream order after the call
 };
 template <typename Perf, typename Algo, typename Rank, typename Size, typename... Descs>
 Plan<Algo> PlanCall(const blas::ConvArgs& a, const ConvCall& c, std::string_view name,
@@ -165,7 +148,8 @@ Plan<Algo> PlanCall(const blas::ConvArgs& a, const ConvCall& c, std::string_view
                StrCat(name, ": its workspace size"));
     Plans().Keep(key, choice);
   }
-  return {static_cast<Algo>(choice.algo), Workspace(c.device, choice.nbytes)};
+  return {static_cast<Algo>(choice.algo),
+          Scratch(choice.nbytes, c.device, CurrentStream(c.device))};
 }
 
 }  // namespace
@@ -179,7 +163,7 @@ void Conv2dForward(const blas::ConvArgs& a, const Tensor& x, const Tensor& weigh
       cudnnGetConvolutionForwardAlgorithm_v7, cudnnGetConvolutionForwardWorkspaceSize, d.x.get(),
       d.w.get(), d.conv.get(), d.y.get());
   CheckCudnn(cudnnConvolutionForward(c.handle, kOne.For(c.dtype), d.x.get(), x.raw_data(),
-                                     d.w.get(), weight.raw_data(), d.conv.get(), algo, ws.ptr(),
+                                     d.w.get(), weight.raw_data(), d.conv.get(), algo, ws.get(),
                                      ws.size(), kZero.For(c.dtype), d.y.get(), out.raw_data()),
              "cudnnConvolutionForward");
   if (!bias.defined()) return;
@@ -199,7 +183,7 @@ void Conv2dBackwardData(const blas::ConvArgs& a, const Tensor& dy, const Tensor&
       cudnnGetConvolutionBackwardDataAlgorithm_v7, cudnnGetConvolutionBackwardDataWorkspaceSize,
       d.w.get(), d.y.get(), d.conv.get(), d.x.get());
   CheckCudnn(cudnnConvolutionBackwardData(c.handle, kOne.For(c.dtype), d.w.get(), weight.raw_data(),
-                                          d.y.get(), dy.raw_data(), d.conv.get(), algo, ws.ptr(),
+                                          d.y.get(), dy.raw_data(), d.conv.get(), algo, ws.get(),
                                           ws.size(), kZero.For(c.dtype), d.x.get(), dx.raw_data()),
              "cudnnConvolutionBackwardData");
 }
@@ -214,7 +198,7 @@ void Conv2dBackwardWeight(const blas::ConvArgs& a, const Tensor& x, const Tensor
       d.x.get(), d.y.get(), d.conv.get(), d.w.get());
   CheckCudnn(
       cudnnConvolutionBackwardFilter(c.handle, kOne.For(c.dtype), d.x.get(), x.raw_data(),
-                                     d.y.get(), dy.raw_data(), d.conv.get(), algo, ws.ptr(),
+                                     d.y.get(), dy.raw_data(), d.conv.get(), algo, ws.get(),
                                      ws.size(), kZero.For(c.dtype), d.w.get(), dw.raw_data()),
       "cudnnConvolutionBackwardFilter");
 }

@@ -7,8 +7,8 @@
 
 #include <string_view>
 
+#include "autograd/base/error.h"
 #include "autograd/device.h"
-#include "autograd/error.h"
 
 namespace ddpkit::cuda {
 

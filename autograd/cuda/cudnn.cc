@@ -1,9 +1,9 @@
 // The CUDA build of cudnn.h.
 #include "autograd/cuda/cudnn.h"
 
+#include "autograd/base/error.h"
 #include "autograd/cuda/runtime.h"
 #include "autograd/cuda/thread_handles.h"
-#include "autograd/error.h"
 
 namespace ddpkit::cuda {
 namespace {

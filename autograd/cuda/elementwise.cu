@@ -1,8 +1,8 @@
 // The GPU side of op_util::Map / Zip: one thread per element (grid-stride), running the
-// functors of autograd/ops/pointwise.h that the host loops run too.
+// functors of autograd/pointwise.h that the host loops run too.
 #include "autograd/cuda/launch.cuh"
 #include "autograd/cuda/ops.h"
-#include "autograd/ops/pointwise.h"
+#include "autograd/pointwise.h"
 
 namespace ddpkit::cuda {
 namespace {

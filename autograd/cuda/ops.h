@@ -18,7 +18,7 @@ struct ConvArgs;
 
 namespace ddpkit::cuda {
 
-// --- elementwise.cu: the functors of autograd/ops/pointwise.h ------------------------------
+// --- elementwise.cu: the functors of autograd/pointwise.h ------------------------------
 // out[i] = f(x[i]) — a new tensor on x's GPU.
 template <typename F>
 Tensor Map(const Tensor& x, F f);

@@ -35,6 +35,24 @@ std::string DeviceDescription(Device device);
 // --- Memory ---------------------------------------------------------------------------------
 void* Allocate(size_t nbytes, Device device, Stream stream);
 void Free(void* ptr, Device device, Stream stream) noexcept;
+// Scratch memory on `device` for the work queued on `stream` while it lives: freed in stream
+// order (after that work) when it goes out of scope, also when a launch in between throws.
+class Scratch {
+ public:
+  Scratch(size_t nbytes, Device device, Stream stream)
+      : device_(device), stream_(stream), nbytes_(nbytes), ptr_(Allocate(nbytes, device, stream)) {}
+  ~Scratch() { Free(ptr_, device_, stream_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+  size_t size() const { return nbytes_; }
+
+ private:
+  Device device_;
+  Stream stream_;
+  size_t nbytes_;
+  void* ptr_;
+};
 // Copies between any two devices. A copy that involves the host waits until it is done (as
 // PyTorch's non_blocking=False); one between GPUs is queued on the current stream.
 void Copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);

@@ -1,6 +1,6 @@
 // runtime.h in a build without CUDA: no GPU is ever visible, and asking for one says why.
+#include "autograd/base/error.h"
 #include "autograd/cuda/runtime.h"
-#include "autograd/error.h"
 
 namespace ddpkit::cuda {
 namespace {

@@ -1,14 +1,14 @@
 // Elementwise ops, each forward followed by its backward. The pointwise math lives in
-// autograd/ops/pointwise.h, shared with the CUDA kernels (MapOn / ZipOn pick the device).
+// autograd/pointwise.h, shared with the CUDA kernels (MapOn / ZipOn pick the device).
 #include <algorithm>
 
 #include "autograd/cuda/ops.h"
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/op_util.h"
-#include "autograd/ops/pointwise.h"
 #include "autograd/ops/vec_math.h"
 #include "autograd/parallel.h"
+#include "autograd/pointwise.h"
 
 namespace ddpkit {
 

@@ -3,8 +3,8 @@
 
 #include <string_view>
 
+#include "autograd/base/error.h"
 #include "autograd/cuda/ops.h"
-#include "autograd/error.h"
 #include "autograd/tensor.h"
 
 namespace ddpkit::op_util {
@@ -44,7 +44,7 @@ Tensor Zip(const Tensor& a, const Tensor& b, F f) {
   return out;
 }
 
-// Map / Zip with a functor of autograd/ops/pointwise.h, on the host or, for a GPU tensor, as
+// Map / Zip with a functor of autograd/pointwise.h, on the host or, for a GPU tensor, as
 // a CUDA kernel (autograd/cuda/elementwise.cu instantiates one for each such functor).
 template <typename F>
 Tensor MapOn(std::string_view op, const Tensor& x, F f) {

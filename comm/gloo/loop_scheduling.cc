@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::comm {
 namespace {

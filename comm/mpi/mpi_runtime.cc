@@ -3,7 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::comm::mpi {
 namespace {

@@ -9,8 +9,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "autograd/base/error.h"
 #include "autograd/cuda/cuda_check.h"
-#include "autograd/error.h"
 #include "comm/nccl/nccl_util.h"
 
 namespace ddpkit::comm::nccl {

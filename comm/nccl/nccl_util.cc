@@ -2,7 +2,7 @@
 
 #include <thread>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::comm::nccl {
 

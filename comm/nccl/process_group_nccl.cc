@@ -8,9 +8,9 @@
 #include <cstring>
 #include <mutex>
 
+#include "autograd/base/log.h"
 #include "autograd/cuda/cuda_check.h"
 #include "autograd/cuda/runtime.h"
-#include "autograd/log.h"
 #include "comm/nccl/nccl_init.h"
 #include "comm/nccl/nccl_util.h"
 

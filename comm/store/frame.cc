@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::comm {
 namespace {

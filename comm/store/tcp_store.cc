@@ -17,8 +17,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
-#include "autograd/error.h"
-#include "autograd/log.h"
+#include "autograd/base/error.h"
+#include "autograd/base/log.h"
 #include "comm/store/store.pb.h"
 #include "comm/store/token.h"
 

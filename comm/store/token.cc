@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::comm {
 

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_join.h"
-#include "autograd/log.h"
+#include "autograd/base/log.h"
 #include "comm/cuda/reduce.h"
 #include "comm/reduce.h"
 #include "comm/round_robin.h"

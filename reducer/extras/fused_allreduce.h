@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "comm/process_group.h"
 
 namespace ddpkit::reducer {

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <optional>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "autograd/grad_mode.h"
 #include "reducer/reducer_errors.h"
 

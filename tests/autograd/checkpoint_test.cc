@@ -4,7 +4,7 @@
 #include "autograd/accumulate_grad.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "autograd/ops.h"
 #include "tests/autograd/test_util.h"
 

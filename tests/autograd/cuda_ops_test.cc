@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "autograd/models/zoo.h"
+#include "autograd/nn/models/zoo.h"
+#include "autograd/nn/optim.h"
 #include "autograd/ops.h"
-#include "autograd/optim.h"
 #include "tests/autograd/cuda_test_util.h"
 
 namespace ddpkit {
@@ -277,7 +277,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOpsTest, ::testing::Values(DType::kFloat32,
                            return std::string(DTypeName(info.param));
                          });
 
-// A torchvision-style ResNet (autograd/models/resnet.h) on cuda:0 against the same model on the
+// A torchvision-style ResNet (autograd/nn/models/resnet.h) on cuda:0 against the same model on the
 // host: the loss, every parameter's gradient, the BatchNorm buffers after the training forward
 // (num_batches_tracked included), one SGD step with momentum, and an evaluation forward with the
 // updated running statistics. float32 through a dozen layers: a looser tolerance than one op's.

@@ -7,10 +7,10 @@
 
 #include "autograd/gemm.h"
 #include "autograd/kernels.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
+#include "autograd/nn/optim.h"
+#include "autograd/nn/safetensors.h"
 #include "autograd/ops.h"
-#include "autograd/optim.h"
-#include "autograd/safetensors.h"
 #include "tests/autograd/cuda_test_util.h"
 
 namespace ddpkit {

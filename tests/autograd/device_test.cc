@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "autograd/cuda/runtime.h"
-#include "autograd/nn.h"
-#include "autograd/safetensors.h"
+#include "autograd/nn/nn.h"
+#include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
 
 namespace ddpkit {

@@ -6,7 +6,7 @@
 #include "autograd/accumulate_grad.h"
 #include "autograd/checkpoint.h"
 #include "autograd/grad_mode.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "autograd/ops.h"
 #include "tests/autograd/test_util.h"
 

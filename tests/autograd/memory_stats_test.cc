@@ -2,7 +2,7 @@
 #include "autograd/memory_stats.h"
 
 #include "autograd/checkpoint.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "autograd/ops.h"
 #include "autograd/random.h"
 #include "gtest/gtest.h"

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "autograd/safetensors.h"
+#include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
 
 namespace ddpkit::testing_util {

@@ -1,7 +1,7 @@
 // ddpkit against PyTorch 1.13: golden files written by tools/scripts/golden/make_torch_golden.py.
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
+#include "autograd/nn/optim.h"
 #include "autograd/ops.h"
-#include "autograd/optim.h"
 #include "tests/autograd/test_util.h"
 
 namespace ddpkit {

@@ -7,7 +7,7 @@
 
 #include "autograd/accumulate_grad.h"
 #include "autograd/grad_mode.h"
-#include "autograd/nn_vision.h"
+#include "autograd/nn/vision.h"
 #include "autograd/ops.h"
 #include "autograd/random.h"
 #include "tests/autograd/test_util.h"

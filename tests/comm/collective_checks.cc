@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "absl/strings/str_join.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::comm::testing_util {
 namespace {

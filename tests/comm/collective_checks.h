@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "comm/ops/sample_sort.h"
 #include "comm/process_group.h"
-#include "comm/sample_sort.h"
 
 namespace ddpkit::comm::testing_util {
 

@@ -6,9 +6,9 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "comm/gloo/process_group_gloo.h"
-#include "comm/rendezvous.h"
 #include "comm/store/tcp_store.h"
-#include "comm/world.h"
+#include "comm/world/rendezvous.h"
+#include "comm/world/world.h"
 #include "gtest/gtest.h"
 
 namespace ddpkit::comm {

@@ -11,7 +11,7 @@
 #include <iostream>
 #include <string>
 
-#include "comm/rendezvous.h"
+#include "comm/world/rendezvous.h"
 #include "tests/comm/collective_checks.h"
 
 using namespace ddpkit;

@@ -8,7 +8,7 @@
 #include "autograd/cuda/runtime.h"
 #include "comm/nccl/process_group_nccl.h"
 #include "comm/store/tcp_store.h"
-#include "comm/world.h"
+#include "comm/world/world.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/autograd/cuda_test_util.h"

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "autograd/safetensors.h"
+#include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/run_command.h"
 #include "tests/state_dict_compare.h"

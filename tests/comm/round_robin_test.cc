@@ -4,7 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "comm/threads/threads_world.h"
-#include "comm/world.h"
+#include "comm/world/world.h"
 #include "gtest/gtest.h"
 #include "tests/comm/collective_checks.h"
 

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "absl/strings/str_join.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view spec(reinterpret_cast<const char*>(data), size);

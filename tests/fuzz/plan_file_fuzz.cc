@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tools/jobs/buckets/plan_file.h"
+#include "tools/torch_formats/plan_file.h"
 
 namespace {
 
@@ -20,8 +20,8 @@ bool InRange(const std::vector<int64_t>& indices, size_t n) {
 
 // The compiled section the reader kept: parameters among the file's, each user after its node,
 // the split a partition of the nodes (so DdpOptimizerSplit may index freely).
-bool CompiledSectionIsConsistent(const ddpkit::jobs::PlanFile& file) {
-  const ddpkit::jobs::CompiledDdpRecord& record = *file.compiled;
+bool CompiledSectionIsConsistent(const ddpkit::torch_formats::PlanFile& file) {
+  const ddpkit::torch_formats::CompiledDdpRecord& record = *file.compiled;
   const size_t n = record.nodes.size(), p = file.parameters.size();
   auto params_ok = [p](const std::vector<size_t>& v) {
     for (size_t i : v) {
@@ -30,7 +30,7 @@ bool CompiledSectionIsConsistent(const ddpkit::jobs::PlanFile& file) {
     return true;
   };
   for (size_t i = 0; i < n; ++i) {
-    const ddpkit::jobs::CompiledNode& node = record.nodes[i];
+    const ddpkit::torch_formats::CompiledNode& node = record.nodes[i];
     if (!params_ok(node.params) || !params_ok(node.module_params) ||
         !params_ok(node.other_params)) {
       return false;
@@ -40,7 +40,7 @@ bool CompiledSectionIsConsistent(const ddpkit::jobs::PlanFile& file) {
     }
   }
   std::vector<int> seen(n, 0);
-  for (const ddpkit::jobs::CompiledSubgraph& s : record.split) {
+  for (const ddpkit::torch_formats::CompiledSubgraph& s : record.split) {
     if (s.nodes.empty() || !params_ok(s.params)) return false;
     for (size_t i : s.nodes) {
       if (i >= n || seen[i]++) return false;
@@ -56,7 +56,8 @@ bool CompiledSectionIsConsistent(const ddpkit::jobs::PlanFile& file) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<ddpkit::jobs::PlanFile> file = ddpkit::jobs::ParsePlanFile(text, "fuzz");
+  absl::StatusOr<ddpkit::torch_formats::PlanFile> file =
+      ddpkit::torch_formats::ParsePlanFile(text, "fuzz");
   if (!file.ok()) {
     if (file.status().code() != absl::StatusCode::kInvalidArgument ||
         file.status().message().substr(0, 6) != "fuzz: ") {
@@ -65,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (file->parameters.empty()) std::abort();
-  for (const ddpkit::jobs::PlanTensor& t : file->parameters) {
+  for (const ddpkit::torch_formats::PlanTensor& t : file->parameters) {
     int64_t numel = 1;
     for (int64_t extent : t.shape) numel *= extent;  // the reader checked it fits
     if (t.numel != numel || t.nbytes < t.numel || t.nbytes > 16 * t.numel) std::abort();
@@ -73,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (file->compiled && !CompiledSectionIsConsistent(*file)) std::abort();
   if (!file->ddp) return 0;
   const size_t n = file->DdpParameters().size();
-  const ddpkit::jobs::PyTorchDdpLog& log = *file->ddp;
+  const ddpkit::torch_formats::PyTorchDdpLog& log = *file->ddp;
   if (!InRange(log.prev_iteration_grad_ready_order_indices, n) ||
       log.rebuilt_per_bucket_param_indices.size() != log.rebuilt_bucket_sizes.size()) {
     std::abort();

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "autograd/safetensors.h"
+#include "autograd/nn/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

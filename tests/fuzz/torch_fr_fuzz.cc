@@ -1,4 +1,4 @@
-// Any bytes as a PyTorch flight-recorder dump, JSON or pickle (tools/jobs/fr/torch_dump.h,
+// Any bytes as a PyTorch flight-recorder dump, JSON or pickle (tools/torch_formats/torch_dump.h,
 // pickle_reader.h): a dump or an InvalidArgument naming the file in one line, never a crash, a
 // hang or unbounded memory; what it accepts has entries with non-negative element counts, each
 // with its calls, and compares against itself (torch_match.h) without a crash.
@@ -7,15 +7,15 @@
 #include <string>
 #include <string_view>
 
-#include "tools/jobs/fr/pickle_reader.h"
-#include "tools/jobs/fr/torch_dump.h"
 #include "tools/jobs/fr/torch_match.h"
+#include "tools/torch_formats/pickle_reader.h"
+#include "tools/torch_formats/torch_dump.h"
 
 namespace {
 
-void CompareWithItself(const ddpkit::jobs::TorchDump& dump) {
+void CompareWithItself(const ddpkit::torch_formats::TorchDump& dump) {
   for (const auto& [group, d] : dump.groups) {
-    std::map<int, ddpkit::jobs::Dump> dumps = {{1, d}, {0, d}};
+    std::map<int, ddpkit::torch_formats::Dump> dumps = {{1, d}, {0, d}};
     dumps[0].rank = 0;
     if (!d.torch_calls.empty()) dumps[0].torch_calls.rbegin()->second.back().state += "?";
     const ddpkit::jobs::GroupDumps g{.name = group,
@@ -33,14 +33,15 @@ void CompareWithItself(const ddpkit::jobs::TorchDump& dump) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  ddpkit::jobs::RankFromFileName(text);
-  if (ddpkit::jobs::LooksLikePickle(text)) {
-    const absl::StatusOr<nlohmann::json> value = ddpkit::jobs::ReadTorchPickle(text);
+  ddpkit::torch_formats::RankFromFileName(text);
+  if (ddpkit::torch_formats::LooksLikePickle(text)) {
+    const absl::StatusOr<nlohmann::json> value = ddpkit::torch_formats::ReadTorchPickle(text);
     if (!value.ok() && std::string(value.status().message()).rfind("pickle: ", 0) != 0) {
       std::abort();
     }
   }
-  absl::StatusOr<ddpkit::jobs::TorchDump> dump = ddpkit::jobs::ParseTorchDump(text, 1, "f_1");
+  absl::StatusOr<ddpkit::torch_formats::TorchDump> dump =
+      ddpkit::torch_formats::ParseTorchDump(text, 1, "f_1");
   if (!dump.ok()) {
     const std::string message(dump.status().message());
     if (message.rfind("f_1: ", 0) != 0 || message.find('\n') != std::string::npos) {

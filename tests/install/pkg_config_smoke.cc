@@ -2,7 +2,7 @@
 // two-rank threads world sums its ranks' values, as a Makefile user's first program would.
 #include <iostream>
 
-#include "comm/world.h"
+#include "comm/world/world.h"
 
 int main() {
   const absl::Status status = ddpkit::comm::RunOnWorld(

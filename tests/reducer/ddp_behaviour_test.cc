@@ -3,7 +3,7 @@
 #include <mutex>
 
 #include "autograd/checkpoint.h"
-#include "autograd/optim.h"
+#include "autograd/nn/optim.h"
 #include "autograd/random.h"
 #include "gmock/gmock.h"
 #include "tests/reducer/ddp_test_util.h"

@@ -1,10 +1,10 @@
-// DDP's buffers on a real model (torchvision's ResNet, autograd/models/resnet.h): BatchNorm's
+// DDP's buffers on a real model (torchvision's ResNet, autograd/nn/models/resnet.h): BatchNorm's
 // running statistics are rank 0's on every rank after each synced forward (broadcast_buffers,
 // PyTorch's default), and stay each rank's own when it is off.
 #include <map>
 #include <mutex>
 
-#include "autograd/models/resnet.h"
+#include "autograd/nn/models/resnet.h"
 #include "tests/reducer/ddp_test_util.h"
 
 namespace ddpkit::reducer::testing {

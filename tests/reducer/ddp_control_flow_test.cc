@@ -3,7 +3,7 @@
 // in some iterations. Under find_unused_parameters every iteration's gradients are one
 // process's (the mean over ranks of each rank's own forward), so the branch gets the using
 // rank's gradient / W on every rank; without it the second iteration fails with PyTorch's words.
-#include "autograd/optim.h"
+#include "autograd/nn/optim.h"
 #include "gmock/gmock.h"
 #include "tests/reducer/ddp_test_util.h"
 #include "tests/reducer/test_models.h"

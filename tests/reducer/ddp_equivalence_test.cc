@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "autograd/cuda/runtime.h"
-#include "autograd/optim.h"
+#include "autograd/nn/optim.h"
 #include "autograd/random.h"
 #include "gmock/gmock.h"
 #include "tests/autograd/cuda_test_util.h"

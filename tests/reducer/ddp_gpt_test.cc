@@ -1,8 +1,8 @@
-// DDP over nanoGPT's GPT (autograd/models/gpt.h) against PyTorch 1.13 DDP: the goldens of
+// DDP over nanoGPT's GPT (autograd/nn/models/gpt.h) against PyTorch 1.13 DDP: the goldens of
 // tools/scripts/golden/make_gpt_golden.py (gpt:layers=2,heads=2,dim=8,ctx=8,vocab=11, B = 2,
 // T = 6, float64).
-#include "autograd/models/gpt.h"
-#include "autograd/safetensors.h"
+#include "autograd/nn/models/gpt.h"
+#include "autograd/nn/safetensors.h"
 #include "tests/autograd/test_util.h"
 #include "tests/reducer/ddp_test_util.h"
 

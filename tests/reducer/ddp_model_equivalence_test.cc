@@ -19,7 +19,7 @@
 // without the option each rank keeps its own. The reference replays exactly that, per rank.
 #include <mutex>
 
-#include "autograd/optim.h"
+#include "autograd/nn/optim.h"
 #include "tests/reducer/ddp_model_util.h"
 #include "tests/reducer/gloo_world.h"
 

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "autograd/optim.h"
+#include "autograd/nn/optim.h"
 #include "join/join.h"
 #include "tests/reducer/ddp_model_util.h"
 

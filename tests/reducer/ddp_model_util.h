@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/models/gpt.h"
-#include "autograd/models/resnet.h"
+#include "autograd/nn/models/gpt.h"
+#include "autograd/nn/models/resnet.h"
 #include "autograd/random.h"
 #include "tests/reducer/ddp_test_util.h"
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/nn_vision.h"
+#include "autograd/nn/vision.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "join/join.h"

@@ -6,7 +6,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/grad_mode.h"
-#include "autograd/optim.h"
+#include "autograd/nn/optim.h"
 #include "gmock/gmock.h"
 #include "join/join.h"
 #include "reducer/extras/powersgd_hook.h"

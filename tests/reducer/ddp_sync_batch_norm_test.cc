@@ -4,8 +4,8 @@
 // BatchNorm normalises each rank's shard by its own statistics). Equal and uneven shards.
 #include <numeric>
 
-#include "autograd/models/resnet.h"
-#include "comm/sync_batch_norm.h"
+#include "autograd/nn/models/resnet.h"
+#include "comm/ops/sync_batch_norm.h"
 #include "gmock/gmock.h"
 #include "join/join.h"
 #include "tests/reducer/ddp_test_util.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "autograd/ops.h"
 #include "comm/threads/threads_world.h"
 #include "gtest/gtest.h"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "autograd/checkpoint.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "autograd/ops.h"
 #include "autograd/random.h"
 

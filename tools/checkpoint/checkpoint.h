@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "autograd/nn.h"
-#include "autograd/optim.h"
+#include "autograd/nn/nn.h"
+#include "autograd/nn/optim.h"
 #include "comm/process_group.h"
 #include "tools/checkpoint/manifest.h"  // CheckpointManifest, ParseCheckpointManifest
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::checkpoint {
 namespace {

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_format.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "nlohmann/json.hpp"
 
 namespace ddpkit::checkpoint {

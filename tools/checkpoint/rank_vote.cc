@@ -1,7 +1,7 @@
 #include "tools/checkpoint/rank_vote.h"
 
 #include "absl/strings/str_join.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "comm/collective_tag.h"
 #include "tools/common/status.h"
 

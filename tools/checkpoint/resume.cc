@@ -7,8 +7,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
-#include "autograd/error.h"
-#include "autograd/safetensors.h"
+#include "autograd/base/error.h"
+#include "autograd/nn/safetensors.h"
 #include "tools/checkpoint/checkpoint.h"
 #include "tools/checkpoint/rank_vote.h"
 #include "tools/checkpoint/state_file.h"

@@ -6,8 +6,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_format.h"
-#include "autograd/error.h"
-#include "autograd/safetensors.h"
+#include "autograd/base/error.h"
+#include "autograd/nn/safetensors.h"
 #include "tools/checkpoint/checkpoint.h"
 #include "tools/checkpoint/durable_file.h"
 #include "tools/checkpoint/rank_vote.h"

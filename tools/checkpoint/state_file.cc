@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_format.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "nlohmann/json.hpp"
 
 namespace ddpkit::checkpoint {

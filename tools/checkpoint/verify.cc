@@ -2,8 +2,8 @@
 // CRC-32.
 #include <filesystem>
 
-#include "autograd/error.h"
-#include "autograd/file_util.h"
+#include "autograd/base/error.h"
+#include "autograd/base/file_util.h"
 #include "tools/checkpoint/checkpoint.h"
 #include "tools/checkpoint/durable_file.h"
 

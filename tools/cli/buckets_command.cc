@@ -182,7 +182,7 @@ void PrintPlanFileNotes(const jobs::ModelBuckets& plans) {
 
 // The PyTorch, caps and mode the file was recorded with, unless the flags say otherwise, so the
 // plans compare.
-absl::StatusOr<reducer::DdpOptions> OptionsForPlanFile(const jobs::PlanFile& file) {
+absl::StatusOr<reducer::DdpOptions> OptionsForPlanFile(const torch_formats::PlanFile& file) {
   DDPKIT_ASSIGN_OR_RETURN(const reducer::DdpOptions flags, DdpOptionsFromFlags(file.rules_version));
   if (!file.ddp) return flags;
   reducer::DdpOptions options = jobs::RecordedDdpOptions(file);
@@ -203,7 +203,8 @@ absl::StatusOr<reducer::DdpOptions> OptionsForPlanFile(const jobs::PlanFile& fil
 
 // --params FILE: the plans from the file's parameters and recorded order.
 int RunParams(bool json) {
-  absl::StatusOr<jobs::PlanFile> file = jobs::ReadPlanFile(absl::GetFlag(FLAGS_params));
+  absl::StatusOr<torch_formats::PlanFile> file =
+      torch_formats::ReadPlanFile(absl::GetFlag(FLAGS_params));
   if (!file.ok()) return Fail("buckets", file.status());
   absl::StatusOr<reducer::DdpOptions> options = OptionsForPlanFile(*file);
   if (!options.ok()) return Fail("buckets", options.status());

@@ -71,7 +71,7 @@ void PrintNotes(const jobs::CompiledSplit& split) {
 
 }  // namespace
 
-absl::Status AddCompiledSplit(const jobs::PlanFile& file, jobs::ModelBuckets& plans) {
+absl::Status AddCompiledSplit(const torch_formats::PlanFile& file, jobs::ModelBuckets& plans) {
   if (!file.compiled) return absl::OkStatus();
   // --bucket-cap-mb is DDP's cap, which DDPOptimizer takes too; its first cap is PyTorch's
   // constant whatever the user sets, so --first-bucket-mb (eager DDP's) does not move it.

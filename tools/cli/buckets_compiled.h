@@ -10,7 +10,7 @@ namespace ddpkit::cli {
 
 // Fills plans.compiled from `file`'s compiled section (nothing when it has none), with the caps
 // PyTorch split with unless --bucket-cap-mb says otherwise (the first cap stays PyTorch's).
-absl::Status AddCompiledSplit(const jobs::PlanFile& file, jobs::ModelBuckets& plans);
+absl::Status AddCompiledSplit(const torch_formats::PlanFile& file, jobs::ModelBuckets& plans);
 
 // The split in backward order, the two plans side by side, and the verdict line
 // "Compiled split agrees with PyTorch: yes (...)" / "NO (...)"; nothing without a split.

@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "tools/cli/comm_flags.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/job_flags.h"

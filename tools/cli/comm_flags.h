@@ -6,7 +6,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/status.h"
-#include "comm/world.h"
+#include "comm/world/world.h"
 
 ABSL_DECLARE_FLAG(std::string, backend);
 ABSL_DECLARE_FLAG(int32_t, world_size);

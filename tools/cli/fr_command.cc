@@ -23,7 +23,7 @@ std::string FirstLine(const std::string& text) { return text.substr(0, text.find
 void PrintEntries(const jobs::FrRank& rank) {
   std::cout << absl::StrFormat("  %6s  %-16s  %-8s  %10s  %-18s  %-9s  %s\n", "seq", "op", "dtype",
                                "size", "for", "state", "time");
-  for (const jobs::FrEntry& e : rank.last_entries()) {
+  for (const torch_formats::FrEntry& e : rank.last_entries()) {
     std::string what = e.purpose() == "bucket" && !e.ddp_params().empty()
                            ? absl::StrFormat("bucket %d, iter %d", e.bucket(), e.iteration())
                        : e.purpose() == "bucket" ? absl::StrFormat("bucket %d", e.bucket())

@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "absl/strings/escaping.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"

@@ -6,7 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "tools/cli/commands.h"
 #include "tools/jobs/relay/packet_relay.h"
 

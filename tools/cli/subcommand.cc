@@ -7,7 +7,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::cli {
 namespace {

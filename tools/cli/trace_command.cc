@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "autograd/file_util.h"
+#include "autograd/base/file_util.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/job_flags.h"
 #include "tools/cli/print_json.h"

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "autograd/nn/safetensors.h"
 #include "autograd/random.h"
-#include "autograd/safetensors.h"
 
 namespace ddpkit::jobs {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "autograd/models/zoo.h"
+#include "autograd/nn/models/zoo.h"
 #include "autograd/tensor.h"
 
 namespace ddpkit::jobs {

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "autograd/gemm.h"
-#include "comm/world.h"
+#include "comm/world/world.h"
 #include "tools/common/status.h"
 
 namespace ddpkit::jobs {

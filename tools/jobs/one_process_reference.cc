@@ -4,7 +4,7 @@
 #include <cmath>
 #include <variant>
 
-#include "autograd/optim.h"
+#include "autograd/nn/optim.h"
 #include "tools/jobs/training_loop.h"
 
 namespace ddpkit::jobs {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/training.h"
 

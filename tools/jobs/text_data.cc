@@ -2,7 +2,7 @@
 #include <map>
 
 #include "absl/strings/str_join.h"
-#include "autograd/file_util.h"
+#include "autograd/base/file_util.h"
 #include "tools/jobs/dataset.h"
 
 namespace ddpkit::jobs {

@@ -6,9 +6,9 @@
 #include "absl/strings/str_format.h"
 #include "autograd/cuda/runtime.h"
 #include "autograd/grad_mode.h"
+#include "autograd/nn/safetensors.h"
 #include "autograd/ops.h"
-#include "autograd/safetensors.h"
-#include "comm/sync_batch_norm.h"
+#include "comm/ops/sync_batch_norm.h"
 #include "reducer/extras/named_comm_hook.h"
 
 namespace ddpkit::jobs {

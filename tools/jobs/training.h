@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "autograd/models/zoo.h"
-#include "autograd/nn.h"
-#include "autograd/optim.h"
+#include "autograd/nn/models/zoo.h"
+#include "autograd/nn/nn.h"
+#include "autograd/nn/optim.h"
 #include "reducer/distributed_data_parallel.h"
 #include "reducer/extras/powersgd_hook.h"
 #include "reducer/extras/zero_redundancy_optimizer.h"
@@ -22,7 +22,7 @@ namespace ddpkit::jobs {
 
 struct DdpTrainingConfig {
   comm::WorldSpec world;  // --backend, --world-size, --timeout, --threads-per-rank, ...
-  std::string model = "mlp:32,64,64,10";  // any spec of the model zoo (autograd/models/zoo.h)
+  std::string model = "mlp:32,64,64,10";  // any spec of the model zoo (autograd/nn/models/zoo.h)
   std::string weights_path;               // initial weights (safetensors) when set
   std::string save_weights_path;          // rank 0's final weights (atomically) when set
   int batch_size = 32;                    // rows per rank per (micro-)batch
@@ -36,7 +36,7 @@ struct DdpTrainingConfig {
   reducer::PowerSgdOptions powersgd;  // for the PowerSGD hooks
   std::string trace_path;             // a Chrome trace of the run (tools/trace/) when set
   // Every BatchNorm2d becomes a SyncBatchNorm over the group before DDP wraps the model
-  // (comm/sync_batch_norm.h); refused for a model without BatchNorm.
+  // (comm/ops/sync_batch_norm.h); refused for a model without BatchNorm.
   bool sync_batchnorm = false;
   // Where the model computes. With nccl, a GPU config means the rank's own GPU (the group's).
   Device device = Device::Cpu();

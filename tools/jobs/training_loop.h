@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "autograd/optim.h"
+#include "autograd/nn/optim.h"
 #include "autograd/tensor.h"
 #include "join/join.h"
 #include "reducer/distributed_data_parallel.h"

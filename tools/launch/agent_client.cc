@@ -1,6 +1,6 @@
 #include "tools/launch/agent_client.h"
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::launch {
 

@@ -16,9 +16,9 @@
 #include <cstring>
 #include <iostream>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "comm/store/token.h"
-#include "comm/thread_budget.h"
+#include "comm/world/thread_budget.h"
 #include "tools/launch/proc_stat.h"
 #include "tools/launch/restart_round.h"
 
@@ -177,7 +177,7 @@ absl::StatusOr<Rendezvous> ResolveRendezvous(const LaunchOptions& options) {
   if (!options.local_addr.empty()) ::setenv("DDPKIT_LOCAL_ADDR", options.local_addr.c_str(), 1);
   ::setenv(comm::kStoreTokenEnv, rendezvous.store_token.c_str(), 1);
   // As torchrun does: each rank's BLAS pool gets its share of this host's cores, unless the
-  // user chose (comm/thread_budget.h).
+  // user chose (comm/world/thread_budget.h).
   ::setenv("OMP_NUM_THREADS",
            std::to_string(comm::ThreadsPerProcess(options.nproc_per_node)).c_str(), 0);
   std::vector<char*> argv;

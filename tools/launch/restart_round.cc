@@ -4,7 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "comm/store/token.h"
 #include "tools/launch/launcher.h"
 #include "tools/launch/round_watch.h"

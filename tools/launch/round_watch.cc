@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::launch {
 

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::plot {
 namespace {

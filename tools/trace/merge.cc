@@ -5,8 +5,8 @@
 #include <stdexcept>
 
 #include "absl/strings/str_join.h"
-#include "autograd/error.h"
-#include "autograd/file_util.h"
+#include "autograd/base/error.h"
+#include "autograd/base/file_util.h"
 #include "nlohmann/json.hpp"
 #include "tools/trace/session.h"
 #include "tools/trace/trace_file.h"

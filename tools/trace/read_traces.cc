@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "autograd/error.h"
-#include "autograd/file_util.h"
+#include "autograd/base/error.h"
+#include "autograd/base/file_util.h"
 #include "tools/trace/trace_file.h"
 
 namespace ddpkit::trace {

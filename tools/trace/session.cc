@@ -1,7 +1,7 @@
 #include "tools/trace/session.h"
 
 #include "absl/strings/match.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::trace {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "comm/world.h"
+#include "comm/world/world.h"
 #include "tools/trace/trace_file.h"
 
 namespace ddpkit::trace {

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_format.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "tools/plot/svg.h"
 #include "tools/trace/stats.h"
 

@@ -10,10 +10,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "autograd/error.h"
-#include "tools/trace/torch_events.h"
+#include "autograd/base/error.h"
+#include "tools/torch_formats/torch_events.h"
 
 namespace ddpkit::trace {
+
+using torch_formats::TorchEvent;
+using torch_formats::TorchEventsOf;
+using torch_formats::TorchRankEvents;
 namespace {
 
 using nlohmann::json;

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
-#include "autograd/error.h"
-#include "autograd/file_util.h"
+#include "autograd/base/error.h"
+#include "autograd/base/file_util.h"
 
 namespace ddpkit::trace {
 namespace {

@@ -25,12 +25,12 @@
 #include <thread>
 #include <vector>
 
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
+#include "autograd/nn/optim.h"
 #include "autograd/ops.h"
-#include "autograd/optim.h"
 #include "autograd/random.h"
 #include "comm/collective_listener.h"
-#include "comm/world.h"
+#include "comm/world/world.h"
 #include "join/join.h"
 #include "reducer/distributed_data_parallel.h"
 

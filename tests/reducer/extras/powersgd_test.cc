@@ -10,7 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "autograd/optim.h"
+#include "autograd/nn/optim.h"
 #include "autograd/random.h"
 #include "gmock/gmock.h"
 #include "reducer/extras/named_comm_hook.h"

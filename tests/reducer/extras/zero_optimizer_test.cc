@@ -4,7 +4,7 @@
 #include <mutex>
 #include <random>
 
-#include "autograd/optim.h"
+#include "autograd/nn/optim.h"
 #include "gmock/gmock.h"
 #include "join/join.h"
 #include "reducer/extras/zero_redundancy_optimizer.h"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "autograd/safetensors.h"
+#include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/run_command.h"

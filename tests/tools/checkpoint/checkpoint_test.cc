@@ -11,8 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
-#include "autograd/file_util.h"
-#include "autograd/safetensors.h"
+#include "autograd/base/file_util.h"
+#include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/state_dict_compare.h"

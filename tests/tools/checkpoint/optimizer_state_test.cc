@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/match.h"
-#include "autograd/optim.h"
+#include "autograd/nn/optim.h"
 #include "gtest/gtest.h"
 
 namespace ddpkit {

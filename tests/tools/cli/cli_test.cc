@@ -11,7 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "autograd/cuda/runtime.h"
-#include "autograd/safetensors.h"
+#include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/run_command.h"
 

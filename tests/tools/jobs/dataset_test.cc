@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
-#include "autograd/safetensors.h"
+#include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
 #include "tools/jobs/training.h"
 

@@ -11,7 +11,7 @@
 #include <map>
 
 #include "absl/strings/match.h"
-#include "autograd/file_util.h"
+#include "autograd/base/file_util.h"
 #include "gtest/gtest.h"
 #include "tools/trace/read_traces.h"
 #include "tools/trace/stats.h"

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "absl/strings/match.h"
-#include "autograd/file_util.h"
+#include "autograd/base/file_util.h"
 #include "gtest/gtest.h"
 #include "tools/jobs/train/trainer.h"
 #include "tools/trace/merge.h"

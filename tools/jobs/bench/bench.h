@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "autograd/models/zoo.h"
+#include "autograd/nn/models/zoo.h"
 #include "reducer/pytorch_version.h"
 #include "tools/jobs/bench/bench_report.pb.h"
 #include "tools/jobs/job.h"

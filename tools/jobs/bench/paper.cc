@@ -11,10 +11,10 @@
 #include <filesystem>
 #include <optional>
 
-#include "autograd/file_util.h"
+#include "autograd/base/file_util.h"
+#include "autograd/nn/optim.h"
 #include "autograd/ops.h"
-#include "autograd/optim.h"
-#include "comm/thread_budget.h"
+#include "comm/world/thread_budget.h"
 #include "reducer/distributed_data_parallel.h"
 #include "reducer/extras/fused_allreduce.h"
 #include "tools/jobs/bench/bench.h"

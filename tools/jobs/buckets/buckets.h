@@ -10,9 +10,11 @@
 #include "reducer/bucket_assignment.h"
 #include "reducer/distributed_data_parallel.h"
 #include "tools/jobs/buckets/buckets_report.pb.h"
-#include "tools/jobs/buckets/plan_file.h"
+#include "tools/torch_formats/plan_file.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::PlanFile;
 
 // The assignment in PyTorch's shape.
 BucketPlan PlanOf(const reducer::BucketAssignment& assignment);

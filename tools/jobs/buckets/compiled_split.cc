@@ -6,9 +6,15 @@
 #include <string>
 
 #include "absl/strings/str_join.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::CompiledDdpRecord;
+using torch_formats::CompiledNode;
+using torch_formats::CompiledSubgraph;
+using torch_formats::PlanFile;
+using torch_formats::PlanTensor;
 namespace {
 
 // DDPOptimizer's rule (torch/_dynamo/backends/distributed.py, DDPOptimizer.compile_fn), as it

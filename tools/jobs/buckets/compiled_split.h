@@ -13,10 +13,13 @@
 
 #include "absl/status/statusor.h"
 #include "tools/jobs/buckets/buckets_report.pb.h"
-#include "tools/jobs/buckets/compiled_record.h"
-#include "tools/jobs/buckets/plan_file.h"
+#include "tools/torch_formats/compiled_record.h"
+#include "tools/torch_formats/plan_file.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::CompiledSubgraph;
+using torch_formats::PlanFile;
 
 // DDPOptimizer's two caps: the first subgraph to fill (the last in the graph, the first in
 // backward) closes at `first`, the others at `cap`.

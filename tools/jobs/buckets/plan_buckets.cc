@@ -7,6 +7,10 @@
 #include "tools/jobs/buckets/buckets.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::PlanFile;
+using torch_formats::PlanTensor;
+using torch_formats::PyTorchDdpLog;
 namespace {
 
 using Infos = google::protobuf::RepeatedPtrField<reducer::BucketInfo>;

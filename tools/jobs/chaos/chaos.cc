@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "autograd/error.h"
-#include "autograd/file_util.h"
+#include "autograd/base/error.h"
+#include "autograd/base/file_util.h"
 #include "tools/jobs/chaos/trial_processes.h"
 #include "tools/jobs/chaos/wire_chaos.h"
 #include "tools/jobs/job.h"

@@ -5,7 +5,7 @@
 #include <regex>
 
 #include "absl/strings/numbers.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "tools/checkpoint/checkpoint.h"
 
 namespace ddpkit::jobs {

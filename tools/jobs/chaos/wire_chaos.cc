@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "autograd/error.h"
-#include "autograd/file_util.h"
+#include "autograd/base/error.h"
+#include "autograd/base/file_util.h"
 #include "comm/store/token.h"
 #include "tools/jobs/chaos/checkpoint_fault.h"
 #include "tools/jobs/chaos/trial_processes.h"

@@ -1,6 +1,6 @@
 #include "tools/jobs/contrastive/clip_loss.h"
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "autograd/ops.h"
 
 namespace ddpkit::jobs {

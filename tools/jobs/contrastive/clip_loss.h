@@ -20,7 +20,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "comm/all_gather_with_grad.h"
+#include "comm/ops/all_gather_with_grad.h"
 
 namespace ddpkit::jobs {
 

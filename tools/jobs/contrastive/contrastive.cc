@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "autograd/cuda/runtime.h"
+#include "autograd/nn/optim.h"
 #include "autograd/ops.h"
-#include "autograd/optim.h"
 #include "comm/threads/threads_world.h"
 #include "reducer/distributed_data_parallel.h"
 #include "tools/jobs/training.h"

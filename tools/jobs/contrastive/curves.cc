@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_format.h"
-#include "autograd/error.h"
-#include "autograd/file_util.h"
+#include "autograd/base/error.h"
+#include "autograd/base/file_util.h"
 #include "tools/plot/svg.h"
 
 namespace ddpkit::jobs {

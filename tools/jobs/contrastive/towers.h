@@ -9,8 +9,8 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "autograd/models/zoo.h"
-#include "autograd/nn.h"
+#include "autograd/nn/models/zoo.h"
+#include "autograd/nn/nn.h"
 
 namespace ddpkit::jobs {
 

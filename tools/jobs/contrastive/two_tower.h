@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "tools/jobs/contrastive/towers.h"
 
 namespace ddpkit::jobs {

@@ -7,19 +7,28 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "autograd/base/error.h"
+#include "autograd/base/file_util.h"
 #include "autograd/dtype.h"
-#include "autograd/error.h"
-#include "autograd/file_util.h"
 #include "comm/flight_recorder_dump.h"
 #include "comm/types.h"
 #include "nlohmann/json.hpp"
-#include "tools/jobs/buckets/plan_file.h"
 #include "tools/jobs/fr/ddp_labels.h"
-#include "tools/jobs/fr/dump.h"
-#include "tools/jobs/fr/torch_dump.h"
 #include "tools/jobs/fr/torch_match.h"
+#include "tools/torch_formats/fr_dump.h"
+#include "tools/torch_formats/plan_file.h"
+#include "tools/torch_formats/torch_dump.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::Dump;
+using torch_formats::FrEntry;
+using torch_formats::ParseTorchDump;
+using torch_formats::PlanFile;
+using torch_formats::RankFromFileName;
+using torch_formats::ReadPlanFile;
+using torch_formats::TorchDump;
+using torch_formats::TorchReleasesOf;
 namespace {
 
 using nlohmann::json;

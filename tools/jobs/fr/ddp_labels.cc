@@ -5,6 +5,10 @@
 #include "tools/jobs/buckets/buckets.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::Dump;
+using torch_formats::FrEntry;
+using torch_formats::PlanFile;
 namespace {
 
 constexpr size_t kNamesShown = 4;  // a ResNet bucket holds dozens: the first few name it

@@ -12,10 +12,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tools/jobs/buckets/plan_file.h"
-#include "tools/jobs/fr/dump.h"
+#include "tools/torch_formats/fr_dump.h"
+#include "tools/torch_formats/plan_file.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::Dump;
+using torch_formats::FrEntry;
+using torch_formats::PlanFile;
 
 // What DDP's collectives look like for the file's model: its buckets before and after the
 // rebuild, each as its parameters (DDP's indices) and elements.

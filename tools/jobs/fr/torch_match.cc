@@ -8,9 +8,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::Dump;
+using torch_formats::TorchCall;
 namespace {
 
 using Sizes = std::vector<std::vector<int64_t>>;

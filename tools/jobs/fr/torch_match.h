@@ -11,10 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "tools/jobs/fr/dump.h"
 #include "tools/jobs/fr/fr_report.pb.h"
+#include "tools/torch_formats/fr_dump.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::Dump;
+using torch_formats::TorchCall;
 
 // How another rank's call differs from the reference rank's: kind is "" when they match,
 // "undecided" for an all-to-all (its ranks' sizes differ by design: only their totals can be

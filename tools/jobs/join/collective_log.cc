@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "tools/jobs/job.h"
 
 namespace ddpkit::jobs {

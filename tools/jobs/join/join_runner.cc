@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "autograd/nn/safetensors.h"
 #include "autograd/ops.h"
-#include "autograd/safetensors.h"
 #include "tools/jobs/dataset.h"
 #include "tools/jobs/join/collective_log.h"
 #include "tools/jobs/one_process_reference.h"

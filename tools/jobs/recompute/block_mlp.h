@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 
 namespace ddpkit::jobs {
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "autograd/memory_stats.h"
+#include "autograd/nn/optim.h"
 #include "autograd/ops.h"
-#include "autograd/optim.h"
 #include "reducer/distributed_data_parallel.h"
 #include "reducer/extras/fused_allreduce.h"
 #include "tools/jobs/dataset.h"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "autograd/models/zoo.h"
+#include "autograd/nn/models/zoo.h"
 #include "tools/jobs/recompute/block_mlp.h"
 
 namespace ddpkit::jobs {

@@ -18,8 +18,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
-#include "autograd/error.h"
-#include "autograd/file_util.h"
+#include "autograd/base/error.h"
+#include "autograd/base/file_util.h"
 
 namespace ddpkit::jobs {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "tools/trace/trace_file.h"
 
 namespace ddpkit::jobs::sim {

@@ -7,7 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "google/protobuf/util/json_util.h"
 #include "tools/jobs/bench/bench_report.pb.h"
 #include "tools/trace/trace_file.h"

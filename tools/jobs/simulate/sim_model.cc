@@ -9,11 +9,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "tools/jobs/buckets/buckets.h"
-#include "tools/jobs/buckets/plan_file.h"
+#include "tools/torch_formats/plan_file.h"
 
 namespace ddpkit::jobs::sim {
+
+using torch_formats::PlanFile;
+using torch_formats::PlanTensor;
+using torch_formats::ReadPlanFile;
 namespace {
 
 std::vector<size_t> ReverseOrder(size_t n) {

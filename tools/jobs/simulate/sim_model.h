@@ -49,7 +49,7 @@ struct SimModel {
   int64_t TotalBytes() const;
 };
 
-// The seam for a plan file (tools/jobs/buckets/plan_file.h): its parameters in registration
+// The seam for a plan file (tools/torch_formats/plan_file.h): its parameters in registration
 // order and, when it has one, the observed grad-ready order (else reverse registration order).
 // Parameters with requires_grad false are dropped and the order renumbered. Times are zero
 // until a compute profile fills them. InvalidArgument for mismatched lengths or a bad order.

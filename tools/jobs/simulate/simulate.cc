@@ -3,7 +3,7 @@
 #include <fstream>
 
 #include "absl/time/clock.h"
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "reducer/distributed_data_parallel.h"
 
 namespace ddpkit::jobs {

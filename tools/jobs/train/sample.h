@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 #include "tools/jobs/dataset.h"
 
 namespace ddpkit::jobs {

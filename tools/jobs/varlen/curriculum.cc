@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "autograd/error.h"
+#include "autograd/base/error.h"
 #include "autograd/random.h"
 
 namespace ddpkit::jobs {

@@ -6,7 +6,7 @@
 // its own. Every rank holds a random mix, so at step t the ranks' t-th batches differ in
 // length by chance, and the order depends on the seed and the world size.
 //
-// After — the recipe: all samples sorted by length across ranks (comm/sample_sort.h), then
+// After — the recipe: all samples sorted by length across ranks (comm/ops/sample_sort.h), then
 // the sorted order dealt out round-robin: the sample at training position q goes to rank
 // q % world, as its (q / world)-th sample. At every step each rank holds neighbours in the
 // global order, so similar lengths.

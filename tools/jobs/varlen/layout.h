@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "comm/ops/sample_sort.h"
 #include "comm/process_group.h"
-#include "comm/sample_sort.h"
 #include "tools/jobs/varlen/batching.h"
 #include "tools/jobs/varlen/curriculum.h"
 #include "tools/jobs/varlen/sequence_data.h"

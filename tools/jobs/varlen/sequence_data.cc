@@ -4,8 +4,8 @@
 #include <cmath>
 #include <string_view>
 
+#include "autograd/nn/safetensors.h"
 #include "autograd/random.h"
-#include "autograd/safetensors.h"
 
 namespace ddpkit::jobs {
 namespace {

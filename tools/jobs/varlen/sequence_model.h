@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "autograd/nn.h"
+#include "autograd/nn/nn.h"
 
 namespace ddpkit::jobs {
 

@@ -5,8 +5,8 @@
 
 #include "autograd/cuda/runtime.h"
 #include "autograd/grad_mode.h"
+#include "autograd/nn/safetensors.h"
 #include "autograd/ops.h"
-#include "autograd/safetensors.h"
 #include "comm/collective_tag.h"
 #include "join/join.h"
 #include "reducer/extras/named_comm_hook.h"

@@ -2,7 +2,7 @@
 // recipe way (docs/varlen.md):
 //
 //   1. each rank measures its DistributedSampler share; the ranks sort all (length, id) pairs
-//      with a distributed sample sort (comm/sample_sort.h);
+//      with a distributed sample sort (comm/ops/sample_sort.h);
 //   2. the sorted order is dealt out round-robin (curriculum.h): at every step every rank holds
 //      similar lengths;
 //   3. each rank packs its samples into batches of at most --max-tokens padded tokens
@@ -19,7 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "comm/sample_sort.h"
+#include "comm/ops/sample_sort.h"
 #include "tools/jobs/training.h"
 #include "tools/jobs/varlen/curriculum.h"
 #include "tools/jobs/varlen/lr_scaling.h"

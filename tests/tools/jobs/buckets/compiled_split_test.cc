@@ -18,6 +18,12 @@
 #include "tools/jobs/buckets/buckets.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::CompiledDdpRecord;
+using torch_formats::CompiledSubgraph;
+using torch_formats::ParsePlanFile;
+using torch_formats::PlanFile;
+using torch_formats::ReadPlanFile;
 namespace {
 
 using ::testing::ElementsAre;

@@ -11,6 +11,13 @@
 #include "tools/jobs/buckets/buckets.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::ParsePlanFile;
+using torch_formats::PlanFile;
+using torch_formats::PlanTensor;
+using torch_formats::PyTorchDdpLog;
+using torch_formats::ReadPlanFile;
+
 namespace {
 
 using ::testing::HasSubstr;

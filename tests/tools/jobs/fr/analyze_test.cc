@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
-#include "autograd/file_util.h"
+#include "autograd/base/file_util.h"
 #include "comm/threads/threads_world.h"
 #include "gtest/gtest.h"
 #include "tools/jobs/join/join_runner.h"

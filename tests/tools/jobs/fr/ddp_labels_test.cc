@@ -12,11 +12,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "autograd/file_util.h"
+#include "autograd/base/file_util.h"
 #include "gtest/gtest.h"
 #include "tools/jobs/fr/analyze.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::FrEntry;
 namespace {
 
 const std::string kCase = absl::StrCat(DDPKIT_TESTDATA_DIR, "/torch_fr_ddp/torch-2.15/uneven");

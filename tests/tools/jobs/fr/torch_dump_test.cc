@@ -1,7 +1,7 @@
 // `ddpkit fr analyze` on PyTorch's own flight-recorder dumps: the JSON form of two broken gloo
 // jobs made with PyTorch 2.15 (tools/scripts/golden/make_torch_fr_golden.py; every release and
 // form: torch_versions_test.cc), read in detail, and files that are not dumps.
-#include "tools/jobs/fr/torch_dump.h"
+#include "tools/torch_formats/torch_dump.h"
 
 #include <unistd.h>
 
@@ -14,6 +14,9 @@
 #include "tools/jobs/fr/analyze.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::RankFromFileName;
+
 namespace {
 
 namespace fs = std::filesystem;

@@ -7,6 +7,9 @@
 #include "gtest/gtest.h"
 
 namespace ddpkit::jobs {
+
+using torch_formats::Dump;
+using torch_formats::TorchCall;
 namespace {
 
 TorchCall Call(const std::string& op, std::vector<std::vector<int64_t>> in,

@@ -19,6 +19,7 @@
 #include "tools/jobs/fr/analyze.h"
 
 namespace ddpkit::jobs {
+
 namespace {
 
 namespace fs = std::filesystem;

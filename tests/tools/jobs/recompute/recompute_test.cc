@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "autograd/file_util.h"
+#include "autograd/base/file_util.h"
 #include "gmock/gmock.h"
 
 namespace ddpkit::jobs {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/safetensors.h"
+#include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
 #include "tools/jobs/train/trainer.h"
 

@@ -6,8 +6,8 @@
 #include <filesystem>
 
 #include "absl/strings/match.h"
-#include "autograd/nn.h"
-#include "autograd/safetensors.h"
+#include "autograd/nn/nn.h"
+#include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
 #include "tools/jobs/dataset.h"
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "autograd/nn/safetensors.h"
 #include "autograd/ops.h"
-#include "autograd/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/autograd/cuda_test_util.h"

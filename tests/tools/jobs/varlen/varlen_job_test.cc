@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/match.h"
-#include "autograd/safetensors.h"
+#include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
 #include "tools/jobs/varlen/varlen.h"
 
