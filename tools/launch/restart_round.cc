@@ -1,5 +1,6 @@
 #include "tools/launch/restart_round.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include "absl/strings/numbers.h"
@@ -17,6 +18,9 @@ constexpr absl::Duration kPollEvery = absl::Milliseconds(100);
 // How long a launcher whose job is over waits for node 0 to take its last word: short, since
 // node 0's host may be unreachable, and the job's end should not wait for it.
 constexpr absl::Duration kLeaveWait = absl::Milliseconds(200);
+// The longest node 0 keeps its store up, after giving up on a round, for the nodes that joined
+// it to read why (each says when it has).
+constexpr absl::Duration kGiveUpWait = absl::Seconds(3);
 
 std::string Seconds(absl::Duration d) { return StrCat(absl::ToDoubleSeconds(d), " s"); }
 
@@ -102,6 +106,7 @@ absl::StatusOr<int> RestartRounds::Join(int round) {
   if (gave_up) {
     absl::StatusOr<std::string> why = store_->Get(gave_up_key);
     DDPKIT_RETURN_IF_ERROR(Lost(why.status()));
+    (void)store_->Add(gave_up_key + "/read", 1);  // node 0 may close its store now
     return absl::DeadlineExceededError(*why);
   }
   absl::StatusOr<std::string> text = store_->Get(port_key);
@@ -115,11 +120,19 @@ absl::StatusOr<int> RestartRounds::Join(int round) {
 }
 
 // Not every node joined `round` in time: the missing ones named. Node 0 writes it for the nodes
-// still waiting with it and keeps its store up until they have read it (bounded: a poll each).
+// still waiting with it and keeps its store up until each has said it read it — not a fixed
+// time, which a loaded host's launcher can miss and then read the store's closing as node 0
+// lost — bounded by kGiveUpWait, for a waiting node that died meanwhile.
 absl::Status RestartRounds::GiveUp(int round, const std::string& gave_up_key) {
   const std::string missing = MissingNodes(round);
   if (options_.node_rank == 0 && store_->Set(gave_up_key, missing).ok()) {
-    absl::SleepFor(2 * kPollEvery);
+    const int waiting = JoinedNodes(round) - 1;  // besides node 0
+    (void)PollUntil(
+        [&]() -> absl::StatusOr<bool> {
+          DDPKIT_ASSIGN_OR_RETURN(const int64_t read, store_->Add(gave_up_key + "/read", 0));
+          return read >= waiting;
+        },
+        absl::Now() + std::min(options_.node_timeout, kGiveUpWait));
   }
   return absl::DeadlineExceededError(missing);
 }
@@ -190,6 +203,16 @@ absl::Status RestartRounds::PollUntil(const std::function<absl::StatusOr<bool>()
     if (absl::Now() >= deadline) return absl::DeadlineExceededError("");
     absl::SleepFor(kPollEvery);
   }
+}
+
+int RestartRounds::JoinedNodes(int round) {
+  int joined = 0;
+  for (int node = 0; node < options_.nnodes; ++node) {
+    absl::StatusOr<bool> there =
+        store_->store().Check({RoundKey(round, StrCat("joined/", node))}, absl::Seconds(1));
+    joined += there.ok() && *there;
+  }
+  return joined;
 }
 
 // "node 2 of 3 did not join restart round 1 within 60 s", naming every node missing.

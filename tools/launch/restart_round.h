@@ -74,6 +74,7 @@ class RestartRounds {
   // a signal (Cancelled) or a failed request (Unavailable: Lost) ends the wait.
   absl::Status PollUntil(const std::function<absl::StatusOr<bool>()>& done, absl::Time deadline);
   std::string MissingNodes(int round);
+  int JoinedNodes(int round);  // those whose join of `round` the store holds
   absl::Status GiveUp(int round, const std::string& gave_up_key);
   absl::Status Lost(const absl::Status& status) const;
 

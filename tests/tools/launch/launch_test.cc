@@ -310,6 +310,30 @@ TEST(RestartRoundsTest, ANodeThatNeverJoinsIsNamedByEveryNodeThatDid) {
   }
 }
 
+// As above, but node 1's launcher is stopped for 0.8 s from just before node 0 gives up (a
+// loaded host): node 0 keeps its store up until node 1 has read why, not for a fixed two
+// polls, so node 1 still names node 2 rather than reading the store's closing as node 0 lost.
+TEST(RestartRoundsTest, ANodeThatReadsTheReasonLateStillGetsIt) {
+  const std::string dir = ::testing::TempDir() + "/rounds_late_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const int port = ddpkit::testing_util::FreeLocalPort();
+  auto launcher = [&](int k) {
+    return RoundLauncher(k, port, 0, "true", /*node_timeout=*/2, /*nnodes=*/3);
+  };
+  const std::string pid = dir + "/1.pid";
+  RunShell(absl::StrCat("(sleep 0.5; ", launcher(1), " > ", dir, "/1.log 2>&1 & echo $! > ", pid,
+                        "; wait $!; echo $? > ", dir, "/1.status) & (", launcher(0), " > ", dir,
+                        "/0.log 2>&1; echo $? > ", dir, "/0.status) & sleep 1.9; kill -STOP $(cat ",
+                        pid, "); sleep 0.8; kill -CONT $(cat ", pid, "); wait"));
+  const std::string log0 = ReadFile(dir + "/0.log"), log1 = ReadFile(dir + "/1.log");
+  EXPECT_EQ(ReadFile(dir + "/1.status"), "1\n") << log1;
+  EXPECT_TRUE(
+      absl::StrContains(log1, "node 2 of 3 did not join the job's start (round 0) within 2 s"))
+      << log1;
+  EXPECT_FALSE(absl::StrContains(log1, "lost node 0's launcher")) << log1;
+  EXPECT_EQ(ReadFile(dir + "/0.status"), "1\n") << log0;
+}
+
 // CI's short chaos run: every signalled job ends with a clear error and leaves no process
 // behind (`ddpkit chaos` exits 0 only then). The time limit is timeout + 10 s here, not the
 // target's + 5 s: CI runs this beside other tests, where a rank stopped during set-up leaves
