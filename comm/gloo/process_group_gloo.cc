@@ -11,6 +11,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/attr.h>
+#include <signal.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -298,6 +299,18 @@ class ProcessGroupGloo final : public ProcessGroup {
   friend absl::StatusOr<absl::Duration> comm::TimeRawGlooAllreduce(ProcessGroup&, int64_t, int);
 };
 
+// Gloo writes to its peers' sockets without MSG_NOSIGNAL, so a write to a peer that has just
+// died raises SIGPIPE, whose default action ends this process before the failed collective can
+// name the dead rank. (Python ignores SIGPIPE at start-up, which is why PyTorch's jobs never see
+// this.) Ignored here, unless the program installed its own handler: the write then fails with
+// EPIPE, and the collective with it.
+void IgnoreSigpipe() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<absl::Duration> TimeRawGlooAllreduce(ProcessGroup& group, int64_t count,
@@ -330,6 +343,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(int rank, i
                                                                      ProcessGroupOptions options) {
   DDPKIT_ASSIGN_OR_RETURN(const GlooAlgorithm algorithm, GlooAlgorithmFromEnv());
   DDPKIT_ASSIGN_OR_RETURN(const GlooLoopPolicy loop_policy, GlooLoopPolicyFromEnv());
+  IgnoreSigpipe();
   gloo::transport::tcp::attr attr;
   if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != '\0') {
     attr.iface = iface;
