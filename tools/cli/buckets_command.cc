@@ -14,7 +14,7 @@
 #include "tools/cli/ddp_flags.h"
 #include "tools/cli/job_flags.h"
 #include "tools/cli/print_json.h"
-#include "tools/jobs/buckets/buckets.h"
+#include "tools/jobs/bucket_plans.h"
 
 ABSL_FLAG(std::string, sizes, "", "element counts, one per parameter: N1,N2,...");
 ABSL_FLAG(std::string, dtypes, "f32",
@@ -148,13 +148,14 @@ void PrintFirstBucketEffect(const jobs::ModelBuckets& plans) {
     return;
   }
   const BucketInfo& first = plans.rebuilt_buckets(0);
-  const BucketInfo& uncapped = plans.rebuilt_buckets_without_first_bucket_cap(0);
   std::cout << "\nFirst bucket: capped at " << plans.first_bucket_bytes()
             << " bytes so that its allreduce starts early in backward; a bucket closes at the "
                "first tensor that takes it to its cap, so it holds "
             << first.param_indices_size() << " tensors, " << first.bytes() << " bytes"
-            << (first.bytes() > plans.first_bucket_bytes() ? " (more than the cap)" : "")
-            << ".\nWith the cap for every bucket it would hold " << uncapped.param_indices_size()
+            << (first.bytes() > plans.first_bucket_bytes() ? " (more than the cap)" : "") << ".\n";
+  if (plans.rebuilt_buckets_without_first_bucket_cap().empty()) return;  // --model: not planned
+  const BucketInfo& uncapped = plans.rebuilt_buckets_without_first_bucket_cap(0);
+  std::cout << "With the cap for every bucket it would hold " << uncapped.param_indices_size()
             << " tensors, " << uncapped.bytes() << " bytes, and the plan would have "
             << (plans.rebuilt_buckets_without_first_bucket_cap_size() ==
                         plans.rebuilt_buckets_size()
@@ -242,6 +243,7 @@ int RunModel(bool json) {
     PrintJson(*plans);
   } else {
     PrintModelPlans(*plans);
+    PrintFirstBucketEffect(*plans);
   }
   return kExitOk;
 }

@@ -27,6 +27,17 @@ absl::CommandLineFlag* FlagFor(const Subcommand& subcommand, const std::string& 
   return absl::FindCommandLineFlag(alias == subcommand.flag_aliases.end() ? name : alias->second);
 }
 
+// What a flag of a built-in type takes: said instead of Abseil's own rejection ("Illegal value
+// 'abc' specified for flag 'steps'"), which repeats what the caller already prints.
+std::string Expected(const absl::CommandLineFlag& flag) {
+  if (flag.IsOfType<int>() || flag.IsOfType<int64_t>() || flag.IsOfType<uint64_t>()) {
+    return "an integer";
+  }
+  if (flag.IsOfType<double>() || flag.IsOfType<float>()) return "a number";
+  if (flag.IsOfType<bool>()) return "true or false";
+  return "";
+}
+
 absl::Status UnknownFlag(const Subcommand& subcommand, absl::string_view written) {
   return absl::InvalidArgumentError(StrCat("unknown flag '", written, "' for 'ddpkit ",
                                            subcommand.name, "' (see 'ddpkit ", subcommand.name,
@@ -89,6 +100,9 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
     }
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
+      if (absl::StartsWith(error, "Illegal value '") && !Expected(*flag).empty()) {
+        error = StrCat("expected ", Expected(*flag));
+      }
       return absl::InvalidArgumentError(
           StrCat("invalid value '", value, "' for flag '--", Dashed(name), "': ", error));
     }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "autograd/cuda/runtime.h"
 #include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
@@ -126,6 +127,37 @@ TEST(CliTest, EverySubcommandTakingAModelRunsOrRefusesEachFamily) {
   }
 }
 
+// A value of the wrong type is named once, with what the flag takes.
+TEST(CliTest, AValueOfTheWrongTypeSaysWhatTheFlagTakes) {
+  for (const auto& [args, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"train --steps abc", "invalid value 'abc' for flag '--steps': expected an integer"},
+           {"train --lr fast", "invalid value 'fast' for flag '--lr': expected a number"},
+           {"train --json=maybe",
+            "invalid value 'maybe' for flag '--json': expected true or false"}}) {
+    const Result r = RunDdpkit(args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, expected)) << args << ": " << r.err;
+    EXPECT_FALSE(absl::StrContains(r.err, "Illegal value")) << args << ": " << r.err;
+  }
+}
+
+// Data that cannot be read is refused before any rank starts: one line naming the flag, and no
+// flight-recorder dumps left behind (a rank failing to read would fail its peers' collectives).
+TEST(CliTest, UnreadableDataIsRefusedBeforeAnyRankStarts) {
+  const std::string dir = ::testing::TempDir() + "/unreadable_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  for (const char* flag : {"--data", "--eval-data", "--text"}) {
+    const Result r = ddpkit::testing_util::RunCommand(absl::StrCat(
+        "cd ", dir, " && ", DDPKIT_BINARY_DIR, "/bin/ddpkit train ", flag, " /missing/rows"));
+    EXPECT_EQ(r.status, 1) << flag << ": " << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << flag << ": " << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat(flag, " '/missing/rows' cannot be read")))
+        << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ddpkit_fr"));
+}
+
 TEST(CliTest, FlagSpellings) {
   EXPECT_EQ(RunDdpkit("train --steps 1 --batch-size=4 --nojson").status, 0);
   EXPECT_EQ(RunDdpkit("train --steps=1 --batch_size 4").status, 0);
@@ -189,6 +221,14 @@ TEST(CliTest, BucketsPrintsTheAssignment) {
   nlohmann::json plans = nlohmann::json::parse(r.out);
   EXPECT_EQ(plans["initial"]["buckets"], nlohmann::json::parse("[[0, 1, 2, 3]]"));
   EXPECT_EQ(plans["rebuilt"]["buckets"].size(), 1u);
+}
+
+// A model's rebuilt first bucket holds more than its 1 MiB cap; the text says why.
+TEST(CliTest, BucketsForAModelSaysWhyTheFirstBucketPassesItsCap) {
+  const Result r = RunDdpkit("buckets --model mlp:784,2048,2048,10");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "First bucket: capped at 1048576 bytes")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "4 tensors, 16867368 bytes (more than the cap)")) << r.out;
 }
 
 // A PyTorch model's plan file: the story (both plans by name, the first bucket's effect, the

@@ -1,6 +1,10 @@
 #include "tools/jobs/train/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "autograd/compute_threads.h"
 #include "autograd/gemm.h"
@@ -42,6 +46,17 @@ absl::Status Validate(const TrainConfig& config) {
   if (config.reference_one_process) DDPKIT_RETURN_IF_ERROR(CheckReferenceApplies(config));
   if (!config.text_path.empty() && !config.data_path.empty()) {
     return absl::InvalidArgumentError("--text and --data both name the data; give one");
+  }
+  // Before any rank starts: a rank that fails to read its data would fail its peers'
+  // collectives too, and leave their flight recorders behind for nothing.
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--data", config.data_path},
+        {"--text", config.text_path},
+        {"--eval-data", config.eval_path}}) {
+    if (!path.empty() && ::access(path.c_str(), R_OK) != 0) {
+      return absl::NotFoundError(
+          StrCat(flag, " '", path, "' cannot be read: ", std::strerror(errno)));
+    }
   }
   if (config.checkpoint.enabled() && reducer::IsPowerSgdHookName(config.comm_hook)) {
     return absl::InvalidArgumentError(
