@@ -3,8 +3,8 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "tools/jobs/buckets/buckets.h"
-#include "tools/jobs/buckets/compiled_split.h"
+#include "tools/jobs/bucket_plans.h"
+#include "tools/jobs/compiled_split.h"
 
 namespace ddpkit::cli {
 

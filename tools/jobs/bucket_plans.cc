@@ -1,4 +1,4 @@
-#include "tools/jobs/buckets/buckets.h"
+#include "tools/jobs/bucket_plans.h"
 
 #include "autograd/ops.h"
 #include "autograd/random.h"

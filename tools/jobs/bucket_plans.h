@@ -1,6 +1,7 @@
-// The job behind `ddpkit buckets`: DDP's bucket plans — for given tensor sizes (PyTorch's
-// compute_bucket_assignment_by_size), or for a model, before and after the rebuild, the latter
-// measured by running real iterations.
+// DDP's bucket plans — for given tensor sizes (PyTorch's compute_bucket_assignment_by_size), for
+// a model, before and after the rebuild (the latter measured by running real iterations), or
+// for a PyTorch model's plan file (plan_file_buckets.cc). `ddpkit buckets` prints them;
+// `simulate` and `fr analyze --plan` build on them, so they live at the jobs' root.
 #pragma once
 
 #include <string>
@@ -9,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "reducer/bucket_assignment.h"
 #include "reducer/distributed_data_parallel.h"
-#include "tools/jobs/buckets/buckets_report.pb.h"
+#include "tools/jobs/bucket_plans.pb.h"
 #include "tools/torch_formats/plan_file.h"
 
 namespace ddpkit::jobs {

@@ -1,4 +1,4 @@
-#include "tools/jobs/buckets/compiled_split.h"
+#include "tools/jobs/compiled_split.h"
 
 #include <algorithm>
 #include <map>

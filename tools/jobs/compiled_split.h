@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tools/jobs/buckets/buckets_report.pb.h"
+#include "tools/jobs/bucket_plans.pb.h"
 #include "tools/torch_formats/compiled_record.h"
 #include "tools/torch_formats/plan_file.h"
 

@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "absl/strings/str_join.h"
-#include "tools/jobs/buckets/buckets.h"
+#include "tools/jobs/bucket_plans.h"
 
 namespace ddpkit::jobs {
 

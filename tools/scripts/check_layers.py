@@ -6,6 +6,9 @@ before it; a .proto's imports are checked the same way, and `x.pb.h` counts as `
 Fails naming each offending include. The linker cannot catch an upward include of a header
 alone (an inline function, a type), so this reads the #include lines themselves.
 
+A line `independent <folder>/*/` says the subfolders of <folder> are siblings: a file in one may
+not include a file of another (each job's folder: what jobs share lives in the jobs' root).
+
   tools/scripts/check_layers.py            check the tree
   tools/scripts/check_layers.py --layers   print each file's layer
 """
@@ -26,15 +29,27 @@ def glob_regex(pattern):
 
 
 def read_layers(path):
-    layers = []  # (name, [regex])
+    layers, siblings = [], []  # (name, [(literal length, regex)]); parent folders
     for number, line in enumerate(path.read_text().splitlines(), 1):
         words = line.split('#', 1)[0].split()
         if not words:
             continue
         if len(words) < 2:
             sys.exit(f'{path}:{number}: a layer needs a name and at least one glob')
+        if words[0] == 'independent':
+            siblings += [w.rstrip('*/') + '/' for w in words[1:]]
+            continue
         layers.append((words[0], [(len(g.replace('*', '')), glob_regex(g)) for g in words[1:]]))
-    return layers
+    return layers, siblings
+
+
+def sibling_of(path, parents):
+    """The sibling folder `path` sits in ("tools/jobs/fr/"), or None."""
+    for parent in parents:
+        rest = path[len(parent):] if path.startswith(parent) else ''
+        if '/' in rest:
+            return parent + rest.split('/', 1)[0] + '/'
+    return None
 
 
 def tracked_sources():
@@ -47,7 +62,7 @@ def tracked_sources():
 
 
 def main():
-    layers = read_layers(ROOT / 'tools/scripts/layers.txt')
+    layers, siblings = read_layers(ROOT / 'tools/scripts/layers.txt')
     files = tracked_sources()
     layer_of, problems = {}, []
     for f in files:
@@ -82,6 +97,10 @@ def main():
             elif theirs > mine:
                 problems.append(f'{f} ({layers[mine][0]}) includes {target} '
                                 f'({layers[theirs][0]}), a layer above it')
+            elif (sibling_of(f, siblings) and sibling_of(target, siblings) and
+                  sibling_of(f, siblings) != sibling_of(target, siblings)):
+                problems.append(f'{f} includes {target}, of a sibling folder '
+                                f'({sibling_of(target, siblings)}); share it from the parent')
     if problems:
         print(f'check_layers: {len(problems)} problem(s) with the include order '
               '(tools/scripts/layers.txt):', file=sys.stderr)

@@ -3,7 +3,7 @@
 // recorded by PyTorch 2.15 with export_ddp_plan.py --compiled), ddpkit's split is the one
 // DDPOptimizer made, subgraph by subgraph; a malformed compiled section is an error naming the
 // field.
-#include "tools/jobs/buckets/compiled_split.h"
+#include "tools/jobs/compiled_split.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -15,7 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tools/jobs/buckets/buckets.h"
+#include "tools/jobs/bucket_plans.h"
 
 namespace ddpkit::jobs {
 

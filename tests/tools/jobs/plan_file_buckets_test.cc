@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tools/jobs/buckets/buckets.h"
+#include "tools/jobs/bucket_plans.h"
 
 namespace ddpkit::jobs {
 

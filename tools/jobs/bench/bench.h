@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "autograd/nn/models/zoo.h"
 #include "reducer/pytorch_version.h"
+#include "tools/jobs/allreduce_profile.pb.h"
 #include "tools/jobs/bench/bench_report.pb.h"
 #include "tools/jobs/job.h"
 

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "tools/jobs/buckets/buckets.h"
+#include "tools/jobs/bucket_plans.h"
 
 namespace ddpkit::jobs {
 

@@ -9,7 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "autograd/base/error.h"
 #include "google/protobuf/util/json_util.h"
-#include "tools/jobs/bench/bench_report.pb.h"
+#include "tools/jobs/allreduce_profile.pb.h"
 #include "tools/trace/trace_file.h"
 
 namespace ddpkit::jobs::sim {

@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "autograd/base/error.h"
-#include "tools/jobs/buckets/buckets.h"
+#include "tools/jobs/bucket_plans.h"
 #include "tools/torch_formats/plan_file.h"
 
 namespace ddpkit::jobs::sim {
