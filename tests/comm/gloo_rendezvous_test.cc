@@ -100,10 +100,9 @@ TEST(GlooRendezvousTest, APeerUnreachableInGloosConnectIsNamedByRank) {
   EXPECT_LT(absl::Now() - start, 5 * options.timeout + absl::Seconds(1));
 }
 
-// A rank's body that throws (DDP's backward does when a collective fails) ends RunOnWorld with
-// that error as a Status, as a returned one would, instead of terminating the process before
-// the rank checks out of its world.
-TEST(GlooRendezvousTest, AThrownErrorIsReturnedLikeAReturnedOne) {
+// The env:// variables of a world of one gloo rank on a free local port (ctest runs each test
+// in a process of its own, so the environment is this test's).
+void SetOneRankEnvWorld() {
   auto port = TcpStoreServer::Start("127.0.0.1", 0);
   ASSERT_TRUE(port.ok());
   const std::string free_port = std::to_string((*port)->port());
@@ -112,6 +111,13 @@ TEST(GlooRendezvousTest, AThrownErrorIsReturnedLikeAReturnedOne) {
   setenv("MASTER_PORT", free_port.c_str(), 1);
   setenv("WORLD_SIZE", "1", 1);
   setenv("RANK", "0", 1);
+}
+
+// A rank's body that throws (DDP's backward does when a collective fails) ends RunOnWorld with
+// that error as a Status, as a returned one would, instead of terminating the process before
+// the rank checks out of its world.
+TEST(GlooRendezvousTest, AThrownErrorIsReturnedLikeAReturnedOne) {
+  ASSERT_NO_FATAL_FAILURE(SetOneRankEnvWorld());
   const absl::Status status = RunOnWorld({.backend = Backend::kGloo}, [](ProcessGroup&) {
     throw Error("the body failed", absl::StatusCode::kUnavailable);
     return absl::OkStatus();
@@ -124,14 +130,7 @@ TEST(GlooRendezvousTest, AThrownErrorIsReturnedLikeAReturnedOne) {
 // the dead rank (a fresh-clone run of GlooFaultTest saw rank 0 killed so).
 TEST(GlooRendezvousTest, AGlooGroupLeavesSigpipeIgnored) {
   ASSERT_EQ(::signal(SIGPIPE, SIG_DFL), SIG_DFL);  // as a C++ program starts
-  auto port = TcpStoreServer::Start("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok());
-  const std::string free_port = std::to_string((*port)->port());
-  port->reset();
-  setenv("MASTER_ADDR", "127.0.0.1", 1);
-  setenv("MASTER_PORT", free_port.c_str(), 1);
-  setenv("WORLD_SIZE", "1", 1);
-  setenv("RANK", "0", 1);
+  ASSERT_NO_FATAL_FAILURE(SetOneRankEnvWorld());
   ASSERT_TRUE(
       RunOnWorld({.backend = Backend::kGloo}, [](ProcessGroup&) { return absl::OkStatus(); }).ok());
   EXPECT_EQ(::signal(SIGPIPE, SIG_DFL), SIG_IGN);
