@@ -10,7 +10,6 @@ namespace ddpkit::comm {
 // More rank threads than this in one process is a typing error, not a job.
 inline constexpr int kMaxThreadsWorldSize = 1024;
 
-// A world to run on, as the --backend, --world-size and --timeout flags describe it.
 struct WorldSpec {
   // What each backend is and how its ranks start: comm/backend.h.
   Backend backend = Backend::kThreads;

@@ -89,6 +89,7 @@ def main():
             if target.endswith('.pb.h'):  # protoc's output: the layer of its .proto's folder
                 target = target[:-len('.pb.h')] + '.proto'
             theirs = layer_of.get(target)
+            mine_sib, theirs_sib = sibling_of(f, siblings), sibling_of(target, siblings)
             if theirs is None and not target.startswith(MODULES):
                 continue  # a library's header (absl/, gtest/, ...)
             checked += 1
@@ -97,10 +98,9 @@ def main():
             elif theirs > mine:
                 problems.append(f'{f} ({layers[mine][0]}) includes {target} '
                                 f'({layers[theirs][0]}), a layer above it')
-            elif (sibling_of(f, siblings) and sibling_of(target, siblings) and
-                  sibling_of(f, siblings) != sibling_of(target, siblings)):
-                problems.append(f'{f} includes {target}, of a sibling folder '
-                                f'({sibling_of(target, siblings)}); share it from the parent')
+            elif mine_sib and theirs_sib and mine_sib != theirs_sib:
+                problems.append(f'{f} includes {target}, of a sibling folder ({theirs_sib}); '
+                                'share it from the parent')
     if problems:
         print(f'check_layers: {len(problems)} problem(s) with the include order '
               '(tools/scripts/layers.txt):', file=sys.stderr)
