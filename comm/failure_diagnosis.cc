@@ -28,57 +28,93 @@ std::string FailedKey(uint64_t sequence_number, int rank) {
   return StrCat("ddpkit/failed/", sequence_number, "/", rank);
 }
 
-// Whether `rank` recorded a failure in this collective or one of the next few (nullopt: the
-// store went away).
-std::optional<bool> Arrived(Store& store, uint64_t sequence_number, int rank,
-                            absl::Duration reply_timeout) {
+// Set by every rank that fails, so that a live rank still waiting inside a collective learns of
+// it (RecordWaitingIfAPeerFailed). The group is finished after any failure, so one key serves.
+constexpr char kFailingKey[] = "ddpkit/failing";
+// A rank's record: "failed" (it failed here) or kWaitingValue (alive, still inside it).
+constexpr char kWaitingValue[] = "waiting";
+
+enum class Record { kNone, kFailed, kWaiting };
+
+// What `rank` recorded in this collective or one of the next few (nullopt: the store went away).
+std::optional<Record> RecordOf(Store& store, uint64_t sequence_number, int rank,
+                               absl::Duration reply_timeout) {
   for (uint64_t s = sequence_number; s <= sequence_number + kLaterCollectives; ++s) {
     absl::StatusOr<bool> there = store.Check({FailedKey(s, rank)}, reply_timeout);
     if (!there.ok()) return std::nullopt;
-    if (*there) return true;
+    if (!*there) continue;
+    absl::StatusOr<std::string> value = store.Get(FailedKey(s, rank), reply_timeout);
+    if (!value.ok()) return std::nullopt;
+    return *value == kWaitingValue ? Record::kWaiting : Record::kFailed;
   }
-  return false;
+  return Record::kNone;
 }
 
-// The ranks that have not recorded themselves by `deadline` (nullopt: the store went away). The
-// store has just answered this rank's own record, so each check gets the whole window.
-std::optional<std::vector<int>> SilentRanks(Store& store, uint64_t sequence_number, int size,
-                                            absl::Time deadline, absl::Duration reply_timeout) {
-  std::vector<int> silent;
+struct Records {
+  std::vector<int> silent;   // no record: dead, stuck, or elsewhere
+  std::vector<int> waiting;  // alive, still inside the collective, waiting on a peer
+};
+
+// Every rank's record, polled until none is silent or `deadline` (nullopt: the store went away).
+// The store has just answered this rank's own record, so each check gets the whole window.
+std::optional<Records> ReadRecords(Store& store, uint64_t sequence_number, int size,
+                                   absl::Time deadline, absl::Duration reply_timeout) {
+  Records records;
   while (true) {
-    silent.clear();
+    records = {};
     for (int r = 0; r < size; ++r) {
-      const std::optional<bool> arrived = Arrived(store, sequence_number, r, reply_timeout);
-      if (!arrived) return std::nullopt;
-      if (!*arrived) silent.push_back(r);
+      const std::optional<Record> record = RecordOf(store, sequence_number, r, reply_timeout);
+      if (!record) return std::nullopt;
+      if (*record == Record::kNone) records.silent.push_back(r);
+      if (*record == Record::kWaiting) records.waiting.push_back(r);
     }
-    if (silent.empty() || absl::Now() >= deadline) return silent;
+    if (records.silent.empty() || absl::Now() >= deadline) return records;
     absl::SleepFor(absl::Milliseconds(50));
   }
+}
+
+std::string Ranks(const std::vector<int>& ranks) {
+  return StrCat("rank", ranks.size() > 1 ? "s " : " ", absl::StrJoin(ranks, ", "));
 }
 
 }  // namespace
 
 std::string RanksThatDidNotArrive(Store& store, int rank, int size, uint64_t sequence_number,
-                                  const ProcessGroupOptions& options) {
+                                  const ProcessGroupOptions& options,
+                                  const std::function<void()>& once_recorded) {
   const absl::Duration window = DiagnosisTime(options);
   const absl::Time deadline = absl::Now() + window;
-  if (!store.Set(FailedKey(sequence_number, rank), "1", window).ok()) {
+  if (!store.Set(FailedKey(sequence_number, rank), "failed", window).ok() ||
+      !store.Set(kFailingKey, "1", window).ok()) {
     return "; rank 0 did not answer through the store it hosts (dead or stuck)";
   }
-  const std::optional<std::vector<int>> silent =
-      SilentRanks(store, sequence_number, size, deadline, window);
+  if (once_recorded) once_recorded();
+  const std::optional<Records> records =
+      ReadRecords(store, sequence_number, size, deadline, window);
   // It answered the record, then went quiet: alive a moment ago, so its link is losing or
   // holding up data (or it has just died).
-  if (!silent) {
+  if (!records) {
     return StrCat("; rank 0, which hosts the store, did not answer within ",
                   absl::FormatDuration(window),
                   " mid-way through finding out which ranks arrived (its link is losing or "
                   "holding up data, or it has just died)");
   }
-  if (silent->empty()) return kEveryRankArrived;
-  return StrCat("; rank", silent->size() > 1 ? "s " : " ", absl::StrJoin(*silent, ", "),
-                " did not reach this collective (dead, stuck, or issuing something else)");
+  if (records->silent.empty()) return kEveryRankArrived;
+  std::string who =
+      StrCat("; ", Ranks(records->silent),
+             " did not reach this collective (dead, stuck, or issuing something else)");
+  if (!records->waiting.empty()) {
+    StrAppend(&who, "; ", Ranks(records->waiting),
+              " reached it and, alive, still waited in it for a peer");
+  }
+  return who;
+}
+
+bool RecordWaitingIfAPeerFailed(Store& store, int rank, uint64_t sequence_number,
+                                absl::Duration reply_timeout) {
+  absl::StatusOr<bool> failing = store.Check({kFailingKey}, reply_timeout);
+  if (!failing.ok() || !*failing) return false;
+  return store.Set(FailedKey(sequence_number, rank), kWaitingValue, reply_timeout).ok();
 }
 
 }  // namespace ddpkit::comm

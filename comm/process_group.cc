@@ -107,8 +107,10 @@ void ProcessGroup::DeadlineLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     deadline_cv_.wait_for(lock, std::chrono::milliseconds(50));
-    if (!running_ || running_->overdue ||
-        std::chrono::steady_clock::now() - running_->since < bound) {
+    if (!running_ || running_->overdue) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - running_->since < bound) {
+      AskStillRunning(lock, now);
       continue;
     }
     running_->overdue = true;
@@ -123,6 +125,18 @@ void ProcessGroup::DeadlineLoop() {
     lock.lock();
     if (!status && running_ && running_->work == work) running_->overdue = false;
   }
+}
+
+// StillRunning for a collective that has run kStillRunningEvery or more, at most that often.
+void ProcessGroup::AskStillRunning(std::unique_lock<std::mutex>& lock,
+                                   std::chrono::steady_clock::time_point now) {
+  const auto every = absl::ToChronoNanoseconds(kStillRunningEvery);
+  if (now - running_->since < every || now - running_->asked < every) return;
+  running_->asked = now;
+  const Collective c = *running_->collective;
+  lock.unlock();
+  StillRunning(c);
+  lock.lock();
 }
 
 std::string ProcessGroup::Describe(const Collective& c) const {
@@ -237,7 +251,8 @@ void ProcessGroup::CommLoop() {
 void ProcessGroup::SetRunning(const Collective& c, const std::shared_ptr<Work>& work) {
   if (!watch_deadlines_) return;
   std::lock_guard<std::mutex> lock(mu_);
-  running_ = Running{.collective = &c, .work = work, .since = std::chrono::steady_clock::now()};
+  running_ = Running{
+      .collective = &c, .work = work, .since = std::chrono::steady_clock::now(), .asked = {}};
 }
 
 void ProcessGroup::ClearRunning() {

@@ -155,6 +155,12 @@ class ProcessGroup {
   // the collective.
   void WatchDeadlines();
   virtual std::optional<absl::Status> Overdue(const Collective& c);
+  // Also from the deadline watch, outside its lock: every kStillRunningEvery while a collective
+  // has run that long or more. A backend whose failures are diagnosed through the store records
+  // there, once a peer has failed, that this rank is alive and waiting in `c`
+  // (comm/failure_diagnosis.h: RecordWaitingIfAPeerFailed).
+  static constexpr absl::Duration kStillRunningEvery = absl::Milliseconds(200);
+  virtual void StillRunning(const Collective& /*c*/) {}
 
  private:
   // The composite calls its groups' Submit and keeps its own recorder and listener.
@@ -162,6 +168,8 @@ class ProcessGroup {
 
   void CommLoop();
   void DeadlineLoop();
+  void AskStillRunning(std::unique_lock<std::mutex>& lock,
+                       std::chrono::steady_clock::time_point now);
   // Around each collective, for DeadlineLoop.
   void SetRunning(const Collective& c, const std::shared_ptr<Work>& work);
   void ClearRunning();
@@ -193,6 +201,7 @@ class ProcessGroup {
     std::shared_ptr<Work> work;
     std::chrono::steady_clock::time_point since;
     bool overdue = false;  // the deadline watch is failing it (or asked the backend)
+    std::chrono::steady_clock::time_point asked;  // StillRunning's last call
   };
   std::optional<Running> running_;
   bool watch_deadlines_ = false;  // set before the comm thread starts

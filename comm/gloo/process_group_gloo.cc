@@ -126,10 +126,10 @@ class ProcessGroupGloo final : public ProcessGroup {
       throw;  // ddpkit's own invariant, not a peer's failure: the base reports it as Internal
     } catch (const gloo::Exception& e) {
       failing_.store(true);
-      return Diagnose(c, e.what());
+      return Diagnose(c, e.what(), /*close_links=*/true);
     } catch (const std::runtime_error& e) {
       failing_.store(true);
-      return Diagnose(c, e.what());
+      return Diagnose(c, e.what(), /*close_links=*/true);
     }
   }
 
@@ -276,12 +276,30 @@ class ProcessGroupGloo final : public ProcessGroup {
                               "each of its waits, not the call)"));
   }
 
+  // A peer has failed while this rank waits in `c`: say so in the store, once per collective, so
+  // the peer does not name this live rank beside the dead one. The reply gets the diagnosis's
+  // window, not less: a store request that times out leaves the connection unusable, and the
+  // diagnosis needs it.
+  void StillRunning(const Collective& c) override {
+    if (waiting_recorded_ == c.sequence_number) return;
+    if (RecordWaitingIfAPeerFailed(*store_, rank(), c.sequence_number, DiagnosisTime(options()))) {
+      waiting_recorded_ = c.sequence_number;
+    }
+  }
+
   // Turns Gloo's exception into our error: which op, which sequence number, and — by asking the
   // store where every rank stopped — which ranks never answered (comm/failure_diagnosis.h).
-  absl::Status Diagnose(const Collective& c, const std::string& gloo_error) {
+  // With `close_links` (on the communication thread, after Gloo threw: nothing else is inside
+  // Gloo) the group's connections close once this rank is recorded, so a live peer waiting on
+  // this rank fails now and records itself instead of being named beside the dead rank. The
+  // group is finished anyway: collectives behind a failed one fail at once.
+  absl::Status Diagnose(const Collective& c, const std::string& gloo_error,
+                        bool close_links = false) {
     const bool timed_out = absl::StrContains(gloo_error, "Timed out");
     const std::string who =
-        RanksThatDidNotArrive(*store_, rank(), size(), c.sequence_number, options());
+        RanksThatDidNotArrive(*store_, rank(), size(), c.sequence_number, options(), [&] {
+          if (close_links) context_->closeConnections();
+        });
     return absl::Status(
         timed_out ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
         StrCat(Describe(c),
@@ -295,6 +313,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   const GlooAlgorithm algorithm_;
   const GlooLoopPolicy loop_policy_;
   bool comm_thread_scheduled_ = false;  // the communication thread's only
+  uint64_t waiting_recorded_ = 0;       // StillRunning's: the collective it last recorded
   std::atomic<bool> failing_{false};    // Execute is diagnosing Gloo's own error
   friend absl::StatusOr<absl::Duration> comm::TimeRawGlooAllreduce(ProcessGroup&, int64_t, int);
 };

@@ -36,9 +36,6 @@ int64_t Millis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
 // stranger gets no room to make the server buffer megabytes.
 constexpr uint32_t kMaxHelloFrameBytes = 4096;
 
-// The least a connecting client waits for the answer to its Hello.
-constexpr absl::Duration kHelloWait = absl::Seconds(5);
-
 // connect(2) that gives up at `deadline`: a blocking connect to a host behind a cut or
 // partitioned link waits out the kernel's SYN retries (about two minutes), whatever the
 // caller's timeout. True when connected; errno says why not (ETIMEDOUT at the deadline).
@@ -438,7 +435,8 @@ int TcpStoreServer::rejected_peers() const { return rejected_; }
 
 absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& host, int port,
                                                             absl::Duration timeout,
-                                                            const std::string& token) {
+                                                            const std::string& token,
+                                                            absl::Duration least_hello_wait) {
   const absl::Time deadline = absl::Now() + timeout;
   const std::string address = StrCat(host, ":", port);
   std::string last_error;
@@ -459,7 +457,8 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& h
           const int one = 1;
           ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
           std::unique_ptr<TcpStore> store(new TcpStore(fd, address));
-          DDPKIT_RETURN_IF_ERROR(store->Hello(token, std::max(deadline - absl::Now(), kHelloWait)));
+          DDPKIT_RETURN_IF_ERROR(
+              store->Hello(token, std::max(deadline - absl::Now(), least_hello_wait)));
           return store;
         }
         last_error = Errno();

@@ -56,10 +56,12 @@ class TcpStoreServer {
 class TcpStore : public Store {
  public:
   // Connects, retrying until `timeout` (the server may not be up yet), and presents `token`.
-  // PermissionDenied when the server rejects it.
-  static absl::StatusOr<std::unique_ptr<TcpStore>> Connect(const std::string& host, int port,
-                                                           absl::Duration timeout,
-                                                           const std::string& token = "");
+  // PermissionDenied when the server rejects it. The token's answer is awaited until the
+  // timeout, and at least `least_hello_wait` (a loaded server answers late; a caller on one
+  // hard deadline passes zero).
+  static absl::StatusOr<std::unique_ptr<TcpStore>> Connect(
+      const std::string& host, int port, absl::Duration timeout, const std::string& token = "",
+      absl::Duration least_hello_wait = absl::Seconds(5));
   ~TcpStore() override;
 
   absl::Status Set(const std::string& key, const std::string& value,

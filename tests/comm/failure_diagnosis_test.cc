@@ -1,5 +1,7 @@
 #include "comm/failure_diagnosis.h"
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -59,6 +61,31 @@ TEST_F(FailureDiagnosisTest, ARankThatPassedAndFailedInTheNextIsNotNamed) {
   EXPECT_TRUE(absl::StrContains(who_a, "; rank 2 did not reach this collective")) << who_a;
   // Rank 0 has not reached 12 (nor 13, 14): from rank 1's side it is named beside rank 2.
   EXPECT_TRUE(absl::StrContains(who_b, "ranks 0, 2 did not reach this collective")) << who_b;
+}
+
+// Rank 2 is alive inside the collective, waiting on a peer; its deadline watch asks every 50 ms
+// here whether a peer failed. Rank 0's diagnosis tells it apart from rank 1, which never came.
+TEST_F(FailureDiagnosisTest, ALiveRankWaitingInTheCollectiveIsToldApartFromAMissingOne) {
+  std::unique_ptr<TcpStore> a = Client(), c = Client();
+  std::atomic<bool> recorded{false};
+  std::thread waiting([&] {
+    for (int i = 0; i < 40 && !recorded; ++i) {
+      recorded = RecordWaitingIfAPeerFailed(*c, 2, 21, absl::Milliseconds(200));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  const std::string who = RanksThatDidNotArrive(*a, 0, 3, 21, options_);
+  waiting.join();
+  EXPECT_TRUE(recorded);
+  EXPECT_TRUE(absl::StrContains(who, "; rank 1 did not reach this collective")) << who;
+  EXPECT_TRUE(absl::StrContains(who, "; rank 2 reached it and, alive, still waited in it")) << who;
+}
+
+// Nobody has failed: a rank long inside a collective records nothing.
+TEST_F(FailureDiagnosisTest, ARankWaitingWhileNoPeerFailedRecordsNothing) {
+  std::unique_ptr<TcpStore> c = Client();
+  EXPECT_FALSE(RecordWaitingIfAPeerFailed(*c, 2, 30, absl::Milliseconds(200)));
+  EXPECT_FALSE(*c->Check({"ddpkit/failed/30/2"}, absl::Seconds(1)));
 }
 
 }  // namespace

@@ -69,19 +69,23 @@ TEST(GlooContractTest, TheBackendContractHolds) {
   EXPECT_EQ(r.status, 0) << r.out;
 }
 
-// The ranks a survivor's diagnosis names in "; rank 1 did not reach this collective" or
-// "; ranks 1, 2 did not reach ..." (the first such line of `out`); empty when there is none.
-std::vector<int> RanksNamedAsNotReaching(const std::string& out) {
-  const size_t end = out.find(" did not reach this collective");
-  const size_t start = out.rfind("; rank", end);
-  if (end == std::string::npos || start == std::string::npos) return {};
-  std::vector<int> ranks;
-  for (absl::string_view part : absl::StrSplit(out.substr(start + 6, end - start - 6),
-                                               absl::ByAnyChar(", s"), absl::SkipEmpty())) {
-    int rank = -1;
-    if (absl::SimpleAtoi(part, &rank)) ranks.push_back(rank);
+// The ranks each survivor's diagnosis names in "; rank 1 did not reach this collective" or
+// "; ranks 1, 2 did not reach ...", one list per such line of `out`.
+std::vector<std::vector<int>> RanksNamedAsNotReaching(const std::string& out) {
+  std::vector<std::vector<int>> lines;
+  for (size_t end = out.find(" did not reach this collective"); end != std::string::npos;
+       end = out.find(" did not reach this collective", end + 1)) {
+    const size_t start = out.rfind("; rank", end);
+    if (start == std::string::npos) continue;
+    std::vector<int> ranks;
+    for (absl::string_view part : absl::StrSplit(out.substr(start + 6, end - start - 6),
+                                                 absl::ByAnyChar(", s"), absl::SkipEmpty())) {
+      int rank = -1;
+      if (absl::SimpleAtoi(part, &rank)) ranks.push_back(rank);
+    }
+    lines.push_back(ranks);
   }
-  return ranks;
+  return lines;
 }
 
 TEST(GlooFaultTest, ARankThatDiesMakesTheOthersFailAndTheLauncherNamesIt) {
@@ -91,11 +95,24 @@ TEST(GlooFaultTest, ARankThatDiesMakesTheOthersFailAndTheLauncherNamesIt) {
   EXPECT_TRUE(absl::StrContains(r.out, "exited with code 5")) << r.out;
   // The survivors failed on their own, naming the collective, its sequence number and rank 1.
   EXPECT_TRUE(absl::StrContains(r.out, "ALLREDUCE (sequence number 2, world size 3)")) << r.out;
-  // Rank 1 is named; a survivor still waiting inside the collective (gloo's pair to the dead
-  // rank is not always the one it waits on) may be named beside it: from the naming rank's
-  // side it is stuck.
-  const std::vector<int> named = RanksNamedAsNotReaching(r.out);
-  EXPECT_NE(std::find(named.begin(), named.end(), 1), named.end()) << r.out;
+  // Each survivor names rank 1 alone. A survivor still waiting inside the collective (Gloo's
+  // pair to the dead rank is not always the one it waits on) is released when the first to fail
+  // closes its links, records itself, and is not named beside the dead rank.
+  const std::vector<std::vector<int>> named = RanksNamedAsNotReaching(r.out);
+  EXPECT_FALSE(named.empty()) << r.out;
+  for (const std::vector<int>& ranks : named) EXPECT_EQ(ranks, std::vector<int>{1}) << r.out;
+}
+
+// Rank 1 is alive but never enters the second allreduce; rank 2 enters it 2 s after rank 0 and
+// waits there. Rank 0 times out at 5 s and names rank 1 alone: rank 2, alive inside the
+// collective, recorded itself (its deadline watch saw rank 0's failure in the store), or was
+// released by rank 0 closing its links. Without both it was named beside rank 1.
+TEST(GlooFaultTest, ALiveRankWaitingBehindTheFailureIsNotNamedBesideTheStuckOne) {
+  Result r = RunShell(Launch(3, "wait_behind"));
+  EXPECT_TRUE(absl::StrContains(r.out, "[rank 0] second allreduce: DEADLINE_EXCEEDED")) << r.out;
+  const std::vector<std::vector<int>> named = RanksNamedAsNotReaching(r.out);
+  EXPECT_FALSE(named.empty()) << r.out;
+  for (const std::vector<int>& ranks : named) EXPECT_EQ(ranks, std::vector<int>{1}) << r.out;
 }
 
 TEST(GlooFaultTest, MismatchedCollectivesAreCaughtAtDetail) {

@@ -11,9 +11,11 @@
 //                                exit with code 4
 //
 // Exit status 0 when the mode's expectation held; the reason is printed otherwise.
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "comm/world/rendezvous.h"
 #include "tests/comm/collective_checks.h"
@@ -74,6 +76,17 @@ int main(int argc, char** argv) {
     absl::Status status = group.Allreduce(Tensor::Full({8}, 1.0))->Wait();
     std::cout << "second allreduce: " << status << "\n";
     return status.ok() ? 1 : 0;  // failing (not hanging) is the expected outcome
+  }
+  if (mode == "wait_behind") {  // rank 1 alive but never there; rank 2 comes 2 s after rank 0
+    if (!group.Allreduce(Tensor::Full({8}, 1.0))->Wait().ok()) return 1;
+    if (group.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(8));
+      return 0;
+    }
+    if (group.rank() == 2) std::this_thread::sleep_for(std::chrono::seconds(2));
+    absl::Status status = group.Allreduce(Tensor::Full({8}, 1.0))->Wait();
+    std::cout << "second allreduce: " << status << "\n";
+    return status.ok() ? 1 : 0;
   }
   if (mode == "contract") {
     const absl::Status status = testing_util::CheckBackendContract(group, Device::Cpu());

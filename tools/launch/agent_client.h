@@ -1,8 +1,8 @@
 // A launcher's connection to node 0's agent store (tools/launch/restart_round.h). Node 0's
 // launcher gone closes the connection: a request then fails at once. A request that node 0's
-// host leaves unanswered for the node timeout (a cut link, TCP backing off after it comes back)
-// reconnects once, within the node timeout, and is sent again; only when that fails is node 0
-// counted lost. (A TcpStore connection is unusable after a request that timed out.)
+// host leaves unanswered for half the node timeout (a cut link, TCP backing off after it comes
+// back) reconnects once and is sent again, all within one node timeout; only when that fails is
+// node 0 counted lost. (A TcpStore connection is unusable after a request that timed out.)
 #pragma once
 
 #include <cstdint>
@@ -39,7 +39,8 @@ class AgentClient {
   AgentClient(AgentAddress address, std::unique_ptr<comm::TcpStore> store)
       : address_(std::move(address)), store_(std::move(store)) {}
   template <typename Request>
-  auto Retried(const Request& request) -> decltype(request(std::declval<comm::TcpStore&>()));
+  auto Retried(const Request& request)
+      -> decltype(request(std::declval<comm::TcpStore&>(), absl::Duration()));
 
   const AgentAddress address_;
   std::unique_ptr<comm::TcpStore> store_;

@@ -145,13 +145,14 @@ absl::Status RoundWatch::ReadFailure(int round) {
   return absl::OkStatus();
 }
 
-// Node 0: a node whose heartbeat count stood still for twice the node timeout failed the round.
-// Twice: a node's request gets a node timeout to be answered and another to reconnect
-// (agent_client.h), and over a flapping link TCP's backed-off resends hold a stream that long
-// while the ranks, on connections of their own, still get through.
+// Node 0: a node whose heartbeat count stood still for the node timeout and 3 s more failed the
+// round. A node's request to node 0 gets one node timeout in all, retry included
+// (agent_client.h), and it beats every second: a live node's count moves within that, and one
+// whose request ran out has counted node 0 lost itself. (Twice the node timeout, as before
+// requests had one deadline, kept a cut-off node 0's launcher up past the job's timeout + 5 s.)
 absl::Status RoundWatch::CheckHeartbeats(int round) {
   const absl::Time now = absl::Now();
-  const absl::Duration silence = 2 * options_.node_timeout;
+  const absl::Duration silence = options_.node_timeout + absl::Seconds(3);
   for (int node = 1; node < options_.nnodes; ++node) {
     DDPKIT_ASSIGN_OR_RETURN(int64_t beats, store_->Add(AliveKey(node), 0));
     std::lock_guard<std::mutex> lock(mu_);

@@ -2,7 +2,7 @@
 // run: a thread with a connection of its own to the agent store that, every 100 ms, writes this
 // node's failure to the round's key (first writer wins), reads the round's failure, beats this
 // node's heartbeat (every second) and, on node 0, counts a node whose heartbeat stood still for
-// twice the node timeout as the round's failure. The launcher's own loop only reads what it found.
+// the node timeout + 3 s as the round's failure. The launcher's own loop only reads what it found.
 //
 // The thread shares this object (a shared_ptr) and may outlive the launcher's use of it: a
 // request to a store host gone silent blocks for up to the node timeout, and a launcher ending

@@ -280,10 +280,10 @@ TEST(RestartRoundsTest, WhenRestartsRunOutEveryNodeFailsNamingTheNodeAndRank) {
 TEST(RestartRoundsTest, KillingANodesLauncherEndsNodeZeroWithAClearErrorInTime) {
   TwoNodeRun run = RunTwoNodes("rounds_killed", 1, "exec sleep 30", /*kill_node1_after=*/1);
   EXPECT_EQ(run.status0, 1) << run.node0;
-  EXPECT_LT(run.seconds, 12) << run.node0;  // 1 s, 4 s heartbeat, 0.5 s grace, 2 s join, slack
+  EXPECT_LT(run.seconds, 12) << run.node0;  // 1 s, 5 s heartbeat, 0.5 s grace, 2 s join, slack
   EXPECT_TRUE(absl::StrContains(run.node0, "node 1 of 2 did not join restart round 1 within 2 s"))
       << run.node0;
-  EXPECT_TRUE(absl::StrContains(run.node0, "node 1: its launcher sent no heartbeat for 4 s"))
+  EXPECT_TRUE(absl::StrContains(run.node0, "node 1: its launcher sent no heartbeat for 5 s"))
       << run.node0;
 }
 
@@ -332,6 +332,34 @@ TEST(RestartRoundsTest, ANodeThatReadsTheReasonLateStillGetsIt) {
       << log1;
   EXPECT_FALSE(absl::StrContains(log1, "lost node 0's launcher")) << log1;
   EXPECT_EQ(ReadFile(dir + "/0.status"), "1\n") << log0;
+}
+
+// Node 0's launcher is stopped (SIGSTOP) 1.5 s in, as a cut-off host looks: its store keeps
+// its connections and the kernel still accepts new ones, but nothing is answered. Node 1 counts
+// node 0 lost within one node timeout (2 s) and ends; its request, reconnect and retry share one
+// deadline (agent_client.cc). Before, the request had a node timeout, the reconnect's token
+// answer at least 5 s more: node 1 ran on for 7 s, and a chaos trial's cut-off launcher to twice
+// the node timeout.
+TEST(RestartRoundsTest, ACutOffNodeZeroIsLostWithinOneNodeTimeout) {
+  const std::string dir = ::testing::TempDir() + "/rounds_cut_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const int port = ddpkit::testing_util::FreeLocalPort();
+  auto launcher = [&](int k) {
+    return RoundLauncher(k, port, 0, "exec sleep 30", /*node_timeout=*/2);
+  };
+  Result r = RunShell(absl::StrCat(
+      launcher(0), " > ", dir, "/0.log 2>&1 & node0=$!; (", launcher(1), " > ", dir,
+      "/1.log 2>&1; echo $? > ", dir, "/1.status) & node1=$!; sleep 1.5; kill -STOP $node0; ",
+      "stopped=$(date +%s%N); wait $node1; echo ms=$(( ($(date +%s%N) - stopped) / 1000000 )); ",
+      "kill -KILL $node0; wait"));
+  const std::string log1 = ReadFile(dir + "/1.log");
+  EXPECT_EQ(ReadFile(dir + "/1.status"), "1\n") << log1;
+  EXPECT_TRUE(absl::StrContains(log1, "lost node 0's launcher (the agent store at 127.0.0.1:"))
+      << log1;
+  const size_t at = r.out.find("ms=");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  // 2 s node timeout, a poll's 0.1 s, 0.5 s teardown grace, and slack for a loaded machine.
+  EXPECT_LT(std::stod(r.out.substr(at + 3)), 1000 * (2 + 0.1 + 0.5 + 1.4)) << r.out << log1;
 }
 
 // CI's short chaos run: every signalled job ends with a clear error and leaves no process
