@@ -1,5 +1,6 @@
 // `ddpkit trace stats|svg|merge`: reading the traces `--trace FILE` writes, and PyTorch's
 // profiler traces (tools/trace/torch_profiler.h).
+#include <algorithm>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -17,8 +18,9 @@
 #include "tools/trace/stats.h"
 #include "tools/trace/timeline.h"
 
-ABSL_FLAG(std::string, iterations, "0:3",
-          "trace svg: the iterations A:B to draw, A included, B not (as a Python slice)");
+ABSL_FLAG(std::string, iterations, "",
+          "trace svg: the iterations A:B to draw, A included, B not (as a Python slice); by "
+          "default 1:4, leaving out iteration 0's warm-up (0:3 draws it)");
 ABSL_FLAG(std::string, torch_plan, "",
           "trace stats|svg of PyTorch profiler traces: DDP's bucket plan as JSON (a json.dump of "
           "ddp._get_ddp_logging_data(), or {per_bucket_param_indices, bucket_sizes, "
@@ -105,13 +107,35 @@ int RunStats(const std::vector<std::string>& paths) {
   return kExitOk;
 }
 
+// The last iteration any rank's trace reaches (-1 for none).
+int LastIteration(const trace::TraceView& view) {
+  int last = -1;
+  for (const trace::RankView& rank : view.ranks) {
+    for (const trace::TraceItem& phase : rank.phases) last = std::max(last, phase.iteration);
+  }
+  return last;
+}
+
+// Without --iterations: 1:4, as iteration 0 is the warm-up (first-touch allocations, the plan
+// not yet rebuilt) and would take most of the picture; 0:1 for a trace of one iteration.
+absl::StatusOr<std::pair<int, int>> IterationsToDraw(const trace::TraceView& view) {
+  const std::string text = absl::GetFlag(FLAGS_iterations);
+  if (!text.empty()) return ParseIterations(text);
+  if (LastIteration(view) < 1) return std::pair{0, 1};
+  std::cout << "iteration 0, the warm-up, left out (--iterations 0:3 draws it)\n";
+  return std::pair{1, 4};
+}
+
 int RunSvg(const std::vector<std::string>& paths) {
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail("trace", absl::InvalidArgumentError("trace svg needs --out FILE"));
-  absl::StatusOr<std::pair<int, int>> range = ParseIterations(absl::GetFlag(FLAGS_iterations));
-  if (!range.ok()) return Fail("trace", range.status());
+  if (const std::string text = absl::GetFlag(FLAGS_iterations); !text.empty()) {
+    if (absl::Status s = ParseIterations(text).status(); !s.ok()) return Fail("trace", s);
+  }
   absl::StatusOr<trace::TraceView> view = ReadViews(paths);
   if (!view.ok()) return Fail("trace", view.status());
+  absl::StatusOr<std::pair<int, int>> range = IterationsToDraw(*view);
+  if (!range.ok()) return Fail("trace", range.status());
   absl::StatusOr<std::string> svg =
       trace::TimelineSvg(*view, {.first_iteration = range->first, .end_iteration = range->second});
   if (!svg.ok()) return Fail("trace", svg.status());

@@ -21,13 +21,15 @@ std::string PhaseColour(const std::string& phase) {
   if (phase == "forward") return "#c6dbef";
   if (phase == "backward") return "#6baed6";
   if (phase == "finalize") return "#d9d9d9";
-  if (phase == "optimizer") return "#a1d99b";
-  return "#eeeeee";  // shadow
+  if (phase == "optimizer") return "#e5d8bd";  // not green: green is overlap
+  return "#eeeeee";                            // shadow
 }
 
+// No red, green or pink: red marks exposed communication and green overlapped, under the lane;
+// no light blue: the compute lane's forward and backward.
 const std::string& BucketColour(int bucket) {
-  static const std::vector<std::string> kColours = {"#f28e2b", "#e15759", "#b07aa1", "#9c755f",
-                                                    "#ff9da7", "#edc948", "#76b7b2", "#8c564b"};
+  static const std::vector<std::string> kColours = {"#f28e2b", "#9467bd", "#edc948", "#8c564b",
+                                                    "#76b7b2", "#393b79", "#e7ba52", "#c49c94"};
   static const std::string kOther = "#9e9e9e";
   return bucket < 0 ? kOther : kColours[static_cast<size_t>(bucket) % kColours.size()];
 }
@@ -194,9 +196,16 @@ absl::StatusOr<std::string> TimelineSvg(const TraceView& view, const TimelineOpt
                         .x_max = span_ms};
   plot::Axes us = axes;  // the same area, in the trace's microseconds
   us.x_min = window.start, us.x_max = window.end;
+  // The title names the iterations drawn, not those asked for past the trace's end.
+  int last = o.first_iteration;
+  for (const RankView& rank : view.ranks) {
+    for (const TraceItem& p : rank.phases) {
+      if (InRange(p, o)) last = std::max(last, p.iteration);
+    }
+  }
   svg.Text(kLeft, 20,
            absl::StrFormat("ddpkit %s: %d rank(s), %s; iterations %d to %d", view.job,
-                           view.world_size, view.backend, o.first_iteration, o.end_iteration - 1),
+                           view.world_size, view.backend, o.first_iteration, last),
            14, "start", "#222222", true);
   plot::DrawAxes(svg, axes, "milliseconds from the first iteration's start", "");
   DrawIterationMarks(svg, us, view, o);

@@ -575,6 +575,13 @@ TEST(CliTest, TraceThenStatsAndSvg) {
   FILE* svg = std::fopen((base + ".svg").c_str(), "r");
   ASSERT_NE(svg, nullptr);
   std::fclose(svg);
+  // Without --iterations: iterations 1 and 2, the warm-up left out and said so.
+  r = RunDdpkit("trace svg " + base + ".json --out " + base + ".svg");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "iteration 0, the warm-up, left out")) << r.out;
+  std::ifstream drawn(base + ".svg");
+  const std::string text((std::istreambuf_iterator<char>(drawn)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(absl::StrContains(text, "iterations 1 to 2")) << text.substr(0, 400);
   std::remove((base + ".json").c_str());
   std::remove((base + ".svg").c_str());
 }
