@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
 #include "autograd/base/error.h"
+#include "tools/cli/help_text.h"
 
 namespace ddpkit::cli {
 namespace {
@@ -121,20 +122,6 @@ int Fail(std::string_view subcommand, const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
 }
 
-std::string SubcommandHelp(const Subcommand& subcommand) {
-  std::string out = StrCat("usage: ", subcommand.usage, "\n\n", subcommand.summary, "\n\nflags:\n");
-  for (const std::string& name : subcommand.flag_names) {
-    const absl::CommandLineFlag* flag = FlagFor(subcommand, name);
-    if (flag == nullptr) continue;
-    auto own = subcommand.own_defaults.find(name);
-    const std::string value =
-        own != subcommand.own_defaults.end() ? own->second : flag->DefaultValue();
-    absl::StrAppend(&out, "  --", Dashed(name), " (default: ", value.empty() ? "\"\"" : value,
-                    ")\n      ", flag->Help(), "\n");
-  }
-  return out;
-}
-
 int Main(int argc, char** argv, const std::vector<Subcommand>& subcommands) {
   auto overview = [&] {
     std::string out =
@@ -167,7 +154,9 @@ int Main(int argc, char** argv, const std::vector<Subcommand>& subcommands) {
     return kExitUsage;
   }
   if (help) {
-    std::cout << SubcommandHelp(*it);
+    std::vector<std::string> names;
+    for (const Subcommand& s : subcommands) names.push_back(s.name);
+    std::cout << SubcommandHelp(*it, names);
     return kExitOk;
   }
   try {

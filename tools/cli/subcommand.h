@@ -55,9 +55,6 @@ bool FlagDiffersFromDefault(std::string_view name);
 // kExitUsage for InvalidArgument (the command line was wrong), kExitFailure otherwise.
 int Fail(std::string_view subcommand, const absl::Status& status);
 
-// "usage line, then each flag with its default and help text".
-std::string SubcommandHelp(const Subcommand& subcommand);
-
 // The entry point: picks the subcommand named by argv[1] and runs it.
 int Main(int argc, char** argv, const std::vector<Subcommand>& subcommands);
 

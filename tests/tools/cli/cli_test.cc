@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "autograd/cuda/runtime.h"
 #include "autograd/nn/safetensors.h"
 #include "gtest/gtest.h"
@@ -39,6 +40,30 @@ TEST(CliTest, HelpListsSubcommands) {
   r = RunDdpkit("train --help");
   EXPECT_EQ(r.status, 0);
   EXPECT_TRUE(absl::StrContains(r.out, "--batch-size")) << r.out;
+}
+
+// Each subcommand's --help: flags grouped by topic, short lines, and a shared flag's help cut to
+// what this subcommand does with it.
+TEST(CliTest, HelpIsGroupedByTopicInShortLines) {
+  for (const char* name : {"train", "join", "contrastive", "recompute", "varlen", "launch", "bench",
+                           "trace", "fr", "chaos", "relay", "buckets", "simulate"}) {
+    Result r = RunDdpkit(std::string(name) + " --help");
+    ASSERT_EQ(r.status, 0) << name;
+    for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
+      EXPECT_LE(line.size(), 120u) << name << ": " << line;
+    }
+  }
+  Result r = RunDdpkit("train --help");
+  for (const char* heading : {"\nthe world: who runs, where:\n", "\nthe model and its data:\n",
+                              "\nDDP's options, as PyTorch's DistributedDataParallel takes them:\n",
+                              "\nchecks for CI (exit 3 when one fails):\n"}) {
+    EXPECT_TRUE(absl::StrContains(r.out, heading)) << heading << r.out;
+  }
+  EXPECT_LT(r.out.find("--bucket-cap-mb "), r.out.find("--check ")) << r.out;
+  r = RunDdpkit("contrastive --help");
+  EXPECT_TRUE(absl::StrContains(r.out, "write curves.csv and curves.svg into this directory\n"))
+      << r.out;
+  EXPECT_FALSE(absl::StrContains(r.out, "bench paper")) << r.out;
 }
 
 TEST(CliTest, UsageErrorsAreOneLineAndExit2) {
