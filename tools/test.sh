@@ -20,7 +20,9 @@
 #   4. the fuzzers: the parsers of untrusted bytes under libFuzzer, 30 s each, one per core
 #      (tools/scripts/fuzz.sh; a clang build of only what they need, in build-fuzz/).
 # The test builds keep line tables only (a backtrace's file:line, at a fraction of full debug
-# information's build time) and precompile GoogleTest's headers.
+# information's build time) and precompile GoogleTest's headers; the plain build precompiles the
+# libraries' common headers too (DDPKIT_LIB_PCH), the sanitizer builds do not, so that a file
+# missing an #include still fails to compile there.
 # Skip 2 and 3 with DDPKIT_SKIP_SANITIZERS=1, and 4 with DDPKIT_SKIP_FUZZ=1, for a quick local run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -38,7 +40,8 @@ bash "$root/tools/scripts/reading_path.sh"
 
 phase "build and test (build/)"
 bash "$root/tools/scripts/build.sh" "$root/build" -DDDPKIT_CUDA="${DDPKIT_CUDA:-AUTO}" \
-  -DDDPKIT_BUILD_TESTS=ON -DDDPKIT_BUILD_BENCHMARKS=ON -DDDPKIT_DEBUG_INFO=LINES -DDDPKIT_TEST_PCH=ON
+  -DDDPKIT_BUILD_TESTS=ON -DDDPKIT_BUILD_BENCHMARKS=ON -DDDPKIT_DEBUG_INFO=LINES -DDDPKIT_TEST_PCH=ON \
+  -DDDPKIT_LIB_PCH=ON
 ctest --test-dir "$root/build" --output-on-failure --parallel "$jobs"
 
 if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
