@@ -144,16 +144,23 @@ void LogUnusedSet(DdpLoggingData& logging, std::vector<size_t>& previous,
   previous = unused;
 }
 
+void IterationTimer::Totals::Add(const Totals& one) {
+  forward += one.forward, compute += one.compute, comm += one.comm;
+  overlap += one.overlap, exposed += one.exposed, count += one.count;
+}
+
 // Overlap: the part of the communication that ran before compute ended; exposed: finalize's
 // wait after it.
 void IterationTimer::Record(Clock::time_point comm_end, Clock::time_point finalize_end,
                             DdpLoggingData& logging, bool log_detail) {
-  totals_.forward += Nanos(backward_start_ - forward_start_);
-  totals_.compute += Nanos(compute_end_ - backward_start_);
-  totals_.comm += Nanos(comm_end - comm_start_);
-  totals_.overlap += std::max<int64_t>(0, Nanos(std::min(compute_end_, comm_end) - comm_start_));
-  totals_.exposed += Nanos(finalize_end - compute_end_);
-  ++totals_.count;
+  Totals one{.forward = Nanos(backward_start_ - forward_start_),
+             .compute = Nanos(compute_end_ - backward_start_),
+             .comm = Nanos(comm_end - comm_start_),
+             .overlap = std::max<int64_t>(0, Nanos(std::min(compute_end_, comm_end) - comm_start_)),
+             .exposed = Nanos(finalize_end - compute_end_),
+             .count = 1};
+  totals_.Add(one);
+  if (totals_.count > 2) steady_.Add(one);
 
   const int64_t count = std::max<int64_t>(1, totals_.count);
   logging.set_avg_forward_compute_time(totals_.forward / count);
@@ -162,6 +169,15 @@ void IterationTimer::Record(Clock::time_point comm_end, Clock::time_point finali
   logging.set_avg_backward_compute_comm_overlap_time(totals_.overlap / count);
   logging.set_avg_backward_exposed_comm_time(totals_.exposed / count);
   logging.set_num_timed_iterations(totals_.count);
+  if (steady_.count > 0) {
+    TimedAverages& steady = *logging.mutable_steady_averages();
+    steady.set_forward_compute_time(steady_.forward / steady_.count);
+    steady.set_backward_compute_time(steady_.compute / steady_.count);
+    steady.set_backward_comm_time(steady_.comm / steady_.count);
+    steady.set_backward_compute_comm_overlap_time(steady_.overlap / steady_.count);
+    steady.set_backward_exposed_comm_time(steady_.exposed / steady_.count);
+    steady.set_iterations(steady_.count);
+  }
   if (log_detail) {
     Log(LogLevel::kInfo,
         StrCat("[rank ", logging.rank(), " / ", logging.world_size(), "] iteration ",

@@ -78,7 +78,8 @@ class IterationTimer {
   bool launched_ = false;
   struct Totals {
     int64_t forward = 0, compute = 0, comm = 0, overlap = 0, exposed = 0, count = 0;
-  } totals_;
+    void Add(const Totals& one);
+  } totals_, steady_;  // steady_: from the third synced iteration (steady_averages)
 };
 
 }  // namespace ddpkit::reducer

@@ -145,6 +145,32 @@ std::string StaticGraphLine(const reducer::DdpLoggingData& log) {
       why, log.iteration());
 }
 
+// The step's parts on rank 0, averaged over the synced iterations after the first two (the
+// warm-up and the bucket rebuild) once there are any, else over all.
+void PrintTimings(const reducer::DdpLoggingData& log) {
+  const reducer::TimedAverages& steady = log.steady_averages();
+  const bool warm = steady.iterations() > 0;
+  const double forward = Ms(warm ? steady.forward_compute_time() : log.avg_forward_compute_time());
+  const double compute =
+      Ms(warm ? steady.backward_compute_time() : log.avg_backward_compute_time());
+  const double comm = Ms(warm ? steady.backward_comm_time() : log.avg_backward_comm_time());
+  const double overlap = Ms(warm ? steady.backward_compute_comm_overlap_time()
+                                 : log.avg_backward_compute_comm_overlap_time());
+  const double exposed =
+      Ms(warm ? steady.backward_exposed_comm_time() : log.avg_backward_exposed_comm_time());
+  const std::string over =
+      warm ? absl::StrFormat(
+                 "averages over synced iterations 3-%d; the warm-up and the rebuild "
+                 "left out",
+                 log.num_timed_iterations())
+           : "averages";
+  std::cout << absl::StrFormat(
+      "per synced iteration on rank 0 (%s):\n  forward %.3f ms, backward compute %.3f ms, "
+      "allreduce %.3f ms of which %.3f ms overlapped backward (%.0f%%),\n  %.3f ms exposed "
+      "(the end of backward to the end of finalize: the allreduces left, and the copy back)\n",
+      over, forward, compute, comm, overlap, comm > 0 ? 100 * overlap / comm : 0.0, exposed);
+}
+
 // After the last step: the loss, the accuracy, where the time went, what was saved.
 void PrintSummary(const jobs::TrainReport& report, const jobs::TrainConfig& config) {
   const auto& losses = report.losses();
@@ -174,15 +200,7 @@ void PrintSummary(const jobs::TrainReport& report, const jobs::TrainConfig& conf
               << report.sample() << "\n";
   }
   if (log.num_timed_iterations() > 0) {
-    const double comm_ms = Ms(log.avg_backward_comm_time());
-    const double overlap_ms = Ms(log.avg_backward_compute_comm_overlap_time());
-    std::cout << absl::StrFormat(
-        "per synced iteration on rank 0 (averages): forward %.3f ms, backward compute %.3f ms,\n"
-        "  allreduce %.3f ms of which %.3f ms overlapped backward (%.0f%%), %.3f ms exposed "
-        "waiting at the end of backward\n",
-        Ms(log.avg_forward_compute_time()), Ms(log.avg_backward_compute_time()), comm_ms,
-        overlap_ms, comm_ms > 0 ? 100 * overlap_ms / comm_ms : 0.0,
-        Ms(log.avg_backward_exposed_comm_time()));
+    PrintTimings(log);
     if (config.trace_path.empty()) {
       std::cout << "  see it: add --trace t.json, then `ddpkit trace svg t.json --out t.svg` draws "
                    "each bucket's allreduce against backward\n";
