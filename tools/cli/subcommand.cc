@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <set>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
@@ -12,6 +13,12 @@
 
 namespace ddpkit::cli {
 namespace {
+
+// The flags this process's command line set (ParseFlags), by Abseil name.
+std::set<std::string>& GivenFlags() {
+  static std::set<std::string> given;
+  return given;
+}
 
 std::string Dashed(absl::string_view name) { return absl::StrReplaceAll(name, {{"_", "-"}}); }
 std::string Underscored(absl::string_view name) { return absl::StrReplaceAll(name, {{"-", "_"}}); }
@@ -99,6 +106,7 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
         return absl::InvalidArgumentError(StrCat("flag '--", Dashed(name), "' needs a value"));
       }
     }
+    GivenFlags().insert(std::string(flag->Name()));
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
       if (absl::StartsWith(error, "Illegal value '") && !Expected(*flag).empty()) {
@@ -110,6 +118,8 @@ absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::str
   }
   return absl::OkStatus();
 }
+
+bool FlagGiven(std::string_view name) { return GivenFlags().contains(std::string(name)); }
 
 bool FlagDiffersFromDefault(std::string_view name) {
   const absl::CommandLineFlag* flag =

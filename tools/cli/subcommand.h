@@ -47,6 +47,9 @@ struct Subcommand {
 absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::string>& args,
                         std::vector<std::string>& positionals, bool& help);
 
+// Whether the command line set the named flag (to any value, its default's too).
+bool FlagGiven(std::string_view name);
+
 // Whether the named flag holds something other than its default (a subcommand that wants its
 // own default for a shared flag uses this; a flag set to its default value reads as unset).
 bool FlagDiffersFromDefault(std::string_view name);

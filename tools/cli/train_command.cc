@@ -47,9 +47,16 @@ const char* OnOff(bool b) { return b ? "on" : "off"; }
 
 double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
+// train's own default model: big enough (3.7 MB of gradients) that PyTorch's plan at its default
+// cap has two buckets after the rebuild — 2.x's first bucket capped at 1 MiB — whose allreduces
+// overlap backward. The shared default (the other jobs') is a 27 KB MLP: one bucket, nothing
+// to overlap. A run on --data or --text names its model.
+constexpr char kTrainDefaultModel[] = "mlp:32,512,512,512,512,10";
+
 absl::StatusOr<jobs::TrainConfig> ConfigFromFlags() {
   jobs::TrainConfig config;
   DDPKIT_RETURN_IF_ERROR(DdpTrainingFromFlags(config));
+  if (!FlagGiven("model")) config.model = kTrainDefaultModel;
   config.data_path = absl::GetFlag(FLAGS_data);
   config.text_path = absl::GetFlag(FLAGS_text);
   config.eval_path = absl::GetFlag(FLAGS_eval_data);
@@ -294,6 +301,7 @@ Subcommand TrainSubcommand() {
               "mpi under mpirun] "
               "[--device cpu|cuda] [--model SPEC] [--data FILE | --text FILE] [DDP flags] [flags]",
           .flag_names = flags,
+          .own_defaults = {{"model", kTrainDefaultModel}},
           .run = RunTrain};
 }
 
