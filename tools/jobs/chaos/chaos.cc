@@ -69,7 +69,9 @@ std::vector<std::string> JobCommand(const ChaosConfig& config, const TrialPlan& 
                                    "--timeout",
                                    std::to_string(config.timeout_s),
                                    "--batch-size",
-                                   "8"};  // small data: quick to set up, even under sanitizers
+                                   "8",  // small data: quick to set up, even under sanitizers
+                                   "--model",
+                                   kChaosModel};
   if (plan.job == "train") {
     argv.insert(argv.end(), {"--steps", std::to_string(kMaxSteps)});
   } else {  // join: uneven inputs, so the Join protocol runs too

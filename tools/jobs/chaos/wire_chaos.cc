@@ -37,7 +37,7 @@ std::vector<std::string> JobArgs(const ChaosConfig& config, const WirePlan& plan
   std::vector<std::string> argv = {config.program, plan.job,    "--backend",
                                    "gloo",         "--timeout", std::to_string(config.timeout_s),
                                    "--batch-size", "8",         "--save-weights",
-                                   weights};
+                                   weights,        "--model",   kChaosModel};
   if (plan.job == "train") {
     argv.insert(argv.end(), {"--steps", std::to_string(config.wire_steps)});
     if (!checkpoints.empty()) {
