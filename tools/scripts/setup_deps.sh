@@ -16,6 +16,7 @@ DDPKIT_BUILD_PACKAGES=(
   libdnnl-dev                          # float32 GEMMs: oneDNN (autograd/gemm.h)
   libgloo-dev                          # the gloo backend
   libopenmpi-dev openmpi-bin           # the mpi backend, and mpirun for its tests
+  jq                                   # the README tour's `train --json | jq`
 )
 # ... and what the test suite adds (tools/test.sh).
 DDPKIT_TEST_PACKAGES=(
@@ -25,6 +26,7 @@ DDPKIT_TEST_PACKAGES=(
   clang libclang-rt-14-dev             # the fuzz build: clang and libFuzzer (tools/scripts/fuzz.sh)
   libomp-dev                           # ... and clang's OpenMP (autograd's elementwise loops)
   iproute2 nftables                    # the netns tests' hosts (tools/scripts/netns_hosts.sh)
+  python3-sklearn                      # the tour's digits (make_digits.py), run by the tour test
 )
 
 case "${1:-test}" in
