@@ -26,7 +26,8 @@ TEST(StoreTokenLaunchTest, AStrangerIsRejectedWhileTheJobTrainsOn) {
         "/bin/ddpkit launch --teardown-grace 8 --nproc-per-node 2 "
         "--master-addr 127.0.0.1 --master-port " +
         std::to_string(port) +
-        " -- " DDPKIT_BINARY_DIR "/bin/ddpkit train --backend gloo --steps 1000 --batch-size 8");
+        " -- " DDPKIT_BINARY_DIR
+        "/bin/ddpkit train --backend gloo --steps 1000 --batch-size 8 --model mlp:32,64,64,10");
     finished = true;
   });
   // Retries until rank 0 serves the store, then is turned away at once.

@@ -5,6 +5,9 @@
 
 namespace ddpkit::cli {
 
+// --help's headings (flag_topics.cc).
+std::vector<FlagTopic> FlagTopics();
+
 Subcommand TrainSubcommand();
 Subcommand BucketsSubcommand();
 Subcommand JoinSubcommand();

@@ -8,47 +8,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "tools/cli/check_verdict.h"
-#include "tools/cli/comm_flags.h"
-#include "tools/cli/ddp_flags.h"
 
 namespace ddpkit::cli {
 namespace {
 
 constexpr size_t kWidth = 96;  // a help line's most characters
 
-struct Topic {
-  std::string title;
-  std::vector<std::string> flags;
-};
-
-// The topics, in the order --help shows them; a subcommand's flags in none come first.
-const std::vector<Topic>& Topics() {
-  static const std::vector<Topic> kTopics = [] {
-    std::vector<std::string> world = kCommFlagNames;
-    world.push_back("device");
-    return std::vector<Topic>{
-        {"the world: who runs, where", world},
-        {"the model and its data",
-         {"model", "weights", "data", "text", "eval_data", "batch_size", "seed", "loss",
-          "sync_batchnorm"}},
-        {"the training loop", {"steps", "grad_accum", "lr", "momentum", "optimizer"}},
-        {"DDP's options, as PyTorch's DistributedDataParallel takes them", kDdpFlagNames},
-        {"checkpoints", {"checkpoint_dir", "checkpoint_every", "checkpoint_keep"}},
-        {"what it writes", {"json", "trace", "save_weights", "save_grads", "out"}},
-        {"checks for CI (exit 3 when one fails)", kCheckFlagNames},
-    };
-  }();
-  return kTopics;
-}
-
-bool InTopic(const Topic& topic, const std::string& flag) {
+bool InTopic(const FlagTopic& topic, const std::string& flag) {
   return std::find(topic.flags.begin(), topic.flags.end(), flag) != topic.flags.end();
-}
-
-bool InAnyTopic(const std::string& flag) {
-  return std::any_of(Topics().begin(), Topics().end(),
-                     [&](const Topic& t) { return InTopic(t, flag); });
 }
 
 // `text` in lines of at most kWidth characters (a longer word stands alone), each indented.
@@ -112,7 +79,8 @@ std::string HelpFor(const std::string& help, const std::string& subcommand,
 }
 
 std::string SubcommandHelp(const Subcommand& subcommand,
-                           const std::vector<std::string>& subcommand_names) {
+                           const std::vector<std::string>& subcommand_names,
+                           const std::vector<FlagTopic>& topics) {
   std::string usage = Wrapped(absl::StrCat("usage: ", subcommand.usage), "");
   // Continuation lines indented under the subcommand.
   absl::StrReplaceAll({{"\n", "\n    "}}, &usage);
@@ -129,8 +97,11 @@ std::string SubcommandHelp(const Subcommand& subcommand,
     }
     if (!entries.empty()) absl::StrAppend(&out, "\n", title, ":\n", entries);
   };
-  section("flags", [](const std::string& name) { return !InAnyTopic(name); });
-  for (const Topic& topic : Topics()) {
+  section("flags", [&](const std::string& name) {
+    return std::none_of(topics.begin(), topics.end(),
+                        [&](const FlagTopic& t) { return InTopic(t, name); });
+  });
+  for (const FlagTopic& topic : topics) {
     section(topic.title, [&](const std::string& name) { return InTopic(topic, name); });
   }
   return out;

@@ -11,9 +11,11 @@
 namespace ddpkit::cli {
 
 // `subcommand_names`: every subcommand's name, to recognise a shared flag's help segment written
-// for another one ("contrastive: ...; bench paper: ...").
+// for another one ("contrastive: ...; bench paper: ..."); `topics`: the headings, in order (a
+// subcommand's flags in none come first, under "flags").
 std::string SubcommandHelp(const Subcommand& subcommand,
-                           const std::vector<std::string>& subcommand_names);
+                           const std::vector<std::string>& subcommand_names,
+                           const std::vector<FlagTopic>& topics);
 
 // The part of a shared flag's help that concerns `subcommand`: of "a: ...; b: ..." segments named
 // after subcommands, those of this one (without the name); the whole text otherwise.

@@ -9,5 +9,6 @@ int main(int argc, char** argv) {
        ddpkit::cli::LaunchSubcommand(), ddpkit::cli::BenchSubcommand(),
        ddpkit::cli::TraceSubcommand(), ddpkit::cli::FrSubcommand(), ddpkit::cli::ChaosSubcommand(),
        ddpkit::cli::RecomputeSubcommand(), ddpkit::cli::VarlenSubcommand(),
-       ddpkit::cli::SimulateSubcommand(), ddpkit::cli::RelaySubcommand()});
+       ddpkit::cli::SimulateSubcommand(), ddpkit::cli::RelaySubcommand()},
+      ddpkit::cli::FlagTopics());
 }

@@ -132,7 +132,8 @@ int Fail(std::string_view subcommand, const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
 }
 
-int Main(int argc, char** argv, const std::vector<Subcommand>& subcommands) {
+int Main(int argc, char** argv, const std::vector<Subcommand>& subcommands,
+         const std::vector<FlagTopic>& topics) {
   auto overview = [&] {
     std::string out =
         "ddpkit: a readable PyTorch-DDP-style reducer runtime.\n\nusage: ddpkit <subcommand> "
@@ -166,7 +167,7 @@ int Main(int argc, char** argv, const std::vector<Subcommand>& subcommands) {
   if (help) {
     std::vector<std::string> names;
     for (const Subcommand& s : subcommands) names.push_back(s.name);
-    std::cout << SubcommandHelp(*it, names);
+    std::cout << SubcommandHelp(*it, names, topics);
     return kExitOk;
   }
   try {

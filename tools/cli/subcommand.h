@@ -59,6 +59,13 @@ bool FlagDiffersFromDefault(std::string_view name);
 int Fail(std::string_view subcommand, const absl::Status& status);
 
 // The entry point: picks the subcommand named by argv[1] and runs it.
-int Main(int argc, char** argv, const std::vector<Subcommand>& subcommands);
+// A heading of `--help` and the flags under it (tools/cli/flag_topics.cc has ddpkit's).
+struct FlagTopic {
+  std::string title;
+  std::vector<std::string> flags;  // Abseil names
+};
+
+int Main(int argc, char** argv, const std::vector<Subcommand>& subcommands,
+         const std::vector<FlagTopic>& topics = {});
 
 }  // namespace ddpkit::cli
