@@ -90,9 +90,7 @@ std::string SubcommandHelp(const Subcommand& subcommand,
     std::string entries;
     for (const std::string& name : subcommand.flag_names) {
       if (!belongs(name)) continue;
-      auto alias = subcommand.flag_aliases.find(name);
-      const absl::CommandLineFlag* flag =
-          absl::FindCommandLineFlag(alias != subcommand.flag_aliases.end() ? alias->second : name);
+      const absl::CommandLineFlag* flag = FlagFor(subcommand, name);
       if (flag != nullptr) entries += FlagEntry(subcommand, name, *flag, subcommand_names);
     }
     if (!entries.empty()) absl::StrAppend(&out, "\n", title, ":\n", entries);

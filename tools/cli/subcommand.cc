@@ -28,13 +28,6 @@ bool Accepts(const Subcommand& subcommand, const std::string& name) {
          subcommand.flag_names.end();
 }
 
-// The Abseil flag `name` sets for this subcommand (nullptr when it accepts no such flag).
-absl::CommandLineFlag* FlagFor(const Subcommand& subcommand, const std::string& name) {
-  if (!Accepts(subcommand, name)) return nullptr;
-  auto alias = subcommand.flag_aliases.find(name);
-  return absl::FindCommandLineFlag(alias == subcommand.flag_aliases.end() ? name : alias->second);
-}
-
 // What a flag of a built-in type takes: said instead of Abseil's own rejection ("Illegal value
 // 'abc' specified for flag 'steps'"), which repeats what the caller already prints.
 std::string Expected(const absl::CommandLineFlag& flag) {
@@ -53,6 +46,12 @@ absl::Status UnknownFlag(const Subcommand& subcommand, absl::string_view written
 }
 
 }  // namespace
+
+absl::CommandLineFlag* FlagFor(const Subcommand& subcommand, const std::string& name) {
+  if (!Accepts(subcommand, name)) return nullptr;
+  auto alias = subcommand.flag_aliases.find(name);
+  return absl::FindCommandLineFlag(alias == subcommand.flag_aliases.end() ? name : alias->second);
+}
 
 absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::string>& args,
                         std::vector<std::string>& positionals, bool& help) {

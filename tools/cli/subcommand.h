@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/status/status.h"
 
 namespace ddpkit::cli {
@@ -46,6 +47,10 @@ struct Subcommand {
 // go to `positionals` when the subcommand takes them. `help` is set by --help / -h.
 absl::Status ParseFlags(const Subcommand& subcommand, const std::vector<std::string>& args,
                         std::vector<std::string>& positionals, bool& help);
+
+// The Abseil flag `name` sets for this subcommand, through its flag_aliases (nullptr when it
+// accepts no such flag).
+absl::CommandLineFlag* FlagFor(const Subcommand& subcommand, const std::string& name);
 
 // Whether the command line set the named flag (to any value, its default's too).
 bool FlagGiven(std::string_view name);
