@@ -5,7 +5,7 @@
 #include "gtest/gtest.h"
 #include "tests/comm/collective_checks.h"
 
-namespace ddpkit::comm {
+namespace ddpkit::comm::threads_world_test {
 namespace {
 
 ProcessGroupOptions ShortTimeout(absl::Duration timeout = absl::Milliseconds(300)) {
@@ -207,4 +207,4 @@ TEST(ThreadsWorldTest, ArgumentErrorsAreCaughtAtTheCall) {
 }
 
 }  // namespace
-}  // namespace ddpkit::comm
+}  // namespace ddpkit::comm::threads_world_test

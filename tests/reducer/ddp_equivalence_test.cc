@@ -13,7 +13,7 @@
 #include "tests/autograd/cuda_test_util.h"
 #include "tests/reducer/ddp_test_util.h"
 
-namespace ddpkit::reducer::testing {
+namespace ddpkit::reducer::testing::ddp_equivalence_test {
 namespace {
 
 #ifdef DDPKIT_EQUIVALENCE_ON_CUDA
@@ -196,4 +196,4 @@ INSTANTIATE_TEST_SUITE_P(DDPKIT_EQUIVALENCE_SUITE, DdpEquivalenceTest,
                          });
 
 }  // namespace
-}  // namespace ddpkit::reducer::testing
+}  // namespace ddpkit::reducer::testing::ddp_equivalence_test

@@ -10,7 +10,7 @@
 #include "tests/reducer/ddp_test_util.h"
 #include "tests/reducer/test_models.h"
 
-namespace ddpkit::reducer::testing {
+namespace ddpkit::reducer::testing::ddp_join_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -503,4 +503,4 @@ TEST(DdpJoinTest, ThrowModeRescuesAModelWithItsOwnCollective) {
 }
 
 }  // namespace
-}  // namespace ddpkit::reducer::testing
+}  // namespace ddpkit::reducer::testing::ddp_join_test

@@ -23,7 +23,7 @@
 #include "tests/reducer/ddp_model_util.h"
 #include "tests/reducer/gloo_world.h"
 
-namespace ddpkit::reducer::testing {
+namespace ddpkit::reducer::testing::ddp_model_equivalence_test {
 namespace {
 
 constexpr int kSteps = 2;
@@ -283,4 +283,4 @@ INSTANTIATE_TEST_SUITE_P(AllOptions, DdpModelEquivalenceTest, ::testing::ValuesI
                          });
 
 }  // namespace
-}  // namespace ddpkit::reducer::testing
+}  // namespace ddpkit::reducer::testing::ddp_model_equivalence_test

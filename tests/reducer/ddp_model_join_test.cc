@@ -14,7 +14,7 @@
 #include "join/join.h"
 #include "tests/reducer/ddp_model_util.h"
 
-namespace ddpkit::reducer::testing {
+namespace ddpkit::reducer::testing::ddp_model_join_test {
 namespace {
 
 struct JoinCase {
@@ -142,4 +142,4 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<JoinCase>& info) { return info.param.Name(); });
 
 }  // namespace
-}  // namespace ddpkit::reducer::testing
+}  // namespace ddpkit::reducer::testing::ddp_model_join_test

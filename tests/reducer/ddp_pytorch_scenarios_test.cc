@@ -14,7 +14,7 @@
 #include "tests/reducer/ddp_test_util.h"
 #include "tests/reducer/test_models.h"
 
-namespace ddpkit::reducer::testing {
+namespace ddpkit::reducer::testing::ddp_pytorch_scenarios_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -378,4 +378,4 @@ TEST(DdpNoSyncTest, ANoGradForwardUnderNoSyncAddsNothing) {
 }
 
 }  // namespace
-}  // namespace ddpkit::reducer::testing
+}  // namespace ddpkit::reducer::testing::ddp_pytorch_scenarios_test

@@ -10,7 +10,7 @@
 #include "join/join.h"
 #include "tests/reducer/ddp_test_util.h"
 
-namespace ddpkit::reducer::testing {
+namespace ddpkit::reducer::testing::ddp_sync_batch_norm_test {
 namespace {
 
 std::shared_ptr<nn::ResNet> SmallResNet() {
@@ -149,4 +149,4 @@ TEST(DdpSyncBatchNormTest, ThrowModeStopsEveryRankWhenTheFirstRunsOut) {
 }
 
 }  // namespace
-}  // namespace ddpkit::reducer::testing
+}  // namespace ddpkit::reducer::testing::ddp_sync_batch_norm_test

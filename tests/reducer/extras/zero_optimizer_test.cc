@@ -11,7 +11,7 @@
 #include "tests/reducer/ddp_test_util.h"
 #include "tests/reducer/test_models.h"
 
-namespace ddpkit::reducer::testing {
+namespace ddpkit::reducer::testing::zero_optimizer_test {
 namespace {
 
 using ::testing::ElementsAre;
@@ -179,4 +179,4 @@ TEST(ZeroOptimizerTest, UnderJoinRandomPatterns) {
 }
 
 }  // namespace
-}  // namespace ddpkit::reducer::testing
+}  // namespace ddpkit::reducer::testing::zero_optimizer_test

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "tools/jobs/bucket_plans.h"
 
-namespace ddpkit::jobs {
+namespace ddpkit::jobs::plan_file_buckets_test {
 
 using torch_formats::ParsePlanFile;
 using torch_formats::PlanFile;
@@ -245,4 +245,4 @@ TEST(PlanFileTest, ABrokenOrderIsAnError) {
 }
 
 }  // namespace
-}  // namespace ddpkit::jobs
+}  // namespace ddpkit::jobs::plan_file_buckets_test

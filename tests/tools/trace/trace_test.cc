@@ -15,7 +15,7 @@
 #include "tools/trace/timeline.h"
 #include "tools/trace/trace_file.h"
 
-namespace ddpkit::jobs {
+namespace ddpkit::jobs::trace_test {
 namespace {
 
 std::string TempPath(const std::string& name) {
@@ -280,4 +280,4 @@ TEST(TraceMergeTest, FilesThatDoNotBelongAreRefusedNamingThem) {
 }
 
 }  // namespace
-}  // namespace ddpkit::jobs
+}  // namespace ddpkit::jobs::trace_test

@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "tools/jobs/join/join_runner.h"
 
-namespace ddpkit::jobs {
+namespace ddpkit::jobs::analyze_test {
 namespace {
 
 using comm::ProcessGroup;
@@ -187,4 +187,4 @@ TEST(FrAnalyzeTest, EmptyAndBadDirectoriesSayWhy) {
 }
 
 }  // namespace
-}  // namespace ddpkit::jobs
+}  // namespace ddpkit::jobs::analyze_test

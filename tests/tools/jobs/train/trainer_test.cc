@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "tools/jobs/dataset.h"
 
-namespace ddpkit::jobs {
+namespace ddpkit::jobs::trainer_test {
 namespace {
 
 // Train's report, or the error.
@@ -249,4 +249,4 @@ TEST(TrainerTest, PowerSgdRefusesCheckpointsAndBadOptions) {
 }
 
 }  // namespace
-}  // namespace ddpkit::jobs
+}  // namespace ddpkit::jobs::trainer_test
