@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/ddp_flags.h"
@@ -87,6 +88,40 @@ absl::StatusOr<jobs::SimulateConfig> ConfigFromFlags() {
   return c;
 }
 
+// One world's cap sweep; caps within 0.1% of the best are named as ties, and a sweep where
+// every cap ties says the cap does not matter rather than crowning the smallest.
+void PrintSweep(const jobs::CapSweep& s) {
+  if (s.tied_caps_mb_size() + 1 == s.points_size() && s.points_size() > 1) {
+    std::cout << absl::StrFormat(
+        "\nworld %d: every bucket_cap_mb gives %.3f ms per micro-batch (within 0.1%%): the cap "
+        "does not matter here;",
+        s.world_size(), s.best_step_ms());
+  } else {
+    std::cout << absl::StrFormat(
+        "\nworld %d: best bucket_cap_mb %g (%.3f ms per micro-batch%s);", s.world_size(),
+        s.best_bucket_cap_mb(), s.best_step_ms(),
+        s.tied_caps_mb().empty()
+            ? ""
+            : StrCat(", tied within 0.1% by ", absl::StrJoin(s.tied_caps_mb(), ", ")));
+  }
+  for (const jobs::SimPoint& p : s.points()) {
+    std::cout << absl::StrFormat(" %g:%.3f", p.bucket_cap_mb(), p.iteration_ms());
+  }
+}
+
+// A step that is almost all communication has nothing for buckets to overlap with: say so, and
+// what would change it, instead of leaving a reader to puzzle over 1% efficiency.
+void PrintComputeNote(const jobs::SimulateReport& r) {
+  if (r.worlds().empty()) return;
+  const jobs::SimPoint& p = r.worlds(0);
+  if (p.step_ms() <= 0 || p.compute_ms() >= 0.05 * p.step_ms()) return;
+  std::cout << absl::StrFormat(
+      "\nnote: compute is %.1f%% of world %d's step: at this batch size the model is all "
+      "communication and there is no backward to overlap it with (a larger --batch-size, a "
+      "slower --compute, or a PyTorch model's --params shows overlap)\n",
+      100 * p.compute_ms() / p.step_ms(), p.world_size());
+}
+
 void PrintText(const jobs::SimulateReport& r) {
   std::cout << absl::StrFormat(
       "Simulated DDP step: %s (%d parameters, %.1f MB), hook %s, no_sync every %d\n"
@@ -105,14 +140,9 @@ void PrintText(const jobs::SimulateReport& r) {
         p.bucket_cap_mb(), p.buckets(), p.step_ms(), p.compute_ms(), p.comm_ms(), p.exposed_ms(),
         p.overlapped_ms(), p.first_step_ms(), p.iteration_ms(), 100 * p.scaling_efficiency());
   }
-  for (const jobs::CapSweep& s : r.sweeps()) {
-    std::cout << absl::StrFormat("\nworld %d: best bucket_cap_mb %g (%.3f ms per micro-batch);",
-                                 s.world_size(), s.best_bucket_cap_mb(), s.best_step_ms());
-    for (const jobs::SimPoint& p : s.points()) {
-      std::cout << absl::StrFormat(" %g:%.3f", p.bucket_cap_mb(), p.iteration_ms());
-    }
-  }
+  for (const jobs::CapSweep& s : r.sweeps()) PrintSweep(s);
   if (!r.sweeps().empty()) std::cout << "\n";
+  PrintComputeNote(r);
   if (!r.svg_path().empty()) std::cout << "\ntimeline written to " << r.svg_path() << "\n";
   std::cout << absl::StrFormat("\n(simulated in %.1f ms)\n", r.simulate_ms());
 }

@@ -67,6 +67,12 @@ CapSweep SweepAt(const SimulateConfig& c, int world) {
       sweep.set_best_step_ms(p.iteration_ms());
     }
   }
+  for (const SimPoint& p : sweep.points()) {
+    if (p.bucket_cap_mb() != sweep.best_bucket_cap_mb() &&
+        p.iteration_ms() <= sweep.best_step_ms() * 1.001) {
+      sweep.add_tied_caps_mb(p.bucket_cap_mb());
+    }
+  }
   return sweep;
 }
 
