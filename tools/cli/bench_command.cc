@@ -1,5 +1,6 @@
 // `ddpkit bench ddp|allreduce`: measurements beside references taken in the same run
 // (tools/jobs/bench/), printed as tables — allreduce in nccl-tests' columns — or as JSON.
+#include <chrono>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -114,12 +115,16 @@ void PrintAllreduce(const jobs::BenchAllreduceReport& r) {
   }
 }
 
+// bench ddp's own model when --model is not given: four 4 MB weights, so the cap sweep's rows
+// hold different numbers of buckets (4, 4, 2, 2, 1, 1) and the step is long enough to overlap.
+constexpr char kBenchDdpDefaultModel[] = "mlp:784,1024,1024,1024,1024,10";
+
 int RunBenchDdp() {
   jobs::BenchDdpConfig config;
   if (absl::Status s = WorldFromFlags(config.world); !s.ok()) return Fail("bench", s);
   absl::StatusOr<std::vector<double>> caps = ParseCaps(absl::GetFlag(FLAGS_bucket_caps));
   if (!caps.ok()) return Fail("bench", caps.status());
-  config.model = absl::GetFlag(FLAGS_model);
+  config.model = FlagGiven("model") ? absl::GetFlag(FLAGS_model) : kBenchDdpDefaultModel;
   config.batch_size = absl::GetFlag(FLAGS_batch_size);
   config.iters = absl::GetFlag(FLAGS_iters);
   config.warmup_iters = absl::GetFlag(FLAGS_warmup_iters);
@@ -159,6 +164,8 @@ int RunBenchAllreduce() {
   return EmitReport<jobs::BenchAllreduceReport>(*report, absl::GetFlag(FLAGS_json), PrintAllreduce);
 }
 
+std::string RangeText(double lo, double hi) { return absl::StrFormat("%.1f-%.1f", lo, hi); }
+
 void PrintPaper(const jobs::BenchPaperReport& r) {
   std::cout << absl::StrFormat(
       "# ddpkit bench paper: %s (%d tensors, %.1f MB), batch %d per rank, %d ranks (%s); %s; %s\n"
@@ -167,29 +174,37 @@ void PrintPaper(const jobs::BenchPaperReport& r) {
       r.model(), r.parameter_tensors(), r.parameter_bytes() / 1e6, r.batch_size(), r.world_size(),
       r.backend(), r.thread_budget(), r.pytorch_rules(), r.iters());
   std::cout << "1. latency breakdown per step (ms)\n"
-            << absl::StrFormat("%-12s %9s %10s %9s %10s %9s %11s\n", "mode", "forward", "backward",
-                               "exposed", "optimizer", "step", "total comm");
+            << absl::StrFormat("%-12s %9s %10s %9s %10s %9s %15s %11s\n", "mode", "forward",
+                               "backward", "exposed", "optimizer", "step", "step range",
+                               "total comm");
   for (const jobs::PhaseBreakdown& b : r.breakdown()) {
-    std::cout << absl::StrFormat("%-12s %9.2f %10.2f %9.2f %10.2f %9.2f %11.2f\n", b.mode(),
+    std::cout << absl::StrFormat("%-12s %9.2f %10.2f %9.2f %10.2f %9.2f %15s %11.2f\n", b.mode(),
                                  b.forward_ms(), b.backward_compute_ms(), b.exposed_comm_ms(),
-                                 b.optimizer_ms(), b.step_ms(), b.comm_ms());
+                                 b.optimizer_ms(), b.step_ms(),
+                                 RangeText(b.step_min_ms(), b.step_max_ms()), b.comm_ms());
   }
   std::cout << absl::StrFormat(
       "overlap makes the step %.1f%% faster (the paper: 21-39%%)\n\n"
-      "2. step time against bucket_cap_mb (0: one bucket per parameter)\n%14s %8s %9s %12s\n",
-      100 * r.overlap_speedup(), "bucket_cap_mb", "buckets", "step(ms)", "exposed(ms)");
+      "2. step time against bucket_cap_mb (0: one bucket per parameter)\n%14s %8s %9s %15s "
+      "%12s\n",
+      100 * r.overlap_speedup(), "bucket_cap_mb", "buckets", "step(ms)", "step range",
+      "exposed(ms)");
   for (const jobs::CapPoint& p : r.caps()) {
-    std::cout << absl::StrFormat("%14g %8d %9.2f %12.2f\n", p.bucket_cap_mb(), p.buckets(),
-                                 p.step_ms(), p.exposed_comm_ms());
+    std::cout << absl::StrFormat("%14g %8d %9.2f %15s %12.2f\n", p.bucket_cap_mb(), p.buckets(),
+                                 p.step_ms(), RangeText(p.step_min_ms(), p.step_max_ms()),
+                                 p.exposed_comm_ms());
   }
   std::cout << absl::StrFormat(
       "\n3. skipping synchronisation: an allreduce every K-th micro-batch, no_sync between\n"
-      "%4s %18s %9s\n",
-      "K", "ms/micro-batch", "speedup");
+      "%4s %18s %15s %9s\n",
+      "K", "ms/micro-batch", "range", "speedup");
   for (const jobs::SyncPoint& p : r.sync()) {
-    std::cout << absl::StrFormat("%4d %18.2f %8.2fx\n", p.sync_every(), p.iteration_ms(),
+    std::cout << absl::StrFormat("%4d %18.2f %15s %8.2fx\n", p.sync_every(), p.iteration_ms(),
+                                 RangeText(p.iteration_min_ms(), p.iteration_max_ms()),
                                  p.speedup());
   }
+  std::cout << "(ranges: the fastest and slowest of the timed steps; medians and ranges vary "
+               "from run to run on a busy machine)\n";
   if (!r.svg_path().empty()) std::cout << "\nwrote " << r.svg_path() << "\n";
 }
 
@@ -216,6 +231,13 @@ int RunBenchPaper() {
   absl::StatusOr<reducer::DdpOptions> ddp = DdpCapsFromFlags();
   if (!ddp.ok()) return Fail("bench", ddp.status());
   config.pytorch_version = ddp->pytorch_version;
+  // Progress on stderr: the run takes a minute or more, and stdout stays the report.
+  const auto start = std::chrono::steady_clock::now();
+  config.progress = [start](const std::string& what) {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cerr << absl::StrFormat("bench paper: %s (at %.0f s)\n", what, s) << std::flush;
+  };
   absl::StatusOr<jobs::BenchPaperReport> report = jobs::BenchPaper(config);
   if (!report.ok()) return Fail("bench", report.status());
   return EmitReport<jobs::BenchPaperReport>(*report, absl::GetFlag(FLAGS_json), PrintPaper);
@@ -241,7 +263,8 @@ Subcommand BenchSubcommand() {
               "[--min-bytes B] [--max-bytes B] [--json]\n       ddpkit bench ddp "
               "[--model mlp:...|resnet:...|gpt:...] [--batch-size B] [--world-size N] "
               "[--bucket-caps 0.5,1,...] "
-              "[--json]\n       ddpkit bench paper [--model mlp:...|resnet:...|gpt:...] "
+              "[--json]  (default model mlp:784,1024,1024,1024,1024,10)\n       ddpkit bench paper "
+              "[--model mlp:...|resnet:...|gpt:...] "
               "[--batch-size B] "
               "[--world-size N] [--bucket-caps 0,0.5,...] [--sync-every 1,2,4,8] [--out DIR] "
               "[--json]  (defaults: mlp:784,2048,2048,2048,2048,10, batch 64, 10 steps, 3 "

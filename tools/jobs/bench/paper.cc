@@ -88,6 +88,12 @@ absl::StatusOr<Phases> Step(Trainee& t, const RankData& data, comm::ProcessGroup
   return p;
 }
 
+// The smallest and largest of `values` (the spread a picture's whisker shows).
+std::pair<double, double> Range(const std::vector<double>& values) {
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  return {*lo, *hi};
+}
+
 // The largest of each value over all ranks.
 absl::StatusOr<std::vector<double>> Slowest(comm::ProcessGroup& group, std::vector<double> values) {
   Tensor t = Tensor::FromVector<double>(values, {static_cast<int64_t>(values.size())});
@@ -140,9 +146,11 @@ absl::StatusOr<PhaseBreakdown> Breakdown(const BenchPaperConfig& config, const R
   }
   // DDP's wait for its last buckets happens inside backward: what is left is computation.
   const double backward_compute = std::max(0.0, Median(backward) - (overlap ? exposed : 0.0));
-  DDPKIT_ASSIGN_OR_RETURN(std::vector<double> slowest,
-                          Slowest(group, {Median(forward), backward_compute, exposed,
-                                          Median(optimizer), Median(step), comm}));
+  const auto [step_min, step_max] = Range(step);
+  DDPKIT_ASSIGN_OR_RETURN(
+      std::vector<double> slowest,
+      Slowest(group, {Median(forward), backward_compute, exposed, Median(optimizer), Median(step),
+                      comm, step_min, step_max}));
   PhaseBreakdown b;
   b.set_mode(overlap ? "overlap" : "no overlap");
   b.set_forward_ms(slowest[0]);
@@ -151,6 +159,8 @@ absl::StatusOr<PhaseBreakdown> Breakdown(const BenchPaperConfig& config, const R
   b.set_optimizer_ms(slowest[3]);
   b.set_step_ms(slowest[4]);
   b.set_comm_ms(slowest[5]);
+  b.set_step_min_ms(slowest[6]);
+  b.set_step_max_ms(slowest[7]);
   return b;
 }
 
@@ -178,20 +188,23 @@ absl::StatusOr<CapPoint> AtCap(const BenchPaperConfig& config, const RankData& d
   }
   const CommTotals after = CommTotals::Of(*t.ddp);
   const double n = std::max<int64_t>(1, after.iterations - before.iterations);
-  DDPKIT_ASSIGN_OR_RETURN(
-      std::vector<double> slowest,
-      Slowest(group, {Median(step), (after.exposed_ms - before.exposed_ms) / n}));
+  const auto [step_min, step_max] = Range(step);
+  DDPKIT_ASSIGN_OR_RETURN(std::vector<double> slowest,
+                          Slowest(group, {Median(step), (after.exposed_ms - before.exposed_ms) / n,
+                                          step_min, step_max}));
   CapPoint point;
   point.set_bucket_cap_mb(cap);
   point.set_buckets(t.ddp->LoggingData().rebuilt_buckets_size());
   point.set_step_ms(slowest[0]);
   point.set_exposed_comm_ms(slowest[1]);
+  point.set_step_min_ms(slowest[2]);
+  point.set_step_max_ms(slowest[3]);
   return point;
 }
 
 // Experiment 3 at one K: `iters` rounds of K micro-batches, the last of each synced.
-absl::StatusOr<double> IterationMs(const BenchPaperConfig& config, const RankData& data,
-                                   comm::ProcessGroup& group, int k) {
+absl::StatusOr<SyncPoint> AtSyncEvery(const BenchPaperConfig& config, const RankData& data,
+                                      comm::ProcessGroup& group, int k) {
   DDPKIT_ASSIGN_OR_RETURN(Trainee t,
                           MakeTrainee(data, group, {.pytorch_version = config.pytorch_version}));
   auto round = [&]() -> absl::Status {
@@ -207,9 +220,34 @@ absl::StatusOr<double> IterationMs(const BenchPaperConfig& config, const RankDat
     DDPKIT_RETURN_IF_ERROR(round());
     per_iteration.push_back(MsSince(start) / k);
   }
-  DDPKIT_ASSIGN_OR_RETURN(std::vector<double> slowest, Slowest(group, {Median(per_iteration)}));
-  return slowest[0];
+  const auto [lo, hi] = Range(per_iteration);
+  DDPKIT_ASSIGN_OR_RETURN(std::vector<double> slowest,
+                          Slowest(group, {Median(per_iteration), lo, hi}));
+  SyncPoint point;
+  point.set_sync_every(k);
+  point.set_iteration_ms(slowest[0]);
+  point.set_iteration_min_ms(slowest[1]);
+  point.set_iteration_max_ms(slowest[2]);
+  return point;
 }
+
+// Tells the user on rank 0 which of the run's measurements starts now.
+class Progress {
+ public:
+  Progress(const BenchPaperConfig& config, int rank)
+      : config_(config),
+        total_(2 + static_cast<int>(config.bucket_caps.size() + config.sync_every.size())),
+        on_(rank == 0 && config.progress != nullptr) {}
+  void Next(const std::string& what) {
+    if (on_) config_.progress(StrCat(++done_, "/", total_, " ", what));
+  }
+
+ private:
+  const BenchPaperConfig& config_;
+  const int total_;
+  const bool on_;
+  int done_ = 0;
+};
 
 absl::StatusOr<BenchPaperReport> PaperOnRank(const BenchPaperConfig& config,
                                              const models::ModelSpec& spec,
@@ -217,19 +255,22 @@ absl::StatusOr<BenchPaperReport> PaperOnRank(const BenchPaperConfig& config,
   const RankData data{spec, MakeBenchBatch(spec, config.batch_size, group.rank())};
 
   BenchPaperReport report;
+  Progress progress(config, group.rank());
   for (bool overlap : {true, false}) {
+    progress.Next(StrCat("latency breakdown, ", overlap ? "with" : "without", " overlap"));
     DDPKIT_ASSIGN_OR_RETURN(*report.add_breakdown(), Breakdown(config, data, group, overlap));
   }
   report.set_overlap_speedup(report.breakdown(1).step_ms() / report.breakdown(0).step_ms() - 1);
   for (double cap : config.bucket_caps) {
+    progress.Next(StrCat("step time at bucket_cap_mb ", cap));
     DDPKIT_ASSIGN_OR_RETURN(*report.add_caps(), AtCap(config, data, group, cap));
   }
   for (int k : config.sync_every) {
-    DDPKIT_ASSIGN_OR_RETURN(const double ms, IterationMs(config, data, group, k));
-    SyncPoint& point = *report.add_sync();
-    point.set_sync_every(k);
-    point.set_iteration_ms(ms);
-    point.set_speedup(report.sync(0).iteration_ms() / ms);
+    progress.Next(StrCat("an allreduce every ", k, " micro-batch", k == 1 ? "" : "es"));
+    DDPKIT_ASSIGN_OR_RETURN(SyncPoint point, AtSyncEvery(config, data, group, k));
+    point.set_speedup(
+        report.sync_size() == 0 ? 1.0 : report.sync(0).iteration_ms() / point.iteration_ms());
+    *report.add_sync() = point;
   }
   DDPKIT_ASSIGN_OR_RETURN(Trainee probe,
                           MakeTrainee(data, group, {.pytorch_version = config.pytorch_version}));
