@@ -1,10 +1,12 @@
 // `ddpkit contrastive`: reproduces what each all-gather backward does to a CLIP loss under DDP —
 // a gradient check against one process on the whole batch, training curves, logit memory.
+#include <algorithm>
 #include <iostream>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "tools/cli/comm_flags.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/ddp_flags.h"
@@ -16,7 +18,8 @@ ABSL_FLAG(std::string, layout, "both",
           "local ([b, B] logits: local rows against gathered columns), global ([B, B] on every "
           "rank) or both");
 ABSL_FLAG(std::string, gather, "all",
-          "the all-gather's backward: sum, allreduce_slice, slice, none, avg or all");
+          "the all-gather's backward: sum, allreduce_slice, slice, none, avg, a comma-separated "
+          "list of them (slice,sum), or all");
 
 // Real towers, both or neither (default: the MLPs). The ResNet's fc and the GPT's lm_head are
 // not part of them: each tower's features (pooled; ln_f at the last token) are projected.
@@ -82,27 +85,36 @@ void PrintReport(const jobs::ContrastiveReport& r, Device device) {
   }
 }
 
-// `text` names one value (parsed by `parse`) or, spelled `every`, keeps `values` as they are.
+// `text` lists values (parsed by `parse`, comma-separated, each once) or, spelled `every`,
+// keeps `values` as they are.
 template <typename T>
-absl::Status OneOrEvery(std::string_view flag, const std::string& text, std::string_view every,
-                        absl::StatusOr<T> (*parse)(std::string_view), std::vector<T>& values) {
+absl::Status ListOrEvery(std::string_view flag, const std::string& text, std::string_view every,
+                         absl::StatusOr<T> (*parse)(std::string_view), std::vector<T>& values) {
   if (text == every) return absl::OkStatus();
-  absl::StatusOr<T> one = parse(text);
-  if (!one.ok()) {
-    return absl::InvalidArgumentError(
-        StrCat(flag, ": ", one.status().message(), " (or ", every, ")"));
+  std::vector<T> chosen;
+  for (const std::string& item : std::vector<std::string>(absl::StrSplit(text, ','))) {
+    absl::StatusOr<T> one = parse(item);
+    if (!one.ok()) {
+      return absl::InvalidArgumentError(StrCat(flag, ": ", one.status().message(),
+                                               " (or a comma-separated list of them, or ", every,
+                                               ")"));
+    }
+    if (std::find(chosen.begin(), chosen.end(), *one) != chosen.end()) {
+      return absl::InvalidArgumentError(StrCat(flag, ": '", item, "' is listed twice"));
+    }
+    chosen.push_back(*one);
   }
-  values = {*one};
+  values = std::move(chosen);
   return absl::OkStatus();
 }
 
 absl::StatusOr<jobs::ContrastiveConfig> ConfigFromFlags() {
   jobs::ContrastiveConfig config;
   DDPKIT_RETURN_IF_ERROR(WorldFromFlags(config.world));
-  DDPKIT_RETURN_IF_ERROR(OneOrEvery("--layout", absl::GetFlag(FLAGS_layout), "both",
-                                    jobs::ParseContrastiveLayout, config.layouts));
-  DDPKIT_RETURN_IF_ERROR(OneOrEvery("--gather", absl::GetFlag(FLAGS_gather), "all",
-                                    comm::ParseGatherBackward, config.gathers));
+  DDPKIT_RETURN_IF_ERROR(ListOrEvery("--layout", absl::GetFlag(FLAGS_layout), "both",
+                                     jobs::ParseContrastiveLayout, config.layouts));
+  DDPKIT_RETURN_IF_ERROR(ListOrEvery("--gather", absl::GetFlag(FLAGS_gather), "all",
+                                     comm::ParseGatherBackward, config.gathers));
   // Defaults of its own for the flags it shares with train: 200 steps, lr 0.5 (sgd), 0.003 (adam).
   config.steps = FlagDiffersFromDefault("steps") ? absl::GetFlag(FLAGS_steps) : 200;
   config.batch_size = absl::GetFlag(FLAGS_batch_size);
@@ -144,20 +156,21 @@ int RunContrastiveCommand(const std::vector<std::string>&) {
 }  // namespace
 
 Subcommand ContrastiveSubcommand() {
-  return {.name = "contrastive",
-          .summary =
-              "CLIP loss under DDP: what each all-gather backward does to gradients and training",
-          .usage =
-              "ddpkit contrastive [--world-size N | --backend gloo under ddpkit launch] "
-              "[--layout local|global|both] [--gather sum|allreduce_slice|slice|none|avg|all] "
-              "[--image-tower resnet:... --text-tower gpt:...] "
-              "[--device cpu|cuda|cuda:N] [--steps N] [--batch-size b] [--optimizer sgd|adam] "
-              "[--lr X] [--seed S] [--out DIR] [--json]",
-          .flag_names = {"layout", "gather", "image_tower", "text_tower", "out", "steps",
-                         "batch_size", "lr", "optimizer", "seed", "json", "backend", "world_size",
-                         "timeout", "trace", "device", "pytorch_version"},
-          .own_defaults = {{"steps", "200"}, {"lr", "0.5 (sgd), 0.003 (adam)"}},
-          .run = RunContrastiveCommand};
+  return {
+      .name = "contrastive",
+      .summary =
+          "CLIP loss under DDP: what each all-gather backward does to gradients and training",
+      .usage =
+          "ddpkit contrastive [--world-size N | --backend gloo under ddpkit launch] "
+          "[--layout local|global|both] [--gather sum|allreduce_slice|slice|none|avg[,...]|all] "
+          "[--image-tower resnet:... --text-tower gpt:...] "
+          "[--device cpu|cuda|cuda:N] [--steps N] [--batch-size b] [--optimizer sgd|adam] "
+          "[--lr X] [--seed S] [--out DIR] [--json]",
+      .flag_names = {"layout", "gather", "image_tower", "text_tower", "out", "steps", "batch_size",
+                     "lr", "optimizer", "seed", "json", "backend", "world_size", "timeout", "trace",
+                     "device", "pytorch_version"},
+      .own_defaults = {{"steps", "200"}, {"lr", "0.5 (sgd), 0.003 (adam)"}},
+      .run = RunContrastiveCommand};
 }
 
 }  // namespace ddpkit::cli

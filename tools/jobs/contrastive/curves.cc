@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <string_view>
 
 #include "absl/strings/str_format.h"
 #include "autograd/base/error.h"
@@ -15,30 +16,73 @@ namespace {
 // Two panels side by side (loss, accuracy) sharing the step axis, one legend under both.
 constexpr double kPanelWidth = 400, kPanelHeight = 250, kLeft = 70, kTop = 40, kGap = 110;
 
-std::string CurveName(const TrainingCurve& c) {
-  return c.layout().empty() ? "one process, whole batch (reference)"
-                            : StrCat(c.layout(), " + ", c.gather());
-}
-
 bool IsReference(const TrainingCurve& c) { return c.layout().empty(); }
 
-// The single-process reference is black and dashed, and drawn last so it stays visible when
-// the exact variants lie on top of it.
-plot::Style StyleOf(const ContrastiveReport& report, int i) {
-  if (IsReference(report.training(i))) {
-    return {.stroke = "#000000", .width = 2.2, .dash = "7 4"};
-  }
-  int colour = 0;
-  for (int j = 0; j < i; ++j) colour += IsReference(report.training(j)) ? 0 : 1;
-  return plot::SeriesStyle(colour);
+bool Is(const TrainingCurve& c, std::string_view layout, std::string_view gather) {
+  return c.layout() == layout && c.gather() == gather;
 }
 
-// The order to draw in: every variant, then the reference.
-std::vector<int> DrawOrder(const ContrastiveReport& report) {
-  std::vector<int> order;
+// A run of every mode has ten curves, six of them exactly on the reference: drawn together,
+// the story is lost. Such a run draws the naive gather (local + slice, the old GatherLayer)
+// against the fix (local + sum, reduce-scatter backward) and the reference; a run of at most
+// kAllCurvesUpTo chosen modes (--gather slice,avg) draws them all.
+constexpr int kAllCurvesUpTo = 4;
+
+std::vector<int> Drawn(const ContrastiveReport& report) {
+  std::vector<int> modes, story;
   for (int i = 0; i < report.training_size(); ++i) {
-    if (!IsReference(report.training(i))) order.push_back(i);
+    const TrainingCurve& c = report.training(i);
+    if (IsReference(c)) continue;
+    modes.push_back(i);
+    if (Is(c, "local", "slice") || Is(c, "local", "sum")) story.push_back(i);
   }
+  if (static_cast<int>(modes.size()) <= kAllCurvesUpTo || story.size() != 2) return modes;
+  return story;
+}
+
+// A gather mode keeps its colour in every picture (the naive slice red, the fix sum blue); where
+// both layouts are drawn, the global one is dashed. The exact modes are wide pale lines, so that
+// one on the reference (black, dashed, drawn last) reads as both at once.
+plot::Style StyleOf(const TrainingCurve& c, bool both_layouts) {
+  if (IsReference(c)) return {.stroke = "#000000", .width = 1.8, .dash = "7 4"};
+  struct Look {
+    std::string_view gather, colour;
+    bool exact;
+  };
+  static constexpr Look kLooks[] = {{"sum", "#4e79a7", true},
+                                    {"allreduce_slice", "#76b7b2", true},
+                                    {"slice", "#e15759", false},
+                                    {"none", "#9c755f", false},
+                                    {"avg", "#b07aa1", false}};
+  plot::Style style{.stroke = "#555555", .width = 1.6};
+  for (const Look& look : kLooks) {
+    if (c.gather() != look.gather) continue;
+    style.stroke = std::string(look.colour);
+    if (look.exact) style = {.stroke = style.stroke, .width = 5, .opacity = 0.55};
+  }
+  if (both_layouts && c.layout() == "global" && style.width < 5) style.dash = "4 2";
+  return style;
+}
+
+std::string CurveName(const TrainingCurve& c) {
+  if (IsReference(c)) return "one process, whole batch (reference)";
+  if (Is(c, "local", "sum")) return "local + sum: the fix (reduce-scatter backward)";
+  if (Is(c, "local", "slice")) return "local + slice: the naive GatherLayer";
+  return StrCat(c.layout(), " + ", c.gather());
+}
+
+bool BothLayouts(const ContrastiveReport& report) {
+  bool local = false, global = false;
+  for (int i : Drawn(report)) {
+    local |= report.training(i).layout() == "local";
+    global |= report.training(i).layout() == "global";
+  }
+  return local && global;
+}
+
+// The order to draw in: the chosen variants, then the reference.
+std::vector<int> DrawOrder(const ContrastiveReport& report) {
+  std::vector<int> order = Drawn(report);
   for (int i = 0; i < report.training_size(); ++i) {
     if (IsReference(report.training(i))) order.push_back(i);
   }
@@ -66,7 +110,7 @@ void Panel(plot::Svg& svg, const ContrastiveReport& report, const plot::Axes& ax
   for (int i : DrawOrder(report)) {
     plot::Series series =
         loss ? LossSeries(report.training(i)) : AccuracySeries(report.training(i));
-    series.style = StyleOf(report, i);
+    series.style = StyleOf(report.training(i), BothLayouts(report));
     plot::DrawSeries(svg, axes, series);
   }
 }
@@ -98,7 +142,10 @@ std::string CurvesSvg(const ContrastiveReport& report) {
     }
     steps = std::max(steps, c.losses_size());
   }
-  const std::vector<double> loss_ticks = plot::NiceTicks(0, max_loss > 0 ? max_loss : 1, 5);
+  std::vector<double> loss_ticks = plot::NiceTicks(0, max_loss > 0 ? max_loss : 1, 5);
+  if (loss_ticks.size() > 1 && loss_ticks.back() < max_loss) {  // room for the tallest spike
+    loss_ticks.push_back(2 * loss_ticks.back() - loss_ticks[loss_ticks.size() - 2]);
+  }
   const plot::Axes loss{.x = kLeft,
                         .y = kTop,
                         .width = kPanelWidth,
@@ -112,16 +159,26 @@ std::string CurvesSvg(const ContrastiveReport& report) {
   accuracy.y_max = 1;
   std::vector<plot::LegendEntry> legend;
   for (int i : DrawOrder(report)) {
-    legend.push_back({.label = CurveName(report.training(i)), .style = StyleOf(report, i)});
+    legend.push_back({.label = CurveName(report.training(i)),
+                      .style = StyleOf(report.training(i), BothLayouts(report))});
   }
-  const int columns = 4;
+  const int columns = 2;
   const double legend_rows = std::ceil(legend.size() / static_cast<double>(columns));
-  plot::Svg svg(2 * kLeft + 2 * kPanelWidth + kGap, kTop + kPanelHeight + 60 + 18 * legend_rows);
+  const int hidden = report.training_size() - static_cast<int>(legend.size());
+  plot::Svg svg(2 * kLeft + 2 * kPanelWidth + kGap,
+                kTop + kPanelHeight + 60 + 18 * legend_rows + (hidden > 0 ? 20 : 0));
   const std::string setup = StrCat(" (", report.world_size(), " ranks, ", report.optimizer(), ")");
   Panel(svg, report, loss, "global loss" + setup, "loss", true);
   Panel(svg, report, accuracy, "held-out top-1 retrieval" + setup, "accuracy", false);
-  plot::DrawLegend(svg, kLeft, kTop + kPanelHeight + 56, legend, columns,
-                   (2 * kPanelWidth + kGap) / columns);
+  const double legend_height = plot::DrawLegend(svg, kLeft, kTop + kPanelHeight + 56, legend,
+                                                columns, (2 * kPanelWidth + kGap) / columns);
+  if (hidden > 0) {
+    svg.Text(kLeft, kTop + kPanelHeight + 56 + legend_height + 14,
+             absl::StrFormat("the run's %d other modes are in curves.csv and the printed table; "
+                             "--gather slice,avg (a list) draws the modes you choose",
+                             hidden),
+             11, "start", "#555555");
+  }
   return svg.Finish();
 }
 
