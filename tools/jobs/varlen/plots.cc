@@ -64,7 +64,12 @@ void Title(plot::Svg& svg, const plot::Axes& axes, const std::string& title,
   if (!subtitle.empty()) svg.Text(axes.x, axes.y - 10, subtitle, 11, "start", "#555555");
 }
 
-// One line per rank: its padded tokens at each step (0 once it has run out).
+// The two parts of a step's bar: the mean rank's padded tokens (the work), and the busiest
+// rank's excess over it (what every other rank waits for).
+constexpr char kWorkColour[] = "#bab0ac", kWaitColour[] = "#e15759";
+constexpr char kLineColour[] = "#444444";  // single-series panels: the LR, the loss
+
+// One bar per step: the mean rank's padded tokens, and above it the busiest rank's excess.
 void TokensPanel(plot::Svg& svg, const plot::Axes& axes, const LayoutReport& layout,
                  const std::string& title) {
   Title(svg, axes, title,
@@ -72,14 +77,32 @@ void TokensPanel(plot::Svg& svg, const plot::Axes& axes, const LayoutReport& lay
                         layout.mean_imbalance(), layout.sync_cost(),
                         absl::StrJoin(layout.batches_per_rank(), " ")));
   plot::DrawAxes(svg, axes, "step", "padded tokens");
-  for (int r = 0; r < layout.padded_per_step_size(); ++r) {
-    plot::Series series{.label = StrCat("rank ", r), .style = plot::SeriesStyle(r)};
-    const RankSeries& values = layout.padded_per_step(r);
-    for (int t = 0; t < values.values_size(); ++t) {
-      series.points.emplace_back(t, static_cast<double>(values.values(t)));
+  const int ranks = layout.padded_per_step_size();
+  const double width = 0.7 * (axes.X(1) - axes.X(0));
+  for (int64_t t = 0; t < layout.steps(); ++t) {
+    double most = 0, sum = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const double v = static_cast<double>(layout.padded_per_step(r).values(t));
+      most = std::max(most, v);
+      sum += v;
     }
-    plot::DrawSeries(svg, axes, series);
+    const double mean = sum / std::max(1, ranks);
+    const double x = axes.X(static_cast<double>(t)) - width / 2;
+    svg.Rect(x, axes.Y(mean), width, axes.Y(0) - axes.Y(mean),
+             {.stroke = "none", .fill = kWorkColour},
+             absl::StrFormat("step %d: the mean rank's %.0f padded tokens", t, mean));
+    svg.Rect(x, axes.Y(most), width, axes.Y(mean) - axes.Y(most),
+             {.stroke = "none", .fill = kWaitColour},
+             absl::StrFormat("step %d: the busiest rank's %.0f, %.0f more than the mean", t, most,
+                             most - mean));
   }
+}
+
+// The orderings' lines: the last (sorted globally, on 1.0 nearly everywhere) is drawn last and
+// widest, so that the axis and the others do not hide it.
+plot::Style OrderStyle(int i) {
+  static constexpr const char* kColours[] = {"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1"};
+  return {.stroke = kColours[i % 4], .width = i == 2 ? 3.0 : 1.6};
 }
 
 void ImbalancePanel(plot::Svg& svg, const plot::Axes& axes,
@@ -87,8 +110,7 @@ void ImbalancePanel(plot::Svg& svg, const plot::Axes& axes,
   Title(svg, axes, "busiest rank ÷ mean rank, per step");
   plot::DrawAxes(svg, axes, "step", "max ÷ mean");
   for (size_t i = 0; i < layouts.size(); ++i) {
-    plot::Series series{.label = layouts[i]->name(),
-                        .style = plot::SeriesStyle(static_cast<int>(i))};
+    plot::Series series{.label = layouts[i]->name(), .style = OrderStyle(static_cast<int>(i))};
     const int ranks = layouts[i]->padded_per_step_size();
     for (int64_t t = 0; t < layouts[i]->steps(); ++t) {
       double most = 0, sum = 0;
@@ -108,7 +130,7 @@ void SchedulePanel(plot::Svg& svg, const plot::Axes& axes, const VarlenReport& r
   Title(svg, axes, absl::StrFormat("LR per step (%s scaling)", report.lr_scaling()),
         absl::StrFormat("%g for a global batch of %d", report.lr(), report.ref_batch_size()));
   plot::DrawAxes(svg, axes, "step (each epoch)", "LR");
-  plot::Series lr{.label = "LR", .style = plot::SeriesStyle(0)};
+  plot::Series lr{.label = "LR", .style = {.stroke = kLineColour, .width = 1.6}};
   for (const StepReport& s : report.steps()) {
     if (s.epoch() == 0) lr.points.emplace_back(s.step(), s.lr());
   }
@@ -130,7 +152,7 @@ void LossPanel(plot::Svg& svg, const plot::Axes& axes, const std::vector<double>
   Title(svg, axes, "training loss",
         absl::StrFormat("mean per epoch; final accuracy %.1f%%", 100 * report.final_accuracy()));
   plot::DrawAxes(svg, axes, "epoch", "loss");
-  plot::Series loss{.label = "loss", .style = plot::SeriesStyle(0)};
+  plot::Series loss{.label = "loss", .style = {.stroke = kLineColour, .width = 1.6}};
   for (size_t e = 0; e < losses.size(); ++e) loss.points.emplace_back(e + 1, losses[e]);
   plot::DrawSeries(svg, axes, loss);
 }
@@ -146,8 +168,8 @@ std::string ImbalanceSvg(const VarlenReport& report) {
                                .y = kTop,
                                .width = kWide,
                                .height = kHeight,
-                               .x_min = 0,
-                               .x_max = MostSteps({before, after}),
+                               .x_min = -0.5,
+                               .x_max = MostSteps({before, after}) - 0.5,
                                .y_min = 0,
                                .y_max = TopOf(0, MostPadded({before, after}))};
   plot::Axes after_axes = before_axes;
@@ -181,16 +203,18 @@ std::string ImbalanceSvg(const VarlenReport& report) {
   plot::Svg svg(2 * kLeft + 2 * kWide + kWideGap, row2 + kHeight + 110);
   TokensPanel(svg, before_axes, *before, "before: the sampler's shares, each sorted per rank");
   TokensPanel(svg, after_axes, *after, "after: sorted globally, dealt round-robin");
-  std::vector<plot::LegendEntry> ranks;
-  for (int r = 0; r < report.world_size(); ++r) {
-    ranks.push_back({.label = StrCat("rank ", r), .style = plot::SeriesStyle(r)});
-  }
-  plot::DrawLegend(svg, kLeft, kTop + kHeight + 48, ranks, std::min(8, report.world_size()), 110);
+  plot::DrawLegend(svg, kLeft, kTop + kHeight + 48,
+                   {{.label = "the mean rank's padded tokens: the work",
+                     .style = {.fill = kWorkColour},
+                     .box = true},
+                    {.label = "the busiest rank's excess: what every other rank waits for",
+                     .style = {.fill = kWaitColour},
+                     .box = true}},
+                   2, kWide + kWideGap);
   ImbalancePanel(svg, imbalance_axes, layouts);
   std::vector<plot::LegendEntry> entries;
   for (size_t i = 0; i < layouts.size(); ++i) {
-    entries.push_back(
-        {.label = layouts[i]->name(), .style = plot::SeriesStyle(static_cast<int>(i))});
+    entries.push_back({.label = layouts[i]->name(), .style = OrderStyle(static_cast<int>(i))});
   }
   plot::DrawLegend(svg, kLeft, row2 + kHeight + 48, entries, 1, 150);
   SchedulePanel(svg, schedule_axes, report);
