@@ -505,6 +505,38 @@ TEST(CliTest, ContrastiveReportsTheCheckTheCurvesAndTheMemory) {
   }
 }
 
+// --gather and --layout take lists. A run of every mode draws only the naive gather, the fix
+// and the reference; a run of a few chosen modes draws each of them.
+TEST(CliTest, ContrastiveDrawsTheStoryOrTheChosenModes) {
+  const std::string dir = testing::TempDir() + "/contrastive_list_" + std::to_string(::getpid());
+  auto svg_of = [&](const std::string& flags) {
+    Result r =
+        RunDdpkit("contrastive --world-size 2 --batch-size 4 --steps 2 " + flags + " --out " + dir);
+    EXPECT_EQ(r.status, 0) << flags << ": " << r.err;
+    std::ifstream in(dir + "/curves.svg");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string svg = svg_of("");
+  EXPECT_TRUE(absl::StrContains(svg, "local + slice: the naive GatherLayer")) << svg;
+  EXPECT_TRUE(absl::StrContains(svg, "local + sum: the fix")) << svg;
+  EXPECT_TRUE(absl::StrContains(svg, "one process, whole batch (reference)")) << svg;
+  EXPECT_FALSE(absl::StrContains(svg, "global + none")) << svg;
+  EXPECT_TRUE(absl::StrContains(svg, "the run's 8 other modes are in curves.csv")) << svg;
+
+  svg = svg_of("--layout global --gather slice,avg,none");
+  for (const char* mode : {"global + slice", "global + avg", "global + none"}) {
+    EXPECT_TRUE(absl::StrContains(svg, mode)) << mode;
+  }
+  EXPECT_FALSE(absl::StrContains(svg, "other modes")) << svg;
+
+  for (const char* flags : {"--gather slice,slice", "--gather slice,", "--layout local,diag"}) {
+    Result r = RunDdpkit(std::string("contrastive ") + flags);
+    EXPECT_EQ(r.status, 2) << flags << ": " << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << flags << ": " << r.err;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // --device cuda with no usable GPU: one line on the Fail path (exit 1) saying so, not a crash.
 TEST(CliTest, ContrastiveOnAMissingGpuSaysSo) {
   if (ddpkit::cuda::DeviceCount() > 0) GTEST_SKIP() << "a GPU is visible";
@@ -550,7 +582,22 @@ TEST(CliTest, BenchPaperRunsTheThreeExperiments) {
   ASSERT_EQ(report["breakdown"].size(), 2u);
   EXPECT_EQ(report["breakdown"][0]["mode"], "overlap");
   EXPECT_EQ(report["breakdown"][1]["mode"], "no overlap");
-  for (const auto& b : report["breakdown"]) EXPECT_GT(b["step_ms"].get<double>(), 0) << b;
+  for (const auto& b : report["breakdown"]) {
+    EXPECT_GT(b["step_ms"].get<double>(), 0) << b;
+    EXPECT_LE(b["step_min_ms"].get<double>(), b["step_ms"].get<double>()) << b;
+    EXPECT_GE(b["step_max_ms"].get<double>(), b["step_ms"].get<double>()) << b;
+  }
+  for (const auto& p : report["caps"]) {
+    EXPECT_LE(p["step_min_ms"].get<double>(), p["step_ms"].get<double>()) << p;
+    EXPECT_GE(p["step_max_ms"].get<double>(), p["step_ms"].get<double>()) << p;
+  }
+  for (const auto& p : report["sync"]) {
+    EXPECT_LE(p["iteration_min_ms"].get<double>(), p["iteration_ms"].get<double>()) << p;
+    EXPECT_GE(p["iteration_max_ms"].get<double>(), p["iteration_ms"].get<double>()) << p;
+  }
+  // Progress on stderr, one line per measurement: 2 breakdowns, 2 caps, 3 values of K.
+  EXPECT_TRUE(absl::StrContains(r.err, "bench paper: 1/7 latency breakdown")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "bench paper: 7/7 an allreduce every 4")) << r.err;
   ASSERT_EQ(report["caps"].size(), 2u);
   EXPECT_EQ(report["caps"][0]["buckets"], 6);  // cap 0: one bucket per parameter tensor
   EXPECT_EQ(report["caps"][1]["buckets"], 1);  // 1 MB holds the whole 1.8 KB model
@@ -563,7 +610,7 @@ TEST(CliTest, BenchPaperRunsTheThreeExperiments) {
     svg.assign(std::istreambuf_iterator<char>(in), {});
   }
   for (const char* title : {"1. Where a step goes", "2. Step time vs bucket size",
-                            "3. Skipping synchronisation", "K = 4"}) {
+                            "3. Skipping synchronisation", "K = 4", "range of the timed steps"}) {
     EXPECT_TRUE(absl::StrContains(svg, title)) << title;
   }
   std::filesystem::remove_all(dir);

@@ -31,6 +31,44 @@ TEST(SimulateCliTest, JsonCoversEveryWorldSizeAndTheCapSweep) {
   EXPECT_LT(j["simulate_ms"].get<double>(), 1000);
 }
 
+// A sweep where every cap gives the same step says the cap does not matter instead of
+// crowning the smallest; one with ties beside a winner names them; a step that is nearly all
+// communication says why nothing overlaps.
+TEST(SimulateCliTest, CapTiesAreNamedAndAllCommunicationIsExplained) {
+  auto r = Simulate("--model mlp:784,2048,2048,10 --world-size 2 --sweep-caps --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& sweep = j["sweeps"][0];
+  for (const auto& cap : sweep["tied_caps_mb"]) {
+    EXPECT_NE(cap.get<double>(), sweep["best_bucket_cap_mb"].get<double>());
+    bool found = false;
+    for (const auto& p : sweep["points"]) {
+      if (p["bucket_cap_mb"] == cap) {
+        found = true;
+        EXPECT_LE(p["iteration_ms"].get<double>(), sweep["best_step_ms"].get<double>() * 1.001);
+      }
+    }
+    EXPECT_TRUE(found) << cap;
+  }
+  EXPECT_GE(sweep["tied_caps_mb"].size(), 1u) << sweep;  // 25 ties 50, 100 and 200 here
+
+  r = Simulate("--model mlp:784,2048,2048,10 --world-size 2 --sweep-caps");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("tied within 0.1% by"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("note: compute is"), std::string::npos) << r.out;
+
+  // One parameter tensor: every cap makes the same single bucket.
+  r = Simulate("--model mlp:64,10,bias=0 --world-size 2 --sweep-caps");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("every bucket_cap_mb gives"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("best bucket_cap_mb"), std::string::npos) << r.out;
+
+  r = Simulate("--params " + std::string(DDPKIT_TESTDATA_DIR) +
+               "/plans/resnet50.json --world-size 64 --sweep-caps");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find("note: compute is"), std::string::npos) << r.out;
+}
+
 TEST(SimulateCliTest, TextAndTimeline) {
   const std::string svg = (std::filesystem::temp_directory_path() / "ddpkit_sim_test.svg").string();
   auto r = Simulate(

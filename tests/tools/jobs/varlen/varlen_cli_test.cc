@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -42,7 +43,14 @@ TEST(VarlenCliTest, TheStoryTheFilesAndTheErrors) {
         "4. the averaging pitfall", "final models identical on all ranks: yes"}) {
     EXPECT_TRUE(absl::StrContains(r.out, part)) << part << "\n" << r.out;
   }
-  EXPECT_TRUE(std::filesystem::file_size(out + "/imbalance.svg") > 1000);
+  {
+    std::ifstream in(out + "/imbalance.svg");
+    const std::string svg(std::istreambuf_iterator<char>(in), {});
+    // One bar per step: the work, and what every other rank waits for, each step's numbers
+    // in its tooltip.
+    EXPECT_TRUE(absl::StrContains(svg, "the busiest rank's excess")) << svg.substr(0, 400);
+    EXPECT_TRUE(absl::StrContains(svg, "step 0: the mean rank's")) << svg.substr(0, 400);
+  }
   EXPECT_TRUE(std::filesystem::file_size(out + "/steps.csv") > 100);
 
   r = Varlen("--curriculum sorted");
