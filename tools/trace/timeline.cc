@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "autograd/base/error.h"
 #include "tools/plot/svg.h"
 #include "tools/trace/stats.h"
@@ -27,9 +28,12 @@ std::string PhaseColour(const std::string& phase) {
 
 // No red, green or pink: red marks exposed communication and green overlapped, under the lane;
 // no light blue: the compute lane's forward and backward.
+constexpr int kBucketColours = 12;
+
 const std::string& BucketColour(int bucket) {
   static const std::vector<std::string> kColours = {"#f28e2b", "#9467bd", "#edc948", "#8c564b",
-                                                    "#76b7b2", "#393b79", "#e7ba52", "#c49c94"};
+                                                    "#76b7b2", "#393b79", "#bcbd22", "#c49c94",
+                                                    "#17becf", "#7b4173", "#8c6d31", "#6b6ecf"};
   static const std::string kOther = "#9e9e9e";
   return bucket < 0 ? kOther : kColours[static_cast<size_t>(bucket) % kColours.size()];
 }
@@ -148,10 +152,17 @@ double DrawTimelineLegend(plot::Svg& svg, double y, int buckets) {
                        .style = {.stroke = "#ffffff", .width = 0.5, .fill = PhaseColour(phase)},
                        .box = true});
   }
-  for (int b = 0; b <= buckets; ++b) {
-    entries.push_back({.label = StrCat("bucket ", b, ": its hooks (ticks) and allreduce"),
-                       .style = {.stroke = "#ffffff", .width = 0.5, .fill = BucketColour(b)},
-                       .box = true});
+  // Past the palette's twelve, colours repeat: the legend then names every bucket of a colour.
+  const int colours = std::min(buckets + 1, kBucketColours);
+  for (int c = 0; c < colours; ++c) {
+    std::vector<int> same;
+    for (int b = c; b <= buckets; b += kBucketColours) same.push_back(b);
+    entries.push_back(
+        {.label = same.size() == 1
+                      ? StrCat("bucket ", c, ": its hooks (ticks) and allreduce")
+                      : StrCat("buckets ", absl::StrJoin(same, ", "), ": hooks and allreduces"),
+         .style = {.stroke = "#ffffff", .width = 0.5, .fill = BucketColour(c)},
+         .box = true});
   }
   entries.push_back({.label = "other collective (used map, plan, join, ...)",
                      .style = {.stroke = "#ffffff", .width = 0.5, .fill = BucketColour(-1)},
@@ -203,10 +214,13 @@ absl::StatusOr<std::string> TimelineSvg(const TraceView& view, const TimelineOpt
       if (InRange(p, o)) last = std::max(last, p.iteration);
     }
   }
-  svg.Text(kLeft, 20,
-           absl::StrFormat("ddpkit %s: %d rank(s), %s; iterations %d to %d", view.job,
-                           view.world_size, view.backend, o.first_iteration, last),
-           14, "start", "#222222", true);
+  const std::string title =
+      absl::StrFormat("ddpkit %s: %d rank(s), %s; iterations %d to %d", view.job, view.world_size,
+                      view.backend, o.first_iteration, last);
+  // A long backend description (simulate's network) shrinks the title to fit rather than run
+  // past the picture's edge: a bold character is about 0.62 of the font size wide.
+  const double fits = (o.width - kLeft - kRight) / (0.62 * static_cast<double>(title.size()));
+  svg.Text(kLeft, 20, title, std::clamp(fits, 8.0, 14.0), "start", "#222222", true);
   plot::DrawAxes(svg, axes, "milliseconds from the first iteration's start", "");
   DrawIterationMarks(svg, us, view, o);
   double y = kTop + 8;

@@ -221,6 +221,31 @@ TEST(TraceTest, TimelinePictureHasEveryRankAndItsBuckets) {
   std::filesystem::remove(path);
 }
 
+// Past the palette's twelve bucket colours the legend names every bucket of a colour, so no
+// colour means two things unsaid; a long backend description shrinks the title to fit.
+TEST(TraceTest, TimelineLegendNamesBucketsThatShareAColour) {
+  trace::TraceView view{.job = "simulate", .backend = std::string(150, 'x'), .world_size = 1};
+  trace::RankView rank;
+  rank.phases.push_back({.name = "forward", .start_us = 0, .end_us = 100, .iteration = 0});
+  rank.phases.push_back({.name = "backward", .start_us = 100, .end_us = 300, .iteration = 0});
+  for (int b = 0; b < 14; ++b) {
+    rank.collectives.push_back({.name = "allreduce",
+                                .start_us = 150.0 + 10 * b,
+                                .end_us = 155.0 + 10 * b,
+                                .iteration = 0,
+                                .bucket = b,
+                                .purpose = "bucket"});
+  }
+  view.ranks.push_back(rank);
+  absl::StatusOr<std::string> svg = trace::TimelineSvg(view, {.first_iteration = 0});
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  EXPECT_NE(svg->find("buckets 0, 12: hooks and allreduces"), std::string::npos);
+  EXPECT_NE(svg->find("buckets 1, 13: hooks and allreduces"), std::string::npos);
+  EXPECT_NE(svg->find("bucket 11: its hooks"), std::string::npos);
+  EXPECT_EQ(svg->find("bucket 12: its hooks"), std::string::npos);
+  EXPECT_EQ(svg->find(R"(font-size="14")"), std::string::npos) << "the long title kept 14 px";
+}
+
 TEST(TraceTest, BadFilesAreNamed) {
   const std::string path = TempPath("bad.json");
   ASSERT_TRUE(WriteFileAtomically(path, "{\"traceEvents\": []}").ok());
