@@ -6,8 +6,9 @@
 #   tools/scripts/doc_figures.sh [BUILD_DIR]     (default: build)
 # Timings are this machine's: after a redraw, update the walkthrough's figures from the listing
 # and the numbers the docs quote beside each picture. Each picture is then checked by looking
-# at it (rsvg-convert -w 1400 X.svg -o X.png). docs/gpu_timeline.svg and
-# docs/gpu_bucket_journey.svg need a GPU: tools/scripts/gpu_check.sh draws them.
+# at it (rsvg-convert -w 1400 X.svg -o X.png). Not redrawn here: docs/gpu_timeline.svg needs a
+# GPU (tools/scripts/gpu_check.sh draws it into its output folder), and
+# docs/gpu_bucket_journey.svg is a diagram drawn by hand, not a measurement.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 ddpkit="$(cd "${1:-$root/build}" && pwd)/bin/ddpkit"
