@@ -14,7 +14,8 @@ harnesses=(safetensors store_frame checkpoint_manifest checkpoint_state model_sp
 
 bash "$root/tools/scripts/setup_deps.sh"
 CC=clang CXX=clang++ cmake -S "$root" -B "$build_dir" -G Ninja -DDDPKIT_FUZZ=ON \
-  -DDDPKIT_BUILD_TESTS=OFF -DDDPKIT_BUILD_BENCHMARKS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  -DDDPKIT_BUILD_TESTS=OFF -DDDPKIT_BUILD_BENCHMARKS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DDDPKIT_DEBUG_INFO=LINES >/dev/null
 cmake --build "$build_dir" --parallel "$(nproc)" --target "${harnesses[@]/%/_fuzz}"
 
 work="$(mktemp -d)"
