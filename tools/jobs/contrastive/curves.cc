@@ -107,10 +107,11 @@ void Panel(plot::Svg& svg, const ContrastiveReport& report, const plot::Axes& ax
            const std::string& title, const std::string& y_label, bool loss) {
   svg.Text(axes.x, axes.y - 12, title, 13, "start", "#222222", true);
   plot::DrawAxes(svg, axes, "step", y_label);
+  const bool both_layouts = BothLayouts(report);
   for (int i : DrawOrder(report)) {
     plot::Series series =
         loss ? LossSeries(report.training(i)) : AccuracySeries(report.training(i));
-    series.style = StyleOf(report.training(i), BothLayouts(report));
+    series.style = StyleOf(report.training(i), both_layouts);
     plot::DrawSeries(svg, axes, series);
   }
 }
@@ -158,9 +159,10 @@ std::string CurvesSvg(const ContrastiveReport& report) {
   accuracy.x = kLeft + kPanelWidth + kGap;
   accuracy.y_max = 1;
   std::vector<plot::LegendEntry> legend;
+  const bool both_layouts = BothLayouts(report);
   for (int i : DrawOrder(report)) {
     legend.push_back({.label = CurveName(report.training(i)),
-                      .style = StyleOf(report.training(i), BothLayouts(report))});
+                      .style = StyleOf(report.training(i), both_layouts)});
   }
   const int columns = 2;
   const double legend_rows = std::ceil(legend.size() / static_cast<double>(columns));
