@@ -7,6 +7,7 @@
 #include "autograd/cuda/kernels.h"
 #include "autograd/cuda/runtime.h"
 #include "autograd/host_allocator.h"
+#include "autograd/half_convert.h"
 #include "autograd/memory_stats.h"
 #include "autograd/parallel.h"
 
@@ -40,6 +41,35 @@ void StoreDouble(std::byte* base, DType dtype, int64_t i, double v) {
     case DType::kInt32: reinterpret_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); return;
     case DType::kInt64: reinterpret_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); return;
   }
+}
+
+// float32 to or from float16 / bfloat16 in bulk (half_convert.h), in pieces across the compute
+// threads; false for any other pair of dtypes.
+bool ConvertHalfPrecision(const std::byte* in, DType from, std::byte* out, DType to, int64_t n) {
+  using Convert = void (*)(const std::byte*, std::byte*, int64_t, int64_t);
+  Convert convert = nullptr;
+  if (from == DType::kFloat32 && to == DType::kFloat16) {
+    convert = [](const std::byte* i, std::byte* o, int64_t b, int64_t e) {
+      FloatToHalf(reinterpret_cast<const float*>(i) + b, reinterpret_cast<Float16*>(o) + b, e - b);
+    };
+  } else if (from == DType::kFloat16 && to == DType::kFloat32) {
+    convert = [](const std::byte* i, std::byte* o, int64_t b, int64_t e) {
+      HalfToFloat(reinterpret_cast<const Float16*>(i) + b, reinterpret_cast<float*>(o) + b, e - b);
+    };
+  } else if (from == DType::kFloat32 && to == DType::kBFloat16) {
+    convert = [](const std::byte* i, std::byte* o, int64_t b, int64_t e) {
+      FloatToBHalf(reinterpret_cast<const float*>(i) + b, reinterpret_cast<BFloat16*>(o) + b,
+                   e - b);
+    };
+  } else if (from == DType::kBFloat16 && to == DType::kFloat32) {
+    convert = [](const std::byte* i, std::byte* o, int64_t b, int64_t e) {
+      BHalfToFloat(reinterpret_cast<const BFloat16*>(i) + b, reinterpret_cast<float*>(o) + b,
+                   e - b);
+    };
+  }
+  if (convert == nullptr) return false;
+  ParallelFor(n, [&](int64_t begin, int64_t end) { convert(in, out, begin, end); });
+  return true;
 }
 
 std::shared_ptr<TensorImpl> NewImpl(const Shape& shape, DType dtype, Device device,
@@ -252,6 +282,7 @@ void Tensor::CopyFrom(const Tensor& src) const {
   }
   const auto* in = static_cast<const std::byte*>(src.raw_data());
   auto* out = static_cast<std::byte*>(raw_data());
+  if (ConvertHalfPrecision(in, src.dtype(), out, dtype(), numel())) return;
   for (int64_t i = 0; i < numel(); ++i)
     StoreDouble(out, dtype(), i, LoadAsDouble(in, src.dtype(), i));
 }

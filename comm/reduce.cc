@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "autograd/base/error.h"
+#include "autograd/half_convert.h"
 
 namespace ddpkit::comm {
 namespace {
@@ -30,14 +31,35 @@ void ReduceNative(T* dst, const T* src, int64_t n, ReduceOp op) {
   }
 }
 
+void ToFloats(const Float16* in, float* out, int64_t n) { HalfToFloat(in, out, n); }
+void ToFloats(const BFloat16* in, float* out, int64_t n) { BHalfToFloat(in, out, n); }
+void FromFloats(const float* in, Float16* out, int64_t n) { FloatToHalf(in, out, n); }
+void FromFloats(const float* in, BFloat16* out, int64_t n) { FloatToBHalf(in, out, n); }
+
+// Half-precision elements combined in float, a block at a time, converted in bulk
+// (half_convert.h): the same values as element by element, at vector speed.
+constexpr int64_t kHalfBlock = 1024;
+
 template <typename Half>
 void ReduceHalf(Half* dst, const Half* src, int64_t n, ReduceOp op) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float value = Combine(ToFloat(dst[i]), ToFloat(src[i]), op);
-    if constexpr (std::is_same_v<Half, Float16>)
-      dst[i] = ToFloat16(value);
-    else
-      dst[i] = ToBFloat16(value);
+  float a[kHalfBlock], b[kHalfBlock];
+  for (int64_t begin = 0; begin < n; begin += kHalfBlock) {
+    const int64_t len = std::min(kHalfBlock, n - begin);
+    ToFloats(dst + begin, a, len);
+    ToFloats(src + begin, b, len);
+    ReduceNative(a, b, len, op);
+    FromFloats(a, dst + begin, len);
+  }
+}
+
+template <typename Half>
+void DivideHalf(Half* data, int64_t n, int divisor) {
+  float a[kHalfBlock];
+  for (int64_t begin = 0; begin < n; begin += kHalfBlock) {
+    const int64_t len = std::min(kHalfBlock, n - begin);
+    ToFloats(data + begin, a, len);
+    for (int64_t i = 0; i < len; ++i) a[i] /= static_cast<float>(divisor);
+    FromFloats(a, data + begin, len);
   }
 }
 
@@ -98,17 +120,8 @@ void DivideInPlace(void* data, int64_t n, DType dtype, int divisor) {
       for (int64_t i = 0; i < n; ++i) p[i] /= divisor;
       return;
     }
-    case DType::kFloat16: {
-      Float16* p = static_cast<Float16*>(data);
-      for (int64_t i = 0; i < n; ++i) p[i] = ToFloat16(ToFloat(p[i]) / static_cast<float>(divisor));
-      return;
-    }
-    case DType::kBFloat16: {
-      BFloat16* p = static_cast<BFloat16*>(data);
-      for (int64_t i = 0; i < n; ++i)
-        p[i] = ToBFloat16(ToFloat(p[i]) / static_cast<float>(divisor));
-      return;
-    }
+    case DType::kFloat16: return DivideHalf(static_cast<Float16*>(data), n, divisor);
+    case DType::kBFloat16: return DivideHalf(static_cast<BFloat16*>(data), n, divisor);
     default:
       throw Error(
           StrCat("[DivideInPlace] AVG needs a floating-point dtype, got ", DTypeName(dtype)));
