@@ -175,7 +175,9 @@ void Reducer::PrepareForBackward(const TensorList& outputs) {
   if (static_graph_ && static_graph_recorded_) hooks_left_ = expected_hook_counts_;
   if (dynamic_find_unused()) {
     unused_parameters_.clear();
+    const Clock::time_point search_start = Clock::now();
     for (size_t index : SearchUnusedParameters(outputs)) unused_parameters_.push_back(index);
+    TraceIteration(TraceEventType::kUnusedSearch, Clock::now(), search_start);
     LogUnusedSet(logging_, prev_unused_parameters_, unused_parameters_, num_iterations_);
     if (unused_parameters_.empty() && num_iterations_ == 1 && group_.rank() == 0) {
       Log(LogLevel::kWarning,

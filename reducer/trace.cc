@@ -13,6 +13,7 @@ std::string_view TraceEventName(TraceEventType type) {
     case TraceEventType::kFinalize: return "finalize";
     case TraceEventType::kNoSyncForward: return "no_sync_forward";
     case TraceEventType::kShadowBackward: return "shadow_backward";
+    case TraceEventType::kUnusedSearch: return "unused_search";
   }
   return "?";
 }

@@ -22,6 +22,7 @@ enum class TraceEventType {
   kFinalize,        // end of backward: results written back (a span: start = compute done)
   kNoSyncForward,   // a forward under no_sync: its backward only accumulates locally
   kShadowBackward,  // a joined rank shadowed one synced backward (a span)
+  kUnusedSearch,    // find_unused_parameters' search of the graph after forward (a span)
 };
 
 std::string_view TraceEventName(TraceEventType type);  // "hook_fired", ...

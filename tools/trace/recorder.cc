@@ -61,6 +61,7 @@ void TraceRecorder::OnEvent(const reducer::TraceEvent& e) {
     case TraceEventType::kFinalize: r.kind = ComputeKind::kFinalize; break;
     case TraceEventType::kNoSyncForward: r.kind = ComputeKind::kNoSync; break;
     case TraceEventType::kShadowBackward: r.kind = ComputeKind::kShadow; break;
+    case TraceEventType::kUnusedSearch: r.kind = ComputeKind::kUnusedSearch; break;
     // The job's forward span covers this one.
     case TraceEventType::kForward: return;
   }

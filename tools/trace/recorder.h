@@ -28,6 +28,7 @@ enum class ComputeKind : uint8_t {
   kFinalize,        // span: the reducer waits for the buckets and writes .grad back
   kOptimizer,       // span: the optimizer step (ZeRO: with its broadcasts)
   kShadow,          // span: a joined rank shadowing one iteration of the active ranks
+  kUnusedSearch,    // span: find_unused_parameters' graph search, inside forward
   kHook,            // instant: a parameter's gradient is ready (param, bucket)
   kBucketReady,     // instant: a bucket's last gradient arrived (bucket)
   kBucketLaunched,  // instant: the reducer handed the bucket to its comm hook or allreduce

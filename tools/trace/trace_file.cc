@@ -22,6 +22,7 @@ std::string_view PhaseName(ComputeKind kind) {
     case ComputeKind::kFinalize: return "finalize";
     case ComputeKind::kOptimizer: return "optimizer";
     case ComputeKind::kShadow: return "shadow";
+    case ComputeKind::kUnusedSearch: return "unused search";
     default: return "";
   }
 }
@@ -106,6 +107,7 @@ void AddCompute(const RankTraceData& data, const std::vector<std::string>& names
       case ComputeKind::kFinalize:
       case ComputeKind::kOptimizer:
       case ComputeKind::kShadow:
+      case ComputeKind::kUnusedSearch:
         events.push_back(
             Span(rank, kComputeLane, PhaseName(r.kind), "phase", r.start_ns, r.end_ns, args));
         break;

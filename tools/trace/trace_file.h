@@ -4,7 +4,8 @@
 // Layout (docs/inspect.md has a picture):
 //  * pid = rank ("rank r"); tid 0 "compute", tid 1 "communication"; ts and dur in microseconds
 //    since the job's epoch, one clock for every rank (clock_sync.h);
-//  * cat "phase": X spans forward, backward, finalize, optimizer, shadow — args.iteration;
+//  * cat "phase": X spans forward, backward, finalize, optimizer, shadow, and "unused search"
+//    (find_unused_parameters' graph search, inside forward) — args.iteration;
 //  * cat "hook": an instant per gradient hook, named by the parameter — args {index, bucket,
 //    iteration};
 //  * cat "collective": an X span per collective on the communication lane, from the moment the
