@@ -11,6 +11,8 @@
 #include "tools/cli/ddp_flags.h"
 #include "tools/cli/job_flags.h"
 #include "tools/cli/print_json.h"
+#include "tools/cli/trace_flags.h"
+#include "tools/jobs/simulate/calibrate.h"
 #include "tools/jobs/simulate/compute.h"
 #include "tools/jobs/simulate/simulate.h"
 
@@ -25,6 +27,15 @@ ABSL_FLAG(std::string, network, "eth100",
           "ddpkit --trace's bucket allreduces)");
 ABSL_FLAG(std::string, compute, "a100",
           "gflops=X, a device preset (v100, a100, h100), or trace=FILE (a ddpkit --trace)");
+ABSL_FLAG(std::string, calibrate, "",
+          "FILE[,FILE...]: measure the compute profile, the allreduce alone and how much the two "
+          "slow each other when they overlap from one traced run: a ddpkit --trace, or PyTorch "
+          "profiler traces (one per rank, or their folder; with --torch-plan). --compute, "
+          "--network and --interference given beside it replace their part");
+ABSL_FLAG(std::string, interference, "",
+          "comm=X,compute=Y: the speed of a collective while backward runs beside it, and of "
+          "backward while a collective runs, as fractions of their own (default 1: independent; "
+          "--calibrate measures them)");
 ABSL_FLAG(bool, sweep_caps, false, "also sweep bucket_cap_mb 1..200 per world size");
 ABSL_FLAG(int32_t, no_sync_every, 1, "K: synchronise every K-th micro-batch (no_sync between)");
 ABSL_FLAG(std::string, hook, "none", "communication hook: none, fp16, powersgd:R");
@@ -74,14 +85,54 @@ absl::StatusOr<jobs::sim::SimModel> ModelFromFlags() {
   return jobs::sim::FromMlpSpec(absl::GetFlag(FLAGS_model), batch);
 }
 
+// --interference comm=X,compute=Y, each in (0, 1].
+absl::Status InterferenceFromFlag(jobs::sim::Interference& rates) {
+  const std::string text = absl::GetFlag(FLAGS_interference);
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(text, ','))) {
+    std::vector<std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
+    double v = 0;
+    if (kv.size() != 2 || !absl::SimpleAtod(kv[1], &v) || v <= 0 || v > 1 ||
+        (kv[0] != "comm" && kv[0] != "compute")) {
+      return absl::InvalidArgumentError(StrCat(
+          "--interference: '", part, "' is not comm=X or compute=X with 0 < X <= 1"));
+    }
+    (kv[0] == "comm" ? rates.comm_rate : rates.compute_rate) = v;
+  }
+  return absl::OkStatus();
+}
+
+// The compute and network profiles and their interference: --calibrate's, with the parts
+// given by --compute, --network or --interference replaced.
+absl::Status ProfilesFromFlags(jobs::SimulateConfig& c) {
+  const std::string calibrate = absl::GetFlag(FLAGS_calibrate);
+  if (!calibrate.empty()) {
+    DDPKIT_ASSIGN_OR_RETURN(const trace::TraceView view,
+                            ReadTracesWithPlan(absl::StrSplit(calibrate, ',')));
+    DDPKIT_ASSIGN_OR_RETURN(jobs::sim::Calibration cal,
+                            jobs::sim::Calibrate(view, calibrate, c.model));
+    c.network = std::move(cal.network), c.interference = cal.interference;
+    c.calibration = std::move(cal.summary);
+  }
+  if (calibrate.empty() || FlagGiven("compute")) {
+    DDPKIT_RETURN_IF_ERROR(jobs::sim::ApplyCompute(c.model, absl::GetFlag(FLAGS_compute)));
+  }
+  if (calibrate.empty() || FlagGiven("network")) {
+    DDPKIT_ASSIGN_OR_RETURN(c.network, jobs::sim::ParseNetwork(absl::GetFlag(FLAGS_network)));
+  }
+  if (FlagGiven("interference")) DDPKIT_RETURN_IF_ERROR(InterferenceFromFlag(c.interference));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<jobs::SimulateConfig> ConfigFromFlags() {
   jobs::SimulateConfig c;
   DDPKIT_ASSIGN_OR_RETURN(c.model, ModelFromFlags());
-  DDPKIT_RETURN_IF_ERROR(jobs::sim::ApplyCompute(c.model, absl::GetFlag(FLAGS_compute)));
-  DDPKIT_ASSIGN_OR_RETURN(c.network, jobs::sim::ParseNetwork(absl::GetFlag(FLAGS_network)));
+  DDPKIT_RETURN_IF_ERROR(ProfilesFromFlags(c));
   DDPKIT_ASSIGN_OR_RETURN(c.world_sizes, WorldSizes());
   DDPKIT_ASSIGN_OR_RETURN(c.hook, HookFromFlag());
   DDPKIT_ASSIGN_OR_RETURN(c.ddp, DdpCapsFromFlags(c.model.recorded_rules));
+  c.ddp.find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters);
+  c.ddp.static_graph = absl::GetFlag(FLAGS_static_graph);
+  c.ddp.gradient_as_bucket_view = absl::GetFlag(FLAGS_gradient_as_bucket_view);
   c.sweep_caps = absl::GetFlag(FLAGS_sweep_caps);
   c.no_sync_every = absl::GetFlag(FLAGS_no_sync_every);
   c.svg_path = absl::GetFlag(FLAGS_svg);
@@ -122,22 +173,42 @@ void PrintComputeNote(const jobs::SimulateReport& r) {
       100 * p.compute_ms() / p.step_ms(), p.world_size());
 }
 
+// The interference the step was simulated with, and what --calibrate measured, when any.
+std::string InterferenceLine(const jobs::SimulateReport& r) {
+  std::string line;
+  if (r.interference_comm_rate() != 1 || r.interference_compute_rate() != 1) {
+    line = absl::StrFormat(
+        "  interference: a collective beside backward at %.2fx its speed, backward beside a "
+        "collective at %.2fx\n",
+        r.interference_comm_rate(), r.interference_compute_rate());
+  }
+  if (!r.calibration().empty()) line += StrCat("  calibration: ", r.calibration(), "\n");
+  if (!r.ddp_options().empty()) line += StrCat("  DDP options: ", r.ddp_options(), "\n");
+  return line;
+}
+
 void PrintText(const jobs::SimulateReport& r) {
   std::cout << absl::StrFormat(
       "Simulated DDP step: %s (%d parameters, %.1f MB), hook %s, no_sync every %d\n"
-      "  compute: %s — forward %.3f ms, backward %.3f ms, optimizer %.3f ms\n"
-      "  grad-ready order: %s\n  network: %s\n  (%s)\n  buckets planned as %s%s\n\n",
+      "  compute: %s — forward %.3f ms, backward %.3f ms%s, optimizer %.3f ms\n"
+      "  grad-ready order: %s\n  network: %s\n  (%s)\n%s  buckets planned as %s%s\n\n",
       r.model(), r.parameter_tensors(), r.parameter_bytes() / 1e6, r.hook(), r.no_sync_every(),
-      r.compute(), r.forward_ms(), r.backward_ms(), r.optimizer_ms(), r.grad_ready_order(),
-      r.network(), r.network_source(), r.pytorch_rules(),
+      r.compute(), r.forward_ms() + r.unused_search_ms(), r.backward_ms(),
+      r.finalize_ms() > 0 ? absl::StrFormat(", finalize's copies %.3f ms", r.finalize_ms()) : "",
+      r.optimizer_ms(), r.grad_ready_order(),
+      r.network(), r.network_source(), InterferenceLine(r), r.pytorch_rules(),
       r.pytorch_rules_note().empty() ? "" : StrCat(" (", r.pytorch_rules_note(), ")"));
-  std::cout << absl::StrFormat("%6s %7s %7s %10s %10s %10s %10s %10s %10s %10s %6s\n", "world",
-                               "cap MB", "buckets", "step ms", "compute", "comm", "exposed",
-                               "overlapped", "iter 0 ms", "per micro", "eff");
+  // The column of what interference added to backward, only when there is some.
+  const bool slowed = r.interference_comm_rate() != 1 || r.interference_compute_rate() != 1;
+  std::cout << absl::StrFormat("%6s %7s %7s %10s %10s %s%10s %10s %10s %10s %10s %6s\n", "world",
+                               "cap MB", "buckets", "step ms", "compute",
+                               slowed ? absl::StrFormat("%10s ", "slowed") : "", "comm",
+                               "exposed", "overlapped", "iter 0 ms", "per micro", "eff");
   for (const jobs::SimPoint& p : r.worlds()) {
     std::cout << absl::StrFormat(
-        "%6d %7g %7d %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %5.1f%%\n", p.world_size(),
-        p.bucket_cap_mb(), p.buckets(), p.step_ms(), p.compute_ms(), p.comm_ms(), p.exposed_ms(),
+        "%6d %7g %7d %10.3f %10.3f %s%10.3f %10.3f %10.3f %10.3f %10.3f %5.1f%%\n",
+        p.world_size(), p.bucket_cap_mb(), p.buckets(), p.step_ms(), p.compute_ms(),
+        slowed ? absl::StrFormat("%10.3f ", p.slowdown_ms()) : "", p.comm_ms(), p.exposed_ms(),
         p.overlapped_ms(), p.first_step_ms(), p.iteration_ms(), 100 * p.scaling_efficiency());
   }
   for (const jobs::CapSweep& s : r.sweeps()) PrintSweep(s);
@@ -164,10 +235,13 @@ Subcommand SimulateSubcommand() {
       .usage =
           "ddpkit simulate --params FILE | --model mlp:... | --param-table FILE --world-size "
           "N[,N...] "
-          "[--network ...] [--compute ...] [--bucket-cap-mb X | --sweep-caps] "
+          "[--network ...] [--compute ...] [--calibrate TRACE [--torch-plan PLAN]] "
+          "[--interference comm=X,compute=Y] [--bucket-cap-mb X | --sweep-caps] "
+          "[--find-unused-parameters] [--static-graph] [--gradient-as-bucket-view] "
           "[--no-sync-every K] [--hook fp16|powersgd:R] [--svg FILE] [--json]",
       .flag_names = {"params", "model", "param_table", "batch_size", "world_size", "network",
-                     "compute", "pytorch_version", "bucket_cap_mb", "first_bucket_mb",
+                     "compute", "calibrate", "torch_plan", "interference",
+                     "find_unused_parameters", "static_graph", "gradient_as_bucket_view", "pytorch_version", "bucket_cap_mb", "first_bucket_mb",
                      "bucket_cap_mb_list", "sweep_caps", "no_sync_every", "hook", "svg", "json"},
       .flag_aliases = {{"world_size", "simulate_world_sizes"}},
       .run = RunSimulate};

@@ -12,6 +12,7 @@
 #include "tools/cli/commands.h"
 #include "tools/cli/job_flags.h"
 #include "tools/cli/print_json.h"
+#include "tools/cli/trace_flags.h"
 #include "tools/trace/merge.h"
 #include "tools/trace/read_traces.h"
 #include "tools/trace/session.h"
@@ -21,10 +22,6 @@
 ABSL_FLAG(std::string, iterations, "",
           "trace svg: the iterations A:B to draw, A included, B not (as a Python slice); by "
           "default 1:4, leaving out iteration 0's warm-up (0:3 draws it)");
-ABSL_FLAG(std::string, torch_plan, "",
-          "trace stats|svg of PyTorch profiler traces: DDP's bucket plan as JSON (a json.dump of "
-          "ddp._get_ddp_logging_data(), or {per_bucket_param_indices, bucket_sizes, "
-          "parameter_names}), to name gradients and size buckets");
 
 namespace ddpkit::cli {
 namespace {
@@ -85,17 +82,8 @@ absl::StatusOr<std::pair<int, int>> ParseIterations(const std::string& text) {
   return std::pair{a, b};
 }
 
-// The traces named, with the --torch-plan when given.
-absl::StatusOr<trace::TraceView> ReadViews(const std::vector<std::string>& paths) {
-  const std::string plan_path = absl::GetFlag(FLAGS_torch_plan);
-  if (plan_path.empty()) return trace::ReadTraces(paths, nullptr);
-  absl::StatusOr<trace::TorchPlan> plan = trace::ReadTorchPlan(plan_path);
-  if (!plan.ok()) return plan.status();
-  return trace::ReadTraces(paths, &*plan);
-}
-
 int RunStats(const std::vector<std::string>& paths) {
-  absl::StatusOr<trace::TraceView> view = ReadViews(paths);
+  absl::StatusOr<trace::TraceView> view = ReadTracesWithPlan(paths);
   if (!view.ok()) return Fail("trace", view.status());
   trace::TraceStatsReport report = trace::ComputeTraceStats(*view);
   report.set_file(absl::StrJoin(paths, " "));
@@ -132,7 +120,7 @@ int RunSvg(const std::vector<std::string>& paths) {
   if (const std::string text = absl::GetFlag(FLAGS_iterations); !text.empty()) {
     if (absl::Status s = ParseIterations(text).status(); !s.ok()) return Fail("trace", s);
   }
-  absl::StatusOr<trace::TraceView> view = ReadViews(paths);
+  absl::StatusOr<trace::TraceView> view = ReadTracesWithPlan(paths);
   if (!view.ok()) return Fail("trace", view.status());
   absl::StatusOr<std::pair<int, int>> range = IterationsToDraw(*view);
   if (!range.ok()) return Fail("trace", range.status());

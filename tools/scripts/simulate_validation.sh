@@ -1,53 +1,60 @@
 #!/usr/bin/env bash
-# docs/simulate.md's table (a): `ddpkit simulate` fed with profiles measured here, beside the
-# step measured in the same run. Per repeat, backend and world size: `bench ddp` at several
-# bucket caps with --trace (the measured steps, and the compute and in-DDP allreduce profile),
-# then `bench allreduce --json` (the standalone network profile), then `simulate` for each cap
-# with both. Threads ranks share one process; gloo ranks are processes started by
-# `ddpkit launch`, mpi ranks by mpirun (rank 0's report and trace are used). Prints one TSV row
-# per (repeat, backend, world, cap). Run it holding the build lock.
+# docs/simulate.md's validation table: `ddpkit simulate --calibrate` against steps measured
+# here. Per repeat, backend and world size: one short `ddpkit train --trace` at DDP's default
+# options (the run a user calibrates from), then one `ddpkit train --trace` per bucket cap (the
+# measured steps), then `simulate --calibrate` with the first run's trace for each cap. A
+# measured step is forward's start to finalize's end (the optimizer left out on both sides),
+# the slowest rank's per iteration, median over the iterations after DDP's rebuild. Threads
+# ranks share one process; gloo ranks are processes started by `ddpkit launch`, mpi ranks by
+# mpirun (their per-rank traces merged). Prints one TSV row per (repeat, backend, world, cap).
+# Run it holding the build lock.
 #   tools/scripts/simulate_validation.sh [REPEATS] > rows.tsv
-#   SPECS="threads:2 gloo:2 mpi:2" CAPS=1,25 KEEP=dir tools/scripts/simulate_validation.sh 1
+#   SPECS="threads:2 gloo:2" CAPS=1,25 KEEP=dir tools/scripts/simulate_validation.sh 1
 set -euo pipefail
 B=${DDPKIT:-build/bin/ddpkit}
 MODEL=${MODEL:-mlp:784,1024,1024,1024,10}
+BATCH=${BATCH:-64}
+STEPS=${STEPS:-20}
 CAPS=${CAPS:-1,5,25}
 SPECS=${SPECS:-threads:2 gloo:2 mpi:2 threads:3 gloo:3 mpi:3 threads:4 gloo:4 mpi:4}
+EXTRA=${EXTRA:-}  # more flags for every run and prediction (--find-unused-parameters, ...)
 REPEATS=${1:-3}
 OUT=$(mktemp -d)
-field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
-# Runs ddpkit on N ranks of backend BE; rank 0's stdout (the report) comes out.
-ranks() {
-  local be=$1 n=$2
-  shift 2
+trap 'rm -rf "$OUT"' EXIT
+# Runs `ddpkit train` on N ranks of backend BE with a trace at $OUT/$3.json (merged ranks).
+train() {
+  local be=$1 n=$2 name=$3
+  shift 3
+  local args=(train --model "$MODEL" --batch-size "$BATCH" --steps "$STEPS" $EXTRA "$@")
   case $be in
-    threads) $B "$@" --backend threads --world-size "$n" ;;
-    gloo) $B launch --standalone --nproc-per-node "$n" -- $B "$@" --backend gloo |
-      sed -n 's/^\[rank 0\] //p' ;;
-    mpi) mpirun --allow-run-as-root --oversubscribe -np "$n" $B "$@" --backend mpi ;;
-  esac
+    threads) $B "${args[@]}" --backend threads --world-size "$n" --trace "$OUT/$name.json" ;;
+    gloo) $B launch --standalone --nproc-per-node "$n" -- $B "${args[@]}" --backend gloo \
+      --trace "$OUT/$name.json" ;;
+    mpi) mpirun --allow-run-as-root --oversubscribe -np "$n" $B "${args[@]}" --backend mpi \
+      --trace "$OUT/$name.json" ;;
+  esac >/dev/null
+  [ "$be" = threads ] || $B trace merge --out "$OUT/$name.json" "$OUT/$name".rank*.json >/dev/null
 }
-echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_trace_ms\tpredicted_bench_ms"
+measured() { python3 "$(dirname "$0")/trace_step_ms.py" "$1"; }
+field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_ms\tcomm_rate\tcompute_rate"
 for r in $(seq 1 "$REPEATS"); do
   for spec in $SPECS; do
     be=${spec%%:*} n=${spec##*:}
-    ranks "$be" "$n" bench ddp --model "$MODEL" --batch-size 64 --bucket-caps "$CAPS" --iters 10 \
-      --warmup-iters 3 --trace "$OUT/t.json" --json >"$OUT/d.json"
-    trace="$OUT/t.json"
-    [ "$be" = threads ] || trace="$OUT/t.rank0.json"
-    ranks "$be" "$n" bench allreduce --min-bytes 4096 --max-bytes 8388608 --iters 10 --json \
-      >"$OUT/a.json"
-    for cap in ${CAPS//,/ }; do
-      measured=$(field "$OUT/d.json" "[p['step_ms'] for p in d['sweep'] if p['bucket_cap_mb']==$cap][0]")
-      sim() {
-        $B simulate --model "$MODEL" --batch-size 64 --world-size "$n" --bucket-cap-mb "$cap" \
-          --compute "trace=$trace" --network "$1" --json >"$OUT/s.json"
-        field "$OUT/s.json" "d['worlds'][0]['step_ms']"
-      }
-      echo -e "$r\t$be\t$n\t$cap\t$measured\t$(sim "trace=$trace")\t$(sim "measured=$OUT/a.json")"
+    train "$be" "$n" calibration
+    for cap in default ${CAPS//,/ }; do
+      flags=()
+      [ "$cap" = default ] || flags=(--bucket-cap-mb "$cap")
+      if [ "$cap" = default ]; then cp "$OUT/calibration.json" "$OUT/m.json"; else
+        train "$be" "$n" m "${flags[@]}"; fi
+      $B simulate --model "$MODEL" --batch-size "$BATCH" --world-size "$n" "${flags[@]}" $EXTRA \
+        --calibrate "$OUT/calibration.json" --json >"$OUT/s.json"
+      echo -e "$r\t$be\t$n\t$cap\t$(measured "$OUT/m.json")\t$(field "$OUT/s.json" \
+        "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field "$OUT/s.json" \
+        "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")"
+      rm -f "$OUT"/m*.json
     done
-    [ -z "${KEEP:-}" ] || cp "$trace" "$KEEP/trace-$be-$n-$r.json"  # for a closer look
-    rm -f "$OUT"/t*.json
+    [ -z "${KEEP:-}" ] || cp "$OUT/calibration.json" "$KEEP/calibration-$be-$n-$r.json"
+    rm -f "$OUT"/calibration*.json
   done
 done
-rm -rf "$OUT"

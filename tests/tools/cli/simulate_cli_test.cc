@@ -132,9 +132,78 @@ TEST(SimulateCliTest, APlanFileWithoutFlopsIsAnEstimate) {
   EXPECT_NE(r.out.find("reverse registration order"), std::string::npos) << r.out;
 }
 
+// --calibrate from the one short run a user has: ddpkit's own trace of `ddpkit train`, and a
+// PyTorch DDP job's profiler traces with its logging data naming the gradients.
+TEST(SimulateCliTest, CalibratesFromATrainRunAndFromPyTorchProfilerTraces) {
+  const std::string trace =
+      (std::filesystem::temp_directory_path() / "ddpkit_sim_calibrate.json").string();
+  auto train = ddpkit::testing_util::RunCommand(
+      std::string(DDPKIT_BINARY_DIR) +
+      "/bin/ddpkit train --model mlp:64,256,256,10 --batch-size 32 --steps 8 --backend threads "
+      "--world-size 2 --trace " + trace);
+  ASSERT_EQ(train.status, 0) << train.err;
+  auto r = Simulate("--model mlp:64,256,256,10 --batch-size 32 --world-size 2,64 --calibrate " +
+                    trace + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j["calibration"].get<std::string>().find("an allreduce alone"), std::string::npos);
+  EXPECT_NE(j["compute"].get<std::string>().find("each its slowest of 2 ranks"), std::string::npos)
+      << j["compute"];
+  for (const char* rate : {"interference_comm_rate", "interference_compute_rate"}) {
+    EXPECT_GT(j[rate].get<double>(), 0) << rate;
+    EXPECT_LE(j[rate].get<double>(), 1) << rate;
+  }
+  // --interference replaces what was measured; the text shows what was used.
+  r = Simulate("--model mlp:64,256,256,10 --batch-size 32 --world-size 2 --calibrate " + trace +
+               " --interference comm=0.25,compute=0.5");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("at 0.25x its speed, backward beside a collective at 0.50x"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("slowed"), std::string::npos) << r.out;
+
+  // From a run without find_unused_parameters its graph search is not priced, and says so; a run
+  // with it traces the search ("unused search"), and the prediction carries it.
+  r = Simulate("--model mlp:64,256,256,10 --batch-size 32 --world-size 2 --calibrate " + trace +
+               " --find-unused-parameters --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j["ddp_options"].get<std::string>().find("NOT PRICED"), std::string::npos);
+  train = ddpkit::testing_util::RunCommand(
+      std::string(DDPKIT_BINARY_DIR) +
+      "/bin/ddpkit train --model mlp:64,256,256,10 --batch-size 32 --steps 8 --backend threads "
+      "--world-size 2 --find-unused-parameters --trace " + trace);
+  ASSERT_EQ(train.status, 0) << train.err;
+  r = Simulate("--model mlp:64,256,256,10 --batch-size 32 --world-size 2 --calibrate " + trace +
+               " --find-unused-parameters --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["unused_search_ms"].get<double>(), 0);
+  EXPECT_NE(j["ddp_options"].get<std::string>().find("(measured)"), std::string::npos)
+      << j["ddp_options"];
+
+  const std::string torch = std::string(DDPKIT_TESTDATA_DIR) + "/torch_traces/world2";
+  r = Simulate("--model mlp:256,512,512,512,10 --batch-size 32 --world-size 2 --calibrate " +
+               torch + " --torch-plan " + torch + "/ddp_logging.rank0.json --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j["compute"].get<std::string>().find("calibrated"), std::string::npos);
+  // Without the plan PyTorch's gradients have no names: one line says what to add.
+  r = Simulate("--model mlp:256,512,512,512,10 --batch-size 32 --world-size 2 --calibrate " + torch);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--torch-plan"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // A trace that is not there is named, in one line.
+  r = Simulate("--calibrate /nonexistent/t.json");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("/nonexistent/t.json"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
 TEST(SimulateCliTest, BadFlagsAreOneLineUsageErrors) {
   for (const char* args : {"--world-size 0", "--world-size 2,x", "--network mesh", "--compute fast",
-                           "--hook int8", "--model nonsense"}) {
+                           "--hook int8", "--model nonsense", "--interference comm=2",
+                           "--interference speed=0.5"}) {
     auto r = Simulate(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "autograd/base/error.h"
+#include "tools/jobs/simulate/trace_samples.h"
 #include "tools/trace/trace_file.h"
 
 namespace ddpkit::jobs::sim {
@@ -17,34 +18,6 @@ const std::map<std::string, double>& DevicePresets() {
   static const std::map<std::string, double> kPresets = {
       {"v100", 50e3}, {"a100", 125e3}, {"h100", 400e3}};
   return kPresets;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-struct IterationTimes {
-  double forward = 0, optimizer = 0, backward_start = -1, backward_end = 0;
-  std::vector<const trace::TraceItem*> hooks;
-};
-
-std::map<int, IterationTimes> ByIteration(const trace::RankView& rank) {
-  std::map<int, IterationTimes> its;
-  for (const trace::TraceItem& p : rank.phases) {
-    IterationTimes& it = its[p.iteration];
-    if (p.name == "forward") it.forward += p.end_us - p.start_us;
-    if (p.name == "optimizer") it.optimizer += p.end_us - p.start_us;
-    if (p.name == "backward") it.backward_start = p.start_us, it.backward_end = p.end_us;
-  }
-  for (const trace::TraceItem& h : rank.hooks) its[h.iteration].hooks.push_back(&h);
-  for (auto& [i, it] : its) {
-    std::sort(it.hooks.begin(), it.hooks.end(),
-              [](auto* a, auto* b) { return a->start_us < b->start_us; });
-  }
-  return its;
 }
 
 }  // namespace
@@ -64,39 +37,30 @@ void ApplyThroughput(SimModel& model, double gflops) {
 absl::Status ApplyTrace(SimModel& model, const std::string& path) {
   DDPKIT_ASSIGN_OR_RETURN(const trace::TraceView view, trace::ReadTraceFile(path));
   if (view.ranks.empty()) return absl::InvalidArgumentError(StrCat(path, ": no rank"));
-  const size_t n = model.params.size();
-  std::vector<std::vector<double>> gaps(n);
+  DDPKIT_ASSIGN_OR_RETURN(
+      const std::vector<IterationSample> samples,
+      IterationSamples(view, model.params.size(), view.ranks[0].rank, path));
+  std::vector<std::vector<double>> gaps(model.params.size());
   std::vector<double> forward, optimizer, tail;
-  std::vector<size_t> order;
-  for (const auto& [iteration, it] : ByIteration(view.ranks[0])) {
-    // Iteration 0 is the one before DDP's rebuild; only full backward passes count.
-    if (iteration < 1 || it.backward_start < 0 || it.hooks.size() != n) continue;
-    double last = it.backward_start;
-    order.clear();
-    for (const trace::TraceItem* h : it.hooks) {
-      if (h->param < 0 || static_cast<size_t>(h->param) >= n) {
-        return absl::InvalidArgumentError(
-            StrCat(path, ": a hook names parameter ", h->param, "; the model has ", n));
-      }
-      gaps[h->param].push_back(std::max(0.0, h->start_us - last));
-      last = h->start_us;
-      order.push_back(static_cast<size_t>(h->param));
+  for (const IterationSample& it : samples) {
+    double last = it.backward_start_us;
+    for (const GradientSample& g : it.gradients) {
+      gaps[g.param].push_back(std::max(0.0, g.ready_us - last));
+      last = g.ready_us;
     }
-    forward.push_back(it.forward), optimizer.push_back(it.optimizer);
-    tail.push_back(std::max(0.0, it.backward_end - last));
+    forward.push_back(it.forward_us), optimizer.push_back(it.optimizer_us);
+    tail.push_back(std::max(0.0, it.backward_end_us - last));
   }
-  if (forward.empty()) {
-    return absl::InvalidArgumentError(StrCat(path,
-                                             ": no iteration after the first with one hook "
-                                             "per parameter (",
-                                             n, ") — is it this model's trace?"));
-  }
-  for (size_t p = 0; p < n; ++p) model.params[p].backward_us = Median(gaps[p]);
+  for (size_t p = 0; p < model.params.size(); ++p) model.params[p].backward_us = Median(gaps[p]);
   model.forward_us = Median(forward), model.optimizer_us = Median(optimizer);
   model.backward_tail_us = Median(tail);
-  model.grad_ready_order = order, model.order_estimated = false;
+  model.grad_ready_order.clear();
+  for (const GradientSample& g : samples.back().gradients) {
+    model.grad_ready_order.push_back(static_cast<size_t>(g.param));
+  }
+  model.order_estimated = false;
   model.compute_source =
-      StrCat("measured: ", path, " (medians of ", forward.size(), " iterations, rank 0)");
+      StrCat("measured: ", path, " (medians of ", samples.size(), " iterations, rank 0)");
   return absl::OkStatus();
 }
 

@@ -77,7 +77,8 @@ absl::Status SetKey(NetworkModel& m, const std::string& key, const std::string& 
   return absl::OkStatus();
 }
 
-// time_us = a + b·bytes over (bytes, time_us) points, both clamped at zero.
+}  // namespace
+
 LinearFit LeastSquares(const std::vector<std::pair<double, double>>& points) {
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const auto& [x, y] : points) n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
@@ -87,6 +88,8 @@ LinearFit LeastSquares(const std::vector<std::pair<double, double>>& points) {
   fit.a_us = std::max(0.0, (sy - fit.b_us_per_byte * sx) / std::max(1.0, n));
   return fit;
 }
+
+namespace {
 
 // The bucket allreduces of a ddpkit trace (rank 0, after iteration 0) as they ran inside DDP:
 // contention with backward included.

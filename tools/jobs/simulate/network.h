@@ -11,6 +11,8 @@
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -40,6 +42,9 @@ struct NetworkModel {
 // gbps in gigabits), "measured=FILE[+FILE...]" (bench allreduce --json reports), or
 // "trace=FILE": the bucket allreduces of a ddpkit --trace, timed as they ran inside DDP.
 absl::StatusOr<NetworkModel> ParseNetwork(const std::string& spec);
+
+// time_us = a + b·bytes over (bytes, time_us) points by least squares, both clamped at zero.
+LinearFit LeastSquares(const std::vector<std::pair<double, double>>& points);
 
 // The fit of one `ddpkit bench allreduce --json` report: {world size, fit}.
 absl::StatusOr<std::pair<int, LinearFit>> FitAllreduceReport(const std::string& json_text);

@@ -36,6 +36,17 @@ struct SimModel {
   double forward_us = 0;
   double backward_tail_us = 0;  // backward compute after the last gradient
   double optimizer_us = 0;
+  // Finalize's own work once the last collective is done: the gradients copied out of the
+  // buckets into .grad (none with gradient_as_bucket_view). Measured by --calibrate, else 0.
+  double finalize_us = 0;
+  // find_unused_parameters' graph search after each forward (--calibrate from a run with it
+  // measures it; forward_us is then forward without it), else 0.
+  double unused_search_us = 0;
+  // The machine's speed at the work a comm hook adds (--calibrate measures both; 0: unknown, and
+  // the hook's own compute is not priced): a copy, from finalize's copies out of the buckets,
+  // and FLOPs, from the model's FLOPs over its measured forward and backward.
+  double copy_us_per_byte = 0;
+  double flops_per_us = 0;
   std::string compute_source;  // how the times were obtained, for the report
   // Where forward_flops came from when that needs saying (a plan file's measured FLOPs, or an
   // estimate from shapes): a FLOPs-based compute profile repeats it in its source line.

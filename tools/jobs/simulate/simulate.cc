@@ -2,6 +2,8 @@
 
 #include <fstream>
 
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "autograd/base/error.h"
 #include "reducer/distributed_data_parallel.h"
@@ -19,6 +21,37 @@ std::string HookName(const sim::Hook& hook) {
   }
 }
 
+// What find_unused_parameters, static_graph and gradient_as_bucket_view change in the step, and
+// which of it the profiles price ("" when none is set).
+std::string DdpOptionsNote(const SimulateConfig& c) {
+  std::vector<std::string> notes;
+  const sim::SimModel& m = c.model;
+  if (c.ddp.find_unused_parameters && !c.ddp.static_graph) {
+    notes.push_back(
+        m.unused_search_us > 0
+            ? absl::StrFormat("find_unused_parameters: the graph search, %.3f ms per forward "
+                              "(measured)",
+                              m.unused_search_us / 1e3)
+            : "find_unused_parameters: its graph search is NOT PRICED (no \"unused search\" in a "
+              "calibration trace: calibrate from a run with find_unused_parameters on)");
+    notes.push_back(
+        "its used-map allreduce (4 bytes per parameter) is left out: launched after the last "
+        "bucket, it is waited for only when some parameter went unused");
+  }
+  if (c.ddp.static_graph) {
+    notes.push_back("static_graph: no graph search after the first iteration");
+  }
+  if (c.ddp.gradient_as_bucket_view) {
+    notes.push_back(m.finalize_us > 0
+                        ? absl::StrFormat("gradient_as_bucket_view: finalize's copies out of the "
+                                          "buckets (%.3f ms, measured) dropped",
+                                          m.finalize_us / 1e3)
+                        : "gradient_as_bucket_view: finalize's copies are not in the profile "
+                          "(only --calibrate measures them), so nothing changes");
+  }
+  return absl::StrJoin(notes, "; ");
+}
+
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // The options with `cap_mb` passed as bucket_cap_mb, as a user sweeping caps would pass it
@@ -31,11 +64,25 @@ reducer::DdpOptions WithCap(reducer::DdpOptions options, double cap_mb) {
   return options;
 }
 
-SimPoint PointAt(const SimulateConfig& c, int world, const reducer::DdpOptions& options) {
+}  // namespace
+
+sim::SimModel AsDdpRunsIt(const sim::SimModel& model, const reducer::DdpOptions& options) {
+  sim::SimModel m = model;
+  if (options.find_unused_parameters && !options.static_graph) m.forward_us += m.unused_search_us;
+  if (options.gradient_as_bucket_view) m.finalize_us = 0;
+  return m;
+}
+
+namespace {
+
+SimPoint PointAt(const SimulateConfig& config, int world, const reducer::DdpOptions& options) {
+  SimulateConfig c = config;
+  c.model = AsDdpRunsIt(config.model, options);
   const reducer::BucketAssignment plan = RebuiltPlan(c.model, options);
-  const StepTimeline step = sim::SimulateStep(c.model, plan, c.network, world, c.hook);
+  const StepTimeline step = sim::SimulateStep(c.model, plan, c.network, world, c.hook, c.interference);
   const StepTimeline first =
-      sim::SimulateStep(c.model, InitialPlan(c.model, options), c.network, world, c.hook);
+      sim::SimulateStep(c.model, InitialPlan(c.model, options), c.network, world,
+                        c.hook, c.interference);
   SimPoint p;
   p.set_world_size(world);
   p.set_bucket_cap_mb(static_cast<double>(reducer::LimitsOf(options).bucket_cap_bytes) / kMiB);
@@ -45,6 +92,7 @@ SimPoint PointAt(const SimulateConfig& c, int world, const reducer::DdpOptions& 
   p.set_comm_ms(step.comm_us / 1e3);
   p.set_exposed_ms(step.exposed_us / 1e3);
   p.set_overlapped_ms(step.overlapped_us / 1e3);
+  p.set_slowdown_ms(step.slowdown_us / 1e3);
   p.set_first_step_ms(first.step_us / 1e3);
   // K - 1 micro-batches without communication, then the synced one (its optimizer step).
   const int k = c.no_sync_every;
@@ -111,11 +159,18 @@ void Describe(const SimulateConfig& c, SimulateReport& r) {
                                                   : "")
                     : StrCat(n.name, ": fitted at ", n.measured.size(), " world size(s)"));
   r.set_network_source(n.source);
+  r.set_interference_comm_rate(c.interference.comm_rate);
+  r.set_interference_compute_rate(c.interference.compute_rate);
+  r.set_calibration(c.calibration);
   r.set_hook(HookName(c.hook));
   r.set_no_sync_every(c.no_sync_every);
   r.set_forward_ms(c.model.forward_us / 1e3);
   r.set_backward_ms(c.model.BackwardUs() / 1e3);
   r.set_optimizer_ms(c.model.optimizer_us / 1e3);
+  const sim::SimModel as_run = AsDdpRunsIt(c.model, c.ddp);
+  r.set_finalize_ms(as_run.finalize_us / 1e3);
+  r.set_unused_search_ms(as_run.forward_us - c.model.forward_us);
+  r.set_ddp_options(DdpOptionsNote(c));
   r.set_first_bucket_mb(static_cast<double>(reducer::LimitsOf(c.ddp).first_bucket_bytes) / kMiB);
   r.set_pytorch_rules(reducer::RulesFollowed(c.ddp.pytorch_version));
   if (const auto& recorded = c.model.recorded_rules) {
@@ -130,13 +185,17 @@ void Describe(const SimulateConfig& c, SimulateReport& r) {
   }
 }
 
-absl::Status WriteSvg(const SimulateConfig& c, SimulateReport& r) {
+absl::Status WriteSvg(const SimulateConfig& config, SimulateReport& r) {
+  SimulateConfig c = config;
+  c.model = AsDdpRunsIt(config.model, config.ddp);
   int world = 1;
   for (int n : c.world_sizes) world = std::max(world, n);
   const StepTimeline first =
-      sim::SimulateStep(c.model, InitialPlan(c.model, c.ddp), c.network, world, c.hook);
+      sim::SimulateStep(c.model, InitialPlan(c.model, c.ddp), c.network, world, c.hook,
+                        c.interference);
   const StepTimeline rebuilt =
-      sim::SimulateStep(c.model, RebuiltPlan(c.model, c.ddp), c.network, world, c.hook);
+      sim::SimulateStep(c.model, RebuiltPlan(c.model, c.ddp), c.network, world, c.hook,
+                        c.interference);
   DDPKIT_ASSIGN_OR_RETURN(
       const std::string svg,
       SimulatedTimelineSvg(

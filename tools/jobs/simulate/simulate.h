@@ -18,6 +18,8 @@ namespace ddpkit::jobs {
 struct SimulateConfig {
   sim::SimModel model;  // with its compute profile applied
   sim::NetworkModel network;
+  sim::Interference interference;  // from --calibrate, or none
+  std::string calibration;         // what --calibrate measured, for the report ("" without)
   std::vector<int> world_sizes = {2, 8, 64, 1024};
   // Whose DDP plans the buckets, and the caps (only these fields of the options are read).
   reducer::DdpOptions ddp;
@@ -29,6 +31,11 @@ struct SimulateConfig {
 };
 
 absl::StatusOr<SimulateReport> Simulate(const SimulateConfig& config);
+
+// The model as DDP runs it under `options`: find_unused_parameters without static_graph adds
+// the graph search to forward; gradient_as_bucket_view drops finalize's copies out of the
+// buckets (the gradients are the buckets).
+sim::SimModel AsDdpRunsIt(const sim::SimModel& model, const reducer::DdpOptions& options);
 
 // DDP's plan after its rebuild: the grad-ready order walked under the options' limits.
 reducer::BucketAssignment RebuiltPlan(const sim::SimModel& model,

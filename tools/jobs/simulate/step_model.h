@@ -7,8 +7,12 @@
 //    max(ready_b, end of bucket b-1);
 //  * a comm hook changes what a bucket sends: fp16 halves float32 bytes; PowerSGD rank R sends
 //    the uncompressed tensors, then P (rows·R), then Q (cols·R) per matrix worth compressing;
-//  * backward ends, then finalize waits for the last bucket (the exposed tail), then the
-//    optimizer runs. Every bucket is ready by backward's end, so the stream is busy from then
+//  * interference: while backward and a collective run at once they share the machine (CPU
+//    cores and memory bandwidth; on a GPU its SMs and HBM), so each goes at a fraction of its
+//    own speed (Interference; 1 and 1 when unknown). Backward's times and a collective's cost
+//    are those each takes alone; calibrate.h measures the fractions from a trace;
+//  * backward ends, then finalize waits for the last bucket (the exposed tail) and copies the
+//    gradients out of the buckets (SimModel::finalize_us), then the optimizer runs. Every bucket is ready by backward's end, so the stream is busy from then
 //    on: exposed = max(0, comm end - backward end), overlapped = comm - exposed.
 #pragma once
 
@@ -27,6 +31,13 @@ struct Hook {
   double min_compression_rate = 2;  // PowerSGD compresses a matrix only when it saves this much
 };
 
+// How much overlapped work slows down: each rate is a fraction of the work's own speed (1: no
+// interference, the model of independent compute and network).
+struct Interference {
+  double comm_rate = 1;     // a collective's speed while backward runs beside it
+  double compute_rate = 1;  // backward's speed while a collective runs beside it
+};
+
 struct Collective {
   int bucket = 0;
   double start_us = 0, end_us = 0;
@@ -42,12 +53,20 @@ struct StepTimeline {
   double backward_end_us = 0;
   double comm_end_us = 0;  // last collective's end (backward's end when nothing is sent)
   double step_us = 0;      // optimizer's end
-  double compute_us = 0;   // forward + backward + optimizer
+  double compute_us = 0;   // forward + backward + finalize's copies + optimizer, each alone
+  double slowdown_us = 0;  // what interference added to backward
   double comm_us = 0;      // the stream's busy time
   double exposed_us = 0;
   double overlapped_us = 0;
   double bytes_sent = 0;  // per rank, as the collectives count them
 };
+
+// The hook's own compute for one bucket (0 when the model does not know the machine's copy
+// speed): fp16 casts the bucket down and back, about two copies of it; PowerSGD reads each
+// matrix it compresses about five times (error feedback, its two products, the decompression,
+// the new error), two and a half copies, or does its 6·rows·cols·R FLOPs, whichever is longer.
+// Charged to the bucket's first collective, on the communication stream.
+double HookComputeUs(const SimModel& model, const std::vector<size_t>& bucket, const Hook& hook);
 
 // The collectives' byte counts for one bucket under `hook`, in the order they run.
 std::vector<double> BucketPayloads(const SimModel& model, const std::vector<size_t>& bucket,
@@ -55,7 +74,8 @@ std::vector<double> BucketPayloads(const SimModel& model, const std::vector<size
 
 // One synced step with `plan` (buckets in launch order) on `world` ranks.
 StepTimeline SimulateStep(const SimModel& model, const reducer::BucketAssignment& plan,
-                          const NetworkModel& network, int world, const Hook& hook);
+                          const NetworkModel& network, int world, const Hook& hook,
+                          const Interference& interference = {});
 
 // A micro-batch under no_sync: forward and backward only, no communication, no optimizer.
 double NoSyncMicroBatchUs(const SimModel& model);

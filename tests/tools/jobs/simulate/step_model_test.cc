@@ -74,6 +74,40 @@ TEST(StepModelTest, BucketsLaunchInOrderOnOneStream) {
   EXPECT_DOUBLE_EQ(u.exposed_us, 94 - 70);
 }
 
+TEST(StepModelTest, ACollectiveBesideBackwardGoesAtItsRate) {
+  // p1 ready at 30; its 4 us allreduce at half speed while p0's backward runs: 30..38. p0 at 50,
+  // its bucket 50..54: the same exposed tail, 8 us of stream time overlapped.
+  const StepTimeline t = SimulateStep(Model({1000, 1000}, 20), Plan({{1}, {0}}), OneGbps(), 2, {},
+                                      {.comm_rate = 0.5});
+  EXPECT_DOUBLE_EQ(t.collectives[0].end_us, 38);
+  EXPECT_DOUBLE_EQ(t.collectives[1].start_us, 50);
+  EXPECT_DOUBLE_EQ(t.overlapped_us, 8);
+  EXPECT_DOUBLE_EQ(t.exposed_us, 4);
+  EXPECT_DOUBLE_EQ(t.slowdown_us, 0);
+  // Backward at half speed too: 30..38 p0 did 4 of its 20 us, the other 16 end it at 54.
+  const StepTimeline u = SimulateStep(Model({1000, 1000}, 20), Plan({{1}, {0}}), OneGbps(), 2, {},
+                                      {.comm_rate = 0.5, .compute_rate = 0.5});
+  EXPECT_DOUBLE_EQ(u.backward_end_us, 54);
+  EXPECT_DOUBLE_EQ(u.slowdown_us, 4);
+  EXPECT_DOUBLE_EQ(u.compute_us, 55);  // each part at its own speed
+  EXPECT_DOUBLE_EQ(u.step_us, 54 + 4 + 5);
+}
+
+TEST(StepModelTest, ACollectiveLeftAtBackwardsEndGoesOnAtFullSpeed) {
+  // p1 (10 000 elements, 40 us alone) ready at 30: half speed until backward ends at 50 (10 us
+  // of its work), the other 30 at full speed: 50..80. p0's bucket waits for it: 80..84.
+  const StepTimeline t = SimulateStep(Model({1000, 10000}, 20), Plan({{1}, {0}}), OneGbps(), 2,
+                                      {}, {.comm_rate = 0.5});
+  EXPECT_DOUBLE_EQ(t.collectives[0].end_us, 80);
+  EXPECT_DOUBLE_EQ(t.collectives[1].start_us, 80);
+  EXPECT_DOUBLE_EQ(t.exposed_us, 34);
+  // Without interference the same step is the old model's: 30..70, then 70..74.
+  const StepTimeline free = SimulateStep(Model({1000, 10000}, 20), Plan({{1}, {0}}), OneGbps(), 2,
+                                         {}, {});
+  EXPECT_DOUBLE_EQ(free.collectives[1].start_us, 70);
+  EXPECT_DOUBLE_EQ(free.exposed_us, 24);
+}
+
 TEST(StepModelTest, NoSyncMicroBatchesHaveNoCommunication) {
   SimulateConfig c;
   c.model = Model({1000, 1000}, 20);
@@ -118,6 +152,25 @@ TEST(StepModelTest, HooksChangeTheBytes) {
   // Rank 40: (100 + 50)·40·2 > 5000 — not worth compressing, sent whole.
   EXPECT_EQ(BucketPayloads(m, {1, 0}, {.kind = Hook::kPowerSgd, .rank = 40}),
             std::vector<double>{20400});
+}
+
+TEST(StepModelTest, AHooksOwnComputeIsPricedAtTheMachinesSpeeds) {
+  SimModel m;
+  m.params = {{.name = "w", .shape = {100, 50}}, {.name = "b", .shape = {100}}};
+  m.grad_ready_order = {1, 0};
+  EXPECT_EQ(HookComputeUs(m, {1, 0}, {.kind = Hook::kFp16}), 0);  // speeds unknown: not priced
+  m.copy_us_per_byte = 0.001;
+  // fp16: two copies of the bucket's 20 400 bytes.
+  EXPECT_DOUBLE_EQ(HookComputeUs(m, {1, 0}, {.kind = Hook::kFp16}), 2 * 20400 * 0.001);
+  // PowerSGD rank 2: the bias goes as it is; the 100 x 50 weight costs two and a half copies
+  // (20 000 bytes), or its 6·100·50·2 FLOPs when the FLOP rate is the slower.
+  EXPECT_DOUBLE_EQ(HookComputeUs(m, {1, 0}, {.kind = Hook::kPowerSgd, .rank = 2}), 2.5 * 20);
+  m.flops_per_us = 100;
+  EXPECT_DOUBLE_EQ(HookComputeUs(m, {1, 0}, {.kind = Hook::kPowerSgd, .rank = 2}), 600);
+  // The first collective of the bucket carries it: 20 us of casts ahead of 10.2 us of fp16 data.
+  m.params[0].backward_us = m.params[1].backward_us = 20;
+  const StepTimeline t = SimulateStep(m, Plan({{1, 0}}), OneGbps(), 2, {.kind = Hook::kFp16});
+  EXPECT_DOUBLE_EQ(t.collectives[0].end_us - t.collectives[0].start_us, 40.8 + 10.2);
 }
 
 TEST(NetworkModelTest, AlgorithmFactors) {

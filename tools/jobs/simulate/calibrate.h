@@ -1,0 +1,42 @@
+// `ddpkit simulate --calibrate`: the compute profile, the network profile and how much the two
+// slow each other when they overlap, all measured from one short traced run on the user's
+// machine — a ddpkit --trace, or a PyTorch DDP job's profiler traces (trace/read_traces.h).
+//
+// From the iterations after DDP's first (trace_samples.h), every rank pooled:
+//  * an allreduce alone: time = a + b·bytes fitted to the medians, per size, of the bucket
+//    allreduces that started after backward ended (nothing computes beside them);
+//  * a collective's speed during backward: each one that started before backward's end did
+//    (its cost alone - its time after backward) in its time during backward; the median ratio;
+//  * backward alone and its speed beside a collective: a gradient's gap to the one before, g,
+//    with a share f of it beside a collective, did w = g·(1 - f) + g·f·rate of its work; the
+//    rate is the one that fits all gaps best, w each gradient's median. Only gradients seen
+//    both with and without a collective beside them tell the rate apart from w; with none it
+//    stays 1 and the gaps are taken as measured (the summary says so).
+//  * the compute is each iteration's slowest rank's (forward + backward): a synchronous step
+//    goes at its pace, and ranks sharing cores take turns at being slowest. A collective starts when the last rank in the trace started it: before that
+//    a rank waits for its peers, it does not send.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tools/jobs/simulate/network.h"
+#include "tools/jobs/simulate/sim_model.h"
+#include "tools/jobs/simulate/step_model.h"
+#include "tools/trace/trace_view.h"
+
+namespace ddpkit::jobs::sim {
+
+struct Calibration {
+  NetworkModel network;  // the allreduce alone, at the trace's world size
+  Interference interference;
+  std::string summary;  // what was measured, and from how many samples, in words
+};
+
+// Sets `model`'s compute profile (each gradient's backward alone, the tail, forward, optimizer,
+// the observed grad-ready order) and returns the rest. InvalidArgument naming `what` when the
+// trace is not this model's, or has no bucket allreduce with its size.
+absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::string& what,
+                                      SimModel& model);
+
+}  // namespace ddpkit::jobs::sim

@@ -1,0 +1,128 @@
+#include "tools/jobs/simulate/trace_samples.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "autograd/base/error.h"
+
+namespace ddpkit::jobs::sim {
+namespace {
+
+// Iteration 0 and each DDP's first iteration: the one before a "rebuild" instant.
+std::set<int> InitialPlanIterations(const trace::RankView& rank) {
+  std::set<int> skip = {0};
+  for (const trace::TraceItem& i : rank.instants) {
+    if (i.name == "rebuild") skip.insert(i.iteration - 1);
+  }
+  return skip;
+}
+
+std::map<int, IterationSample> Collect(const trace::RankView& rank) {
+  std::map<int, IterationSample> its;
+  std::set<int> with_backward;
+  for (const trace::TraceItem& p : rank.phases) {
+    IterationSample& it = its[p.iteration];
+    if (p.name == "forward") it.forward_us += p.end_us - p.start_us;
+    if (p.name == "optimizer") it.optimizer_us += p.end_us - p.start_us;
+    if (p.name == "finalize") it.finalize_end_us = p.end_us;
+    if (p.name == "unused search") it.unused_search_us += p.end_us - p.start_us;
+    if (p.name == "backward") {
+      it.backward_start_us = p.start_us, it.backward_end_us = p.end_us;
+      with_backward.insert(p.iteration);
+    }
+  }
+  for (const trace::TraceItem& h : rank.hooks) {
+    its[h.iteration].gradients.push_back({h.param, h.start_us});
+  }
+  for (const trace::TraceItem& c : rank.collectives) {
+    if (c.purpose != "bucket" || c.shadow || !c.ok) continue;
+    its[c.iteration].allreduces.push_back(
+        {static_cast<double>(c.bytes), c.start_us, std::max(c.start_us, c.end_us)});
+  }
+  for (auto it = its.begin(); it != its.end();) {
+    it = with_backward.count(it->first) ? std::next(it) : its.erase(it);
+  }
+  return its;
+}
+
+// A collective runs once every rank has started it: each allreduce's start is moved to the
+// latest rank's, among the ranks the view holds (the k-th bucket allreduce of an iteration is
+// the same collective on every rank). The time before it is waiting for a peer, not sending.
+void StartWhenAllHave(std::vector<IterationSample>& samples) {
+  std::map<std::pair<int, size_t>, double> latest;
+  for (const IterationSample& it : samples) {
+    for (size_t k = 0; k < it.allreduces.size(); ++k) {
+      double& at = latest[{it.iteration, k}];
+      at = std::max(at, it.allreduces[k].start_us);
+    }
+  }
+  for (IterationSample& it : samples) {
+    for (size_t k = 0; k < it.allreduces.size(); ++k) {
+      AllreduceSample& a = it.allreduces[k];
+      a.start_us = std::min(a.end_us, latest[{it.iteration, k}]);
+    }
+  }
+}
+
+// A backward pass's hooks name every parameter once (a hook seen twice is another pass).
+bool EachOnce(const std::vector<GradientSample>& gradients, size_t params) {
+  std::vector<bool> seen(params, false);
+  for (const GradientSample& g : gradients) {
+    if (seen[g.param]) return false;
+    seen[g.param] = true;
+  }
+  return true;
+}
+
+}  // namespace
+
+double Median(std::vector<double> v) {
+  std::erase_if(v, [](double x) { return !std::isfinite(x); });
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+absl::StatusOr<std::vector<IterationSample>> IterationSamples(const trace::TraceView& view,
+                                                             size_t params, int rank,
+                                                             const std::string& what) {
+  std::vector<IterationSample> out;
+  for (const trace::RankView& r : view.ranks) {
+    if (rank >= 0 && r.rank != rank) continue;
+    const std::set<int> skip = InitialPlanIterations(r);
+    for (auto& [number, it] : Collect(r)) {
+      if (skip.count(number) || it.gradients.size() != params) continue;
+      for (const GradientSample& g : it.gradients) {
+        if (g.param < 0) {
+          return absl::InvalidArgumentError(
+              StrCat(what, ": rank ", r.rank, " iteration ", number,
+                     " has a gradient no parameter is named for (a PyTorch profiler trace needs "
+                     "--torch-plan, DDP's logging data, to name them)"));
+        }
+        if (static_cast<size_t>(g.param) >= params) {
+          return absl::InvalidArgumentError(StrCat(what, ": rank ", r.rank, " iteration ", number,
+                                                   " has a gradient of parameter ", g.param,
+                                                   "; the model has ", params));
+        }
+      }
+      if (!EachOnce(it.gradients, params)) continue;
+      std::stable_sort(it.gradients.begin(), it.gradients.end(),
+                       [](const auto& a, const auto& b) { return a.ready_us < b.ready_us; });
+      it.rank = r.rank, it.iteration = number;
+      out.push_back(std::move(it));
+    }
+  }
+  StartWhenAllHave(out);
+  if (out.empty()) {
+    return absl::InvalidArgumentError(StrCat(
+        what, ": no iteration after DDP's first with one gradient hook per parameter (", params,
+        ") — is it this model's trace? (a PyTorch profiler trace needs --torch-plan to name its "
+        "gradients)"));
+  }
+  return out;
+}
+
+}  // namespace ddpkit::jobs::sim

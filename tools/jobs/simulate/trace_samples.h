@@ -1,0 +1,45 @@
+// A trace cut into what the simulator measures: per rank and per iteration of a full backward
+// pass, its forward and optimizer time, each gradient's ready time, and the bucket allreduces.
+// ddpkit's traces and PyTorch's profiler traces (trace/read_traces.h) give the same samples.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/trace/trace_view.h"
+
+namespace ddpkit::jobs::sim {
+
+struct GradientSample {
+  int param = -1;  // registration index
+  double ready_us = 0;
+};
+
+struct AllreduceSample {
+  double bytes = 0;
+  double start_us = 0, end_us = 0;  // start: when the last rank in the view started it
+};
+
+struct IterationSample {
+  int rank = 0, iteration = 0;
+  double forward_us = 0, optimizer_us = 0;
+  double backward_start_us = 0, backward_end_us = 0;
+  double finalize_end_us = -1;  // -1: the trace has no finalize span for it
+  double unused_search_us = 0;  // find_unused_parameters' graph search (inside forward)
+  std::vector<GradientSample> gradients;  // in the order they became ready
+  std::vector<AllreduceSample> allreduces;
+};
+
+// The iterations of `view` a step can be learned from: a backward pass with one hook per
+// parameter of a model of `params`, after the first iteration of each DDP (it runs the initial
+// plan and pays the rebuild: the iteration before each "rebuild" instant, and iteration 0).
+// `rank` >= 0 keeps that rank only. InvalidArgument naming `what` when a hook names a parameter
+// the model lacks, or when no iteration qualifies.
+absl::StatusOr<std::vector<IterationSample>> IterationSamples(const trace::TraceView& view,
+                                                             size_t params, int rank,
+                                                             const std::string& what);
+
+double Median(std::vector<double> values);  // of the finite ones; 0 for none
+
+}  // namespace ddpkit::jobs::sim

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# docs/simulate.md's "questions users ask": for each, `ddpkit simulate --calibrate` predicts the
+# step of a DDP variant from a short run without it, and `ddpkit train --trace` measures that
+# variant here, same model, backend and world. Per repeat: the calibration runs (DDP's default
+# options; and find_unused_parameters on, whose trace times the graph search), then one run per
+# variant. Prints one TSV row per (repeat, question): predicted and measured step in ms, the
+# optimizer left out (tools/scripts/trace_step_ms.py; per micro-batch for no_sync).
+# Run it holding the build lock.
+#   tools/scripts/simulate_questions.sh [REPEATS] > rows.tsv
+#   BACKEND=gloo WORLD=2 tools/scripts/simulate_questions.sh 1
+set -euo pipefail
+B=${DDPKIT:-build/bin/ddpkit}
+MODEL=${MODEL:-mlp:784,1024,1024,1024,10}
+BATCH=${BATCH:-64}
+STEPS=${STEPS:-30}
+BACKEND=${BACKEND:-gloo}
+WORLD=${WORLD:-2}
+REPEATS=${1:-3}
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+# `ddpkit train` on the world with a trace at $OUT/NAME.json (ranks merged).
+train() {
+  local name=$1
+  shift
+  local args=(train --model "$MODEL" --batch-size "$BATCH" --steps "$STEPS" "$@")
+  case $BACKEND in
+    threads) $B "${args[@]}" --backend threads --world-size "$WORLD" --trace "$OUT/$name.json" ;;
+    gloo) $B launch --standalone --nproc-per-node "$WORLD" -- $B "${args[@]}" --backend gloo \
+      --trace "$OUT/$name.json" ;;
+    mpi) mpirun --allow-run-as-root --oversubscribe -np "$WORLD" $B "${args[@]}" --backend mpi \
+      --trace "$OUT/$name.json" ;;
+  esac >/dev/null
+  [ "$BACKEND" = threads ] ||
+    $B trace merge --out "$OUT/$name.json" "$OUT/$name".rank*.json >/dev/null
+}
+# The predicted step (optimizer left out; per micro-batch with --no-sync-every) from TRACE.
+predict() {
+  local trace=$1
+  shift
+  $B simulate --model "$MODEL" --batch-size "$BATCH" --world-size "$WORLD" \
+    --calibrate "$OUT/$trace.json" --json "$@" >"$OUT/s.json"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); k=d['no_sync_every']
+print(d['worlds'][0]['iteration_ms'] - d.get('optimizer_ms', 0) / k)" "$OUT/s.json"
+}
+measured() { python3 "$(dirname "$0")/trace_step_ms.py" "$OUT/$1.json"; }
+row() { echo -e "$r\t$1\t$(predict "${@:3}")\t$(measured "$2")"; }
+echo -e "repeat\tquestion\tpredicted_ms\tmeasured_ms"
+for r in $(seq 1 "$REPEATS"); do
+  train base
+  train find --find-unused-parameters
+  train static --static-graph
+  train view --gradient-as-bucket-view
+  train fp16 --comm-hook fp16
+  train powersgd --comm-hook powersgd --powersgd-rank 1 --powersgd-start-iter 2
+  train accum --grad-accum 4
+  row "default options (the calibration run)" base base
+  row "find_unused_parameters on" find base --find-unused-parameters
+  row "find_unused_parameters on, priced by its own run" find find --find-unused-parameters
+  row "find_unused_parameters off, from a run with it on" base find
+  row "static_graph" static base --static-graph
+  row "gradient_as_bucket_view" view base --gradient-as-bucket-view
+  row "fp16 compression hook" fp16 base --hook fp16
+  row "PowerSGD rank 1" powersgd base --hook powersgd:1
+  row "no_sync, synced every 4th micro-batch" accum base --no-sync-every 4
+  rm -f "$OUT"/*.json
+done
