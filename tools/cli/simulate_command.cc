@@ -111,13 +111,18 @@ absl::Status ProfilesFromFlags(jobs::SimulateConfig& c) {
     DDPKIT_ASSIGN_OR_RETURN(jobs::sim::Calibration cal,
                             jobs::sim::Calibrate(view, calibrate, c.model));
     c.network = std::move(cal.network), c.interference = cal.interference;
+    c.replays = std::move(cal.replays);
     c.calibration = std::move(cal.summary);
   }
+  // A compute profile given replaces the replayed iterations' compute; a network given has no
+  // pace of its own to replay.
   if (calibrate.empty() || FlagGiven("compute")) {
     DDPKIT_RETURN_IF_ERROR(jobs::sim::ApplyCompute(c.model, absl::GetFlag(FLAGS_compute)));
+    c.replays.clear();
   }
   if (calibrate.empty() || FlagGiven("network")) {
     DDPKIT_ASSIGN_OR_RETURN(c.network, jobs::sim::ParseNetwork(absl::GetFlag(FLAGS_network)));
+    for (jobs::sim::Replay& r : c.replays) r.comm_scale = 1;
   }
   if (FlagGiven("interference")) DDPKIT_RETURN_IF_ERROR(InterferenceFromFlag(c.interference));
   return absl::OkStatus();

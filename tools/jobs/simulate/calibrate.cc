@@ -29,6 +29,7 @@ double CommShare(const IterationSample& it, double from, double to) {
 struct AllreduceSplit {
   std::vector<std::pair<double, double>> alone;  // per size
   int alone_count = 0;
+  std::vector<std::pair<const IterationSample*, const AllreduceSample*>> alone_runs;
   std::vector<std::pair<const IterationSample*, const AllreduceSample*>> during;
 };
 
@@ -41,6 +42,7 @@ AllreduceSplit SplitAllreduces(const std::vector<IterationSample>& samples) {
       const double during = std::max(0.0, std::min(a.end_us, it.backward_end_us) - a.start_us);
       if (during <= 0.1 * (a.end_us - a.start_us)) {
         by_size[a.bytes].push_back(a.end_us - a.start_us), ++split.alone_count;
+        split.alone_runs.emplace_back(&it, &a);
       } else {
         split.during.emplace_back(&it, &a);
       }
@@ -69,17 +71,24 @@ struct Gap {
   double us, comm_share;
 };
 
+// One iteration's gaps: each gradient's, then backward's tail (item `params`).
+std::vector<Gap> IterationGaps(const IterationSample& it, size_t params) {
+  std::vector<Gap> gaps;
+  double last = it.backward_start_us;
+  for (const GradientSample& g : it.gradients) {
+    const double at = std::max(last, g.ready_us);
+    gaps.push_back({static_cast<size_t>(g.param), at - last, CommShare(it, last, at)});
+    last = at;
+  }
+  const double end = std::max(last, it.backward_end_us);
+  gaps.push_back({params, end - last, CommShare(it, last, end)});
+  return gaps;
+}
+
 std::vector<Gap> Gaps(const std::vector<IterationSample>& samples, size_t params) {
   std::vector<Gap> gaps;
   for (const IterationSample& it : samples) {
-    double last = it.backward_start_us;
-    for (const GradientSample& g : it.gradients) {
-      const double at = std::max(last, g.ready_us);
-      gaps.push_back({static_cast<size_t>(g.param), at - last, CommShare(it, last, at)});
-      last = at;
-    }
-    const double end = std::max(last, it.backward_end_us);
-    gaps.push_back({params, end - last, CommShare(it, last, end)});
+    for (const Gap& g : IterationGaps(it, params)) gaps.push_back(g);
   }
   return gaps;
 }
@@ -159,6 +168,39 @@ void SetMachineSpeeds(SimModel& model) {
   model.flops_per_us = us > 0 ? flops / us : 0;
 }
 
+// How slowly iteration `number`'s allreduces that ran alone went, against the fit: the mean of
+// their times over its price (1 when none ran alone).
+double CommScale(const AllreduceSplit& split, int number, const LinearFit& alone) {
+  double sum = 0;
+  int count = 0;
+  for (const auto& [it, a] : split.alone_runs) {
+    const double price = alone.a_us + alone.b_us_per_byte * a->bytes;
+    if (it->iteration != number || price <= 0) continue;
+    sum += (a->end_us - a->start_us) / price, ++count;
+  }
+  return count > 0 ? sum / count : 1;
+}
+
+// Every iteration of `slowest` as a replay: the median model with that iteration's own times.
+std::vector<Replay> Replays(const std::vector<IterationSample>& slowest, const SimModel& median,
+                            double compute_rate, const AllreduceSplit& split,
+                            const LinearFit& alone) {
+  std::vector<Replay> replays;
+  const size_t n = median.params.size();
+  for (const IterationSample& it : slowest) {
+    Replay r{.model = median, .comm_scale = CommScale(split, it.iteration, alone)};
+    const std::vector<double> us = AloneTimes(IterationGaps(it, n), n + 1, compute_rate);
+    for (size_t p = 0; p < n; ++p) r.model.params[p].backward_us = us[p];
+    r.model.backward_tail_us = us[n];
+    r.model.forward_us = it.forward_us - it.unused_search_us;
+    r.model.unused_search_us = it.unused_search_us;
+    r.model.optimizer_us = it.optimizer_us;
+    if (it.finalize_end_us >= 0) r.model.finalize_us = FinalizeWork(it);
+    replays.push_back(std::move(r));
+  }
+  return replays;
+}
+
 // Times so large they overflow (a trace's clock gone wrong) make no profile.
 absl::Status CheckFinite(const SimModel& model, const LinearFit& alone, const std::string& what) {
   bool finite = std::isfinite(alone.a_us) && std::isfinite(alone.b_us_per_byte) &&
@@ -222,17 +264,21 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
       StrCat("calibrated: ", what, " (each gradient's backward alone; medians of ", slowest.size(),
              " iterations, each its slowest of ", ranks, " ranks)");
   DDPKIT_RETURN_IF_ERROR(CheckFinite(model, alone, what));
+  c.replays = Replays(slowest, model, c.interference.compute_rate, split, alone);
+  for (const Replay& r : c.replays) DDPKIT_RETURN_IF_ERROR(CheckFinite(r.model, alone, what));
   c.summary = absl::StrFormat(
       "an allreduce alone %.3f ms + %.3f ms per MB (%d after backward, %d size(s)); beside "
       "backward a collective runs at %.2fx its speed (%d collectives); backward runs at %.2fx "
-      "beside a collective (%s); copies at %.2f GB/s (finalize's)",
+      "beside a collective (%s); copies at %.2f GB/s (finalize's); each of the %d iterations "
+      "replayed, the median step reported",
       alone.a_us / 1e3, alone.b_us_per_byte * 1e3, split.alone_count,
       static_cast<int>(split.alone.size()), c.interference.comm_rate,
       static_cast<int>(split.during.size()), c.interference.compute_rate,
       both_ways > 0 ? StrCat(both_ways, " gradient(s) seen both with and without one")
                     : "not measurable: no gradient was seen both with and without one; its "
                       "gaps are taken as measured",
-      model.copy_us_per_byte > 0 ? 1e-3 / model.copy_us_per_byte : 0.0);
+      model.copy_us_per_byte > 0 ? 1e-3 / model.copy_us_per_byte : 0.0,
+      static_cast<int>(slowest.size()));
   return c;
 }
 

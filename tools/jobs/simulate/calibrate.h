@@ -27,13 +27,24 @@
 
 namespace ddpkit::jobs::sim {
 
+// One calibration iteration to replay: its own compute (each gradient's gap with the
+// interference taken out, forward, finalize's copies, optimizer) and how slowly its allreduces
+// ran against the fitted cost alone. A step's parts are skewed (a slow allreduce, a preempted
+// gradient), and the median of their sum is more than the sum of their medians: simulating
+// every iteration and reporting the median step keeps that (simulate.h, SimulateConfig).
+struct Replay {
+  SimModel model;
+  double comm_scale = 1;  // its allreduces' times over the fitted cost alone (mean)
+};
+
 struct Calibration {
   NetworkModel network;  // the allreduce alone, at the trace's world size
   Interference interference;
-  std::string summary;  // what was measured, and from how many samples, in words
+  std::vector<Replay> replays;  // one per iteration learned from
+  std::string summary;          // what was measured, and from how many samples, in words
 };
 
-// Sets `model`'s compute profile (each gradient's backward alone, the tail, forward, optimizer,
+// Sets `model`'s compute profile (medians over the iterations) (each gradient's backward alone, the tail, forward, optimizer,
 // the observed grad-ready order) and returns the rest. InvalidArgument naming `what` when the
 // trace is not this model's, or has no bucket allreduce with its size.
 absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::string& what,

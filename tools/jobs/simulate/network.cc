@@ -128,7 +128,7 @@ absl::StatusOr<NetworkModel> Measured(const std::string& files) {
 
 }  // namespace
 
-double NetworkModel::AllreduceUs(double bytes, int world) const {
+double NetworkModel::UnscaledUs(double bytes, int world) const {
   if (world <= 1) return 0;
   if (!measured.empty()) {
     if (auto it = measured.find(world); it != measured.end()) {

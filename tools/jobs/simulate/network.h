@@ -32,9 +32,13 @@ struct NetworkModel {
   double intra_gbytes_per_s = 150;
   std::map<int, LinearFit> measured;  // world size -> fitted allreduce time
   std::string source;                 // where the figures come from
+  double time_scale = 1;              // every allreduce's time times this (a replay's pace)
 
   // One allreduce of `bytes` on `world` ranks, in microseconds (0 on one rank).
-  double AllreduceUs(double bytes, int world) const;
+  double AllreduceUs(double bytes, int world) const { return time_scale * UnscaledUs(bytes, world); }
+
+ private:
+  double UnscaledUs(double bytes, int world) const;
 };
 
 // --network: a preset ("dgx-a100-ib200", "v100-nvlink-ib100", "eth100", "eth10"), or

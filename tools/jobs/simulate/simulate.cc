@@ -1,5 +1,6 @@
 #include "tools/jobs/simulate/simulate.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "absl/strings/str_format.h"
@@ -27,6 +28,9 @@ std::string DdpOptionsNote(const SimulateConfig& c) {
   std::vector<std::string> notes;
   const sim::SimModel& m = c.model;
   if (c.ddp.find_unused_parameters && !c.ddp.static_graph) {
+    notes.push_back(
+        "find_unused_parameters: DDP never rebuilds its buckets, so every iteration runs the "
+        "initial plan (registration order), not the grad-ready order");
     notes.push_back(
         m.unused_search_us > 0
             ? absl::StrFormat("find_unused_parameters: the graph search, %.3f ms per forward "
@@ -75,10 +79,13 @@ sim::SimModel AsDdpRunsIt(const sim::SimModel& model, const reducer::DdpOptions&
 
 namespace {
 
-SimPoint PointAt(const SimulateConfig& config, int world, const reducer::DdpOptions& options) {
+// The point for one model (the median profile, or one replayed iteration) and network.
+SimPoint PointOf(const SimulateConfig& config, const sim::SimModel& model,
+                 const sim::NetworkModel& network, int world, const reducer::DdpOptions& options) {
   SimulateConfig c = config;
-  c.model = AsDdpRunsIt(config.model, options);
-  const reducer::BucketAssignment plan = RebuiltPlan(c.model, options);
+  c.model = AsDdpRunsIt(model, options);
+  c.network = network;
+  const reducer::BucketAssignment plan = SteadyPlan(c.model, options);
   const StepTimeline step = sim::SimulateStep(c.model, plan, c.network, world, c.hook, c.interference);
   const StepTimeline first =
       sim::SimulateStep(c.model, InitialPlan(c.model, options), c.network, world,
@@ -101,6 +108,22 @@ SimPoint PointAt(const SimulateConfig& config, int world, const reducer::DdpOpti
   p.set_scaling_efficiency(((k - 1) * no_sync_us + step.compute_us) / k / 1e3 / p.iteration_ms());
   p.set_bytes_per_rank(step.bytes_sent);
   return p;
+}
+
+// With replays, every calibration iteration is simulated and the one with the median time per
+// micro-batch reported (its step, comm and exposed time are one iteration's, so they add up).
+SimPoint PointAt(const SimulateConfig& c, int world, const reducer::DdpOptions& options) {
+  if (c.replays.empty()) return PointOf(c, c.model, c.network, world, options);
+  std::vector<SimPoint> points;
+  for (const sim::Replay& r : c.replays) {
+    sim::NetworkModel network = c.network;
+    network.time_scale *= r.comm_scale;
+    points.push_back(PointOf(c, r.model, network, world, options));
+  }
+  std::sort(points.begin(), points.end(), [](const SimPoint& a, const SimPoint& b) {
+    return a.iteration_ms() < b.iteration_ms();
+  });
+  return points[(points.size() - 1) / 2];
 }
 
 CapSweep SweepAt(const SimulateConfig& c, int world) {
@@ -194,7 +217,7 @@ absl::Status WriteSvg(const SimulateConfig& config, SimulateReport& r) {
       sim::SimulateStep(c.model, InitialPlan(c.model, c.ddp), c.network, world, c.hook,
                         c.interference);
   const StepTimeline rebuilt =
-      sim::SimulateStep(c.model, RebuiltPlan(c.model, c.ddp), c.network, world, c.hook,
+      sim::SimulateStep(c.model, SteadyPlan(c.model, c.ddp), c.network, world, c.hook,
                         c.interference);
   DDPKIT_ASSIGN_OR_RETURN(
       const std::string svg,
@@ -221,6 +244,12 @@ reducer::BucketAssignment RebuiltPlan(const sim::SimModel& model,
 reducer::BucketAssignment InitialPlan(const sim::SimModel& model,
                                       const reducer::DdpOptions& options) {
   return reducer::InitialBucketAssignment(model.Specs(), options);
+}
+
+reducer::BucketAssignment SteadyPlan(const sim::SimModel& model,
+                                     const reducer::DdpOptions& options) {
+  const bool rebuilds = options.static_graph || !options.find_unused_parameters;
+  return rebuilds ? RebuiltPlan(model, options) : InitialPlan(model, options);
 }
 
 absl::StatusOr<SimulateReport> Simulate(const SimulateConfig& config) {

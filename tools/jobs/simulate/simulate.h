@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "reducer/ddp_options.h"
+#include "tools/jobs/simulate/calibrate.h"
 #include "tools/jobs/simulate/network.h"
 #include "tools/jobs/simulate/sim_model.h"
 #include "tools/jobs/simulate/simulate_report.pb.h"
@@ -19,6 +20,9 @@ struct SimulateConfig {
   sim::SimModel model;  // with its compute profile applied
   sim::NetworkModel network;
   sim::Interference interference;  // from --calibrate, or none
+  // From --calibrate: every measured iteration simulated with its own times, the median step
+  // reported (calibrate.h, Replay); empty: `model` alone.
+  std::vector<sim::Replay> replays;
   std::string calibration;         // what --calibrate measured, for the report ("" without)
   std::vector<int> world_sizes = {2, 8, 64, 1024};
   // Whose DDP plans the buckets, and the caps (only these fields of the options are read).
@@ -43,6 +47,12 @@ reducer::BucketAssignment RebuiltPlan(const sim::SimModel& model,
 // DDP's plan before it: one bucket per dtype (a cap list: the list), reverse registration order.
 reducer::BucketAssignment InitialPlan(const sim::SimModel& model,
                                       const reducer::DdpOptions& options);
+
+// The plan DDP runs after its first iteration: the rebuilt one, except under
+// find_unused_parameters without static_graph, which never rebuilds (PyTorch's
+// should_rebuild_buckets) and keeps the initial plan.
+reducer::BucketAssignment SteadyPlan(const sim::SimModel& model,
+                                     const reducer::DdpOptions& options);
 
 // Iterations 0 (initial plan) and 1 (rebuilt) of one rank of `world`, drawn as `ddpkit trace svg`
 // draws a trace.

@@ -81,6 +81,15 @@ TEST(CalibrateTest, RecoversTheProfilesAndTheInterferenceItWasSimulatedWith) {
   }
   EXPECT_DOUBLE_EQ(model.forward_us, 100);
   EXPECT_EQ(model.grad_ready_order, truth.grad_ready_order);
+  // Each iteration replayed is the truth too: its own gaps with the interference taken out, its
+  // allreduces at the fitted price.
+  ASSERT_EQ(c->replays.size(), 7u);  // iterations 1..7
+  for (const Replay& r : c->replays) {
+    EXPECT_NEAR(r.comm_scale, 1, 1e-9);
+    for (size_t p = 0; p < truth.params.size(); ++p) {
+      EXPECT_NEAR(r.model.params[p].backward_us, truth.params[p].backward_us, 1e-6) << p;
+    }
+  }
   // p3, ready first, never has a collective beside it; the other three are seen both ways.
   EXPECT_NE(c->summary.find("3 gradient(s) seen both"), std::string::npos) << c->summary;
 }

@@ -123,6 +123,25 @@ TEST(StepModelTest, NoSyncMicroBatchesHaveNoCommunication) {
   EXPECT_NEAR(r->worlds(0).scaling_efficiency(), (150 + 55) / 213.0, 1e-12);
 }
 
+// Replayed iterations: each is simulated and the one with the median time reported, whole.
+TEST(StepModelTest, ReplaysReportTheMedianIteration) {
+  SimulateConfig c;
+  c.model = Model({1000, 1000}, 20);
+  c.network = OneGbps();
+  c.world_sizes = {2};
+  for (double forward : {10.0, 500.0, 40.0}) {
+    Replay r{.model = c.model};
+    r.model.forward_us = forward;
+    c.replays.push_back(r);
+  }
+  c.replays[2].comm_scale = 2;  // its one 8 us allreduce takes 16
+  absl::StatusOr<SimulateReport> r = Simulate(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Steps 63, 553 and 40 + 40 + 16 + 5 = 101 us: the middle one is the third replay's.
+  EXPECT_DOUBLE_EQ(r->worlds(0).step_ms(), 0.101);
+  EXPECT_DOUBLE_EQ(r->worlds(0).comm_ms(), 0.016);
+}
+
 TEST(StepModelTest, TheRebuildSplitsTheOneInitialBucket) {
   // Two 1 MiB gradients: the initial plan is one bucket (all of it after backward), the rebuilt
   // one closes a bucket at the 1 MiB first-bucket limit, so p1's allreduce overlaps p0's backward.
