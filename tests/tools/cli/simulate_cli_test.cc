@@ -140,7 +140,8 @@ TEST(SimulateCliTest, CalibratesFromATrainRunAndFromPyTorchProfilerTraces) {
   auto train = ddpkit::testing_util::RunCommand(
       std::string(DDPKIT_BINARY_DIR) +
       "/bin/ddpkit train --model mlp:64,256,256,10 --batch-size 32 --steps 8 --backend threads "
-      "--world-size 2 --trace " + trace);
+      "--world-size 2 --trace " +
+      trace);
   ASSERT_EQ(train.status, 0) << train.err;
   auto r = Simulate("--model mlp:64,256,256,10 --batch-size 32 --world-size 2,64 --calibrate " +
                     trace + " --json");
@@ -172,7 +173,8 @@ TEST(SimulateCliTest, CalibratesFromATrainRunAndFromPyTorchProfilerTraces) {
   train = ddpkit::testing_util::RunCommand(
       std::string(DDPKIT_BINARY_DIR) +
       "/bin/ddpkit train --model mlp:64,256,256,10 --batch-size 32 --steps 8 --backend threads "
-      "--world-size 2 --find-unused-parameters --trace " + trace);
+      "--world-size 2 --find-unused-parameters --trace " +
+      trace);
   ASSERT_EQ(train.status, 0) << train.err;
   r = Simulate("--model mlp:64,256,256,10 --batch-size 32 --world-size 2 --calibrate " + trace +
                " --find-unused-parameters --json");
@@ -189,7 +191,8 @@ TEST(SimulateCliTest, CalibratesFromATrainRunAndFromPyTorchProfilerTraces) {
   j = nlohmann::json::parse(r.out);
   EXPECT_NE(j["compute"].get<std::string>().find("calibrated"), std::string::npos);
   // Without the plan PyTorch's gradients have no names: one line says what to add.
-  r = Simulate("--model mlp:256,512,512,512,10 --batch-size 32 --world-size 2 --calibrate " + torch);
+  r = Simulate("--model mlp:256,512,512,512,10 --batch-size 32 --world-size 2 --calibrate " +
+               torch);
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--torch-plan"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -200,10 +203,32 @@ TEST(SimulateCliTest, CalibratesFromATrainRunAndFromPyTorchProfilerTraces) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
+// A ResNet (or GPT) spec has no FLOP count: its times come from a trace of it, and without one
+// the error says how to make one.
+TEST(SimulateCliTest, AResNetSpecIsSimulatedFromItsOwnTrace) {
+  const std::string spec = "resnet:1,1,1,1,width=8,in=1,classes=10,stem=small";
+  const std::string trace =
+      (std::filesystem::temp_directory_path() / "ddpkit_sim_resnet.json").string();
+  auto train = ddpkit::testing_util::RunCommand(
+      std::string(DDPKIT_BINARY_DIR) + "/bin/ddpkit train --model " + spec +
+      " --batch-size 8 --steps 6 --backend threads --world-size 2 --trace " + trace);
+  ASSERT_EQ(train.status, 0) << train.err;
+  auto r = Simulate("--model " + spec + " --batch-size 8 --world-size 2,64 --calibrate " + trace +
+                    " --sweep-caps --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["grad_ready_order"], "observed");
+  EXPECT_GT(j["worlds"][0]["step_ms"].get<double>(), 0);
+  r = Simulate("--model " + spec + " --world-size 2");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--calibrate TRACE"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
 TEST(SimulateCliTest, BadFlagsAreOneLineUsageErrors) {
-  for (const char* args : {"--world-size 0", "--world-size 2,x", "--network mesh", "--compute fast",
-                           "--hook int8", "--model nonsense", "--interference comm=2",
-                           "--interference speed=0.5"}) {
+  for (const char* args :
+       {"--world-size 0", "--world-size 2,x", "--network mesh", "--compute fast", "--hook int8",
+        "--model nonsense", "--interference comm=2", "--interference speed=0.5"}) {
     auto r = Simulate(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;

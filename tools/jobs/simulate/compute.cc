@@ -37,9 +37,8 @@ void ApplyThroughput(SimModel& model, double gflops) {
 absl::Status ApplyTrace(SimModel& model, const std::string& path) {
   DDPKIT_ASSIGN_OR_RETURN(const trace::TraceView view, trace::ReadTraceFile(path));
   if (view.ranks.empty()) return absl::InvalidArgumentError(StrCat(path, ": no rank"));
-  DDPKIT_ASSIGN_OR_RETURN(
-      const std::vector<IterationSample> samples,
-      IterationSamples(view, model.params.size(), view.ranks[0].rank, path));
+  DDPKIT_ASSIGN_OR_RETURN(const std::vector<IterationSample> samples,
+                          IterationSamples(view, model.params.size(), view.ranks[0].rank, path));
   std::vector<std::vector<double>> gaps(model.params.size());
   std::vector<double> forward, optimizer, tail;
   for (const IterationSample& it : samples) {
@@ -76,6 +75,13 @@ absl::Status ApplyCompute(SimModel& model, const std::string& spec) {
   } else {
     return absl::InvalidArgumentError(
         StrCat("--compute: '", spec, "' is none of gflops=X, trace=FILE, v100, a100, h100"));
+  }
+  if (model.flops_unknown) {
+    return absl::InvalidArgumentError(
+        StrCat("--compute ", spec, ": ", model.name,
+               " has no FLOP count to run at a throughput; time it instead: --calibrate TRACE (or "
+               "--compute trace=TRACE) from `ddpkit train --model ",
+               model.name, " --trace TRACE`"));
   }
   ApplyThroughput(model, gflops);
   if (!absl::StartsWith(spec, "gflops=")) model.compute_source += StrCat(" (preset ", spec, ")");

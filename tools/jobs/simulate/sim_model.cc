@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "autograd/base/error.h"
+#include "autograd/nn/models/zoo.h"
 #include "tools/jobs/bucket_plans.h"
 #include "tools/torch_formats/plan_file.h"
 
@@ -133,14 +134,29 @@ absl::StatusOr<SimModel> FromParams(const std::vector<std::string>& names,
   return model;
 }
 
-absl::StatusOr<SimModel> FromMlpSpec(const std::string& spec, int batch) {
-  if (absl::StartsWith(spec, "resnet:") || absl::StartsWith(spec, "gpt:")) {
-    return absl::InvalidArgumentError(
-        StrCat("--model ", spec,
-               ": simulate derives a step's compute from an mlp: spec's Linear layers only; "
-               "describe this model's parameters with --param-table FILE (NAME DTYPE AxB FLOPS "
-               "per line)"));
+// A resnet: or gpt: spec: its parameters as ddpkit builds them, the order DDP observes on a
+// world of one, and no FLOPs (its times come from a trace: --calibrate or --compute trace=).
+absl::StatusOr<SimModel> FromZooSpec(const std::string& spec) {
+  DDPKIT_ASSIGN_OR_RETURN(const models::ModelSpec parsed, models::ParseModel(spec));
+  const std::shared_ptr<nn::Module> module = models::MakeModel(parsed, 0);
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<DType> dtypes;
+  for (const auto& [name, tensor] : module->NamedParameters()) {
+    names.push_back(name);
+    shapes.push_back(tensor.shape());
+    dtypes.push_back(tensor.dtype());
   }
+  DDPKIT_ASSIGN_OR_RETURN(const ModelBuckets plans, ModelBucketPlans(spec, {}));
+  const std::vector<size_t> order(plans.grad_ready_order().begin(), plans.grad_ready_order().end());
+  DDPKIT_ASSIGN_OR_RETURN(SimModel model, FromParams(names, shapes, dtypes, {}, order));
+  model.name = spec;
+  model.flops_unknown = true;
+  return model;
+}
+
+absl::StatusOr<SimModel> FromMlpSpec(const std::string& spec, int batch) {
+  if (absl::StartsWith(spec, "resnet:") || absl::StartsWith(spec, "gpt:")) return FromZooSpec(spec);
   DDPKIT_ASSIGN_OR_RETURN(const nn::MlpSpec mlp, nn::ParseModelSpec(spec));
   if (mlp.unused || mlp.tied) {
     return absl::InvalidArgumentError("simulate takes plain mlp: specs (no unused or tied)");

@@ -51,6 +51,7 @@ struct SimModel {
   // Where forward_flops came from when that needs saying (a plan file's measured FLOPs, or an
   // estimate from shapes): a FLOPs-based compute profile repeats it in its source line.
   std::string flops_source;
+  bool flops_unknown = false;  // a resnet:/gpt: spec: only a trace can give its times
   // A plan file's torch_version as DDP rules (plan_file.h's rules_version), with its note.
   std::optional<reducer::PyTorchVersion> recorded_rules;
   std::string recorded_rules_note;
@@ -79,7 +80,8 @@ absl::StatusOr<SimModel> FromParams(const std::vector<std::string>& names,
 absl::StatusOr<SimModel> FromPlanFile(const std::string& path, int batch);
 
 // An `mlp:` spec at `batch` rows: FLOPs per Linear layer (forward 2·B·in·out for the weight,
-// B·out for the bias) and the grad-ready order DDP observes (measured on a world of one).
+// B·out for the bias) and the grad-ready order DDP observes (measured on a world of one). A
+// `resnet:` or `gpt:` spec: its parameters and observed order, FLOPs unknown (flops_unknown).
 absl::StatusOr<SimModel> FromMlpSpec(const std::string& spec, int batch);
 
 // A parameter table: one line per parameter, "NAME DTYPE AxBx... FORWARD_FLOPS_PER_SAMPLE"
