@@ -10,8 +10,7 @@ namespace {
 
 #ifdef DDPKIT_HAVE_F16C_PATH
 // Eight at a time with F16C (rounding: to nearest even), the remainder one by one.
-__attribute__((target("avx,f16c"))) void FloatToHalfF16c(const float* in, Float16* out,
-                                                          int64_t n) {
+__attribute__((target("avx,f16c"))) void FloatToHalfF16c(const float* in, Float16* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
@@ -20,8 +19,7 @@ __attribute__((target("avx,f16c"))) void FloatToHalfF16c(const float* in, Float1
   for (; i < n; ++i) out[i] = ToFloat16(in[i]);
 }
 
-__attribute__((target("avx,f16c"))) void HalfToFloatF16c(const Float16* in, float* out,
-                                                          int64_t n) {
+__attribute__((target("avx,f16c"))) void HalfToFloatF16c(const Float16* in, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));

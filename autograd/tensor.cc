@@ -6,8 +6,8 @@
 #include "absl/strings/str_join.h"
 #include "autograd/cuda/kernels.h"
 #include "autograd/cuda/runtime.h"
-#include "autograd/host_allocator.h"
 #include "autograd/half_convert.h"
+#include "autograd/host_allocator.h"
 #include "autograd/memory_stats.h"
 #include "autograd/parallel.h"
 

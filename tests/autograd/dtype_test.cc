@@ -2,8 +2,8 @@
 // against PyTorch in torch_golden_test.cc).
 #include "autograd/dtype.h"
 
-#include <cmath>
 #include <bit>
+#include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
@@ -62,9 +62,17 @@ TEST(DTypeTest, BulkHalfConversionsEqualTheElementwiseOnes) {
     }
   }
   std::mt19937 rng(3);
-  std::vector<float> floats = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f,
-                               std::numeric_limits<float>::infinity(), std::ldexp(1.0f, -25),
-                               std::ldexp(3.0f, -26), 1.00048828125f, 6.1035156e-05f};
+  std::vector<float> floats = {0.0f,
+                               -0.0f,
+                               65504.0f,
+                               65519.99f,
+                               65520.0f,
+                               -65520.0f,
+                               std::numeric_limits<float>::infinity(),
+                               std::ldexp(1.0f, -25),
+                               std::ldexp(3.0f, -26),
+                               1.00048828125f,
+                               6.1035156e-05f};
   for (int i = 0; i < 200000; ++i) {
     floats.push_back(std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
                                 std::uniform_int_distribution<int>(-30, 18)(rng)));

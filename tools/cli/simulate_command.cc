@@ -93,8 +93,8 @@ absl::Status InterferenceFromFlag(jobs::sim::Interference& rates) {
     double v = 0;
     if (kv.size() != 2 || !absl::SimpleAtod(kv[1], &v) || v <= 0 || v > 1 ||
         (kv[0] != "comm" && kv[0] != "compute")) {
-      return absl::InvalidArgumentError(StrCat(
-          "--interference: '", part, "' is not comm=X or compute=X with 0 < X <= 1"));
+      return absl::InvalidArgumentError(
+          StrCat("--interference: '", part, "' is not comm=X or compute=X with 0 < X <= 1"));
     }
     (kv[0] == "comm" ? rates.comm_rate : rates.compute_rate) = v;
   }
@@ -200,19 +200,19 @@ void PrintText(const jobs::SimulateReport& r) {
       r.model(), r.parameter_tensors(), r.parameter_bytes() / 1e6, r.hook(), r.no_sync_every(),
       r.compute(), r.forward_ms() + r.unused_search_ms(), r.backward_ms(),
       r.finalize_ms() > 0 ? absl::StrFormat(", finalize's copies %.3f ms", r.finalize_ms()) : "",
-      r.optimizer_ms(), r.grad_ready_order(),
-      r.network(), r.network_source(), InterferenceLine(r), r.pytorch_rules(),
+      r.optimizer_ms(), r.grad_ready_order(), r.network(), r.network_source(), InterferenceLine(r),
+      r.pytorch_rules(),
       r.pytorch_rules_note().empty() ? "" : StrCat(" (", r.pytorch_rules_note(), ")"));
   // The column of what interference added to backward, only when there is some.
   const bool slowed = r.interference_comm_rate() != 1 || r.interference_compute_rate() != 1;
   std::cout << absl::StrFormat("%6s %7s %7s %10s %10s %s%10s %10s %10s %10s %10s %6s\n", "world",
                                "cap MB", "buckets", "step ms", "compute",
-                               slowed ? absl::StrFormat("%10s ", "slowed") : "", "comm",
-                               "exposed", "overlapped", "iter 0 ms", "per micro", "eff");
+                               slowed ? absl::StrFormat("%10s ", "slowed") : "", "comm", "exposed",
+                               "overlapped", "iter 0 ms", "per micro", "eff");
   for (const jobs::SimPoint& p : r.worlds()) {
     std::cout << absl::StrFormat(
-        "%6d %7g %7d %10.3f %10.3f %s%10.3f %10.3f %10.3f %10.3f %10.3f %5.1f%%\n",
-        p.world_size(), p.bucket_cap_mb(), p.buckets(), p.step_ms(), p.compute_ms(),
+        "%6d %7g %7d %10.3f %10.3f %s%10.3f %10.3f %10.3f %10.3f %10.3f %5.1f%%\n", p.world_size(),
+        p.bucket_cap_mb(), p.buckets(), p.step_ms(), p.compute_ms(),
         slowed ? absl::StrFormat("%10.3f ", p.slowdown_ms()) : "", p.comm_ms(), p.exposed_ms(),
         p.overlapped_ms(), p.first_step_ms(), p.iteration_ms(), 100 * p.scaling_efficiency());
   }
@@ -234,22 +234,39 @@ int RunSimulate(const std::vector<std::string>&) {
 }  // namespace
 
 Subcommand SimulateSubcommand() {
-  return {
-      .name = "simulate",
-      .summary = "predict DDP's step on 2 ... 1,024 ranks from compute and network profiles",
-      .usage =
-          "ddpkit simulate --params FILE | --model mlp:... | --param-table FILE --world-size "
-          "N[,N...] "
-          "[--network ...] [--compute ...] [--calibrate TRACE [--torch-plan PLAN]] "
-          "[--interference comm=X,compute=Y] [--bucket-cap-mb X | --sweep-caps] "
-          "[--find-unused-parameters] [--static-graph] [--gradient-as-bucket-view] "
-          "[--no-sync-every K] [--hook fp16|powersgd:R] [--svg FILE] [--json]",
-      .flag_names = {"params", "model", "param_table", "batch_size", "world_size", "network",
-                     "compute", "calibrate", "torch_plan", "interference",
-                     "find_unused_parameters", "static_graph", "gradient_as_bucket_view", "pytorch_version", "bucket_cap_mb", "first_bucket_mb",
-                     "bucket_cap_mb_list", "sweep_caps", "no_sync_every", "hook", "svg", "json"},
-      .flag_aliases = {{"world_size", "simulate_world_sizes"}},
-      .run = RunSimulate};
+  return {.name = "simulate",
+          .summary = "predict DDP's step on 2 ... 1,024 ranks from compute and network profiles",
+          .usage =
+              "ddpkit simulate --params FILE | --model mlp:... | --param-table FILE --world-size "
+              "N[,N...] "
+              "[--network ...] [--compute ...] [--calibrate TRACE [--torch-plan PLAN]] "
+              "[--interference comm=X,compute=Y] [--bucket-cap-mb X | --sweep-caps] "
+              "[--find-unused-parameters] [--static-graph] [--gradient-as-bucket-view] "
+              "[--no-sync-every K] [--hook fp16|powersgd:R] [--svg FILE] [--json]",
+          .flag_names = {"params",
+                         "model",
+                         "param_table",
+                         "batch_size",
+                         "world_size",
+                         "network",
+                         "compute",
+                         "calibrate",
+                         "torch_plan",
+                         "interference",
+                         "find_unused_parameters",
+                         "static_graph",
+                         "gradient_as_bucket_view",
+                         "pytorch_version",
+                         "bucket_cap_mb",
+                         "first_bucket_mb",
+                         "bucket_cap_mb_list",
+                         "sweep_caps",
+                         "no_sync_every",
+                         "hook",
+                         "svg",
+                         "json"},
+          .flag_aliases = {{"world_size", "simulate_world_sizes"}},
+          .run = RunSimulate};
 }
 
 }  // namespace ddpkit::cli

@@ -18,20 +18,13 @@ WORLD=${WORLD:-2}
 REPEATS=${1:-3}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-# `ddpkit train` on the world with a trace at $OUT/NAME.json (ranks merged).
+. "$(dirname "$0")/traced_ranks.sh"
+# `ddpkit train` on the world, traced to $OUT/NAME.json.
 train() {
   local name=$1
   shift
-  local args=(train --model "$MODEL" --batch-size "$BATCH" --steps "$STEPS" "$@")
-  case $BACKEND in
-    threads) $B "${args[@]}" --backend threads --world-size "$WORLD" --trace "$OUT/$name.json" ;;
-    gloo) $B launch --standalone --nproc-per-node "$WORLD" -- $B "${args[@]}" --backend gloo \
-      --trace "$OUT/$name.json" ;;
-    mpi) mpirun --allow-run-as-root --oversubscribe -np "$WORLD" $B "${args[@]}" --backend mpi \
-      --trace "$OUT/$name.json" ;;
-  esac >/dev/null
-  [ "$BACKEND" = threads ] ||
-    $B trace merge --out "$OUT/$name.json" "$OUT/$name".rank*.json >/dev/null
+  traced_ranks "$BACKEND" "$WORLD" "$OUT/$name.json" train --model "$MODEL" --batch-size "$BATCH" \
+    --steps "$STEPS" "$@"
 }
 # The predicted step (optimizer left out; per micro-batch with --no-sync-every) from TRACE.
 predict() {

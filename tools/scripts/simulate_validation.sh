@@ -21,19 +21,13 @@ EXTRA=${EXTRA:-}  # more flags for every run and prediction (--find-unused-param
 REPEATS=${1:-3}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-# Runs `ddpkit train` on N ranks of backend BE with a trace at $OUT/$3.json (merged ranks).
+. "$(dirname "$0")/traced_ranks.sh"
+# `ddpkit train` on N ranks of backend BE, traced to $OUT/NAME.json.
 train() {
   local be=$1 n=$2 name=$3
   shift 3
-  local args=(train --model "$MODEL" --batch-size "$BATCH" --steps "$STEPS" $EXTRA "$@")
-  case $be in
-    threads) $B "${args[@]}" --backend threads --world-size "$n" --trace "$OUT/$name.json" ;;
-    gloo) $B launch --standalone --nproc-per-node "$n" -- $B "${args[@]}" --backend gloo \
-      --trace "$OUT/$name.json" ;;
-    mpi) mpirun --allow-run-as-root --oversubscribe -np "$n" $B "${args[@]}" --backend mpi \
-      --trace "$OUT/$name.json" ;;
-  esac >/dev/null
-  [ "$be" = threads ] || $B trace merge --out "$OUT/$name.json" "$OUT/$name".rank*.json >/dev/null
+  traced_ranks "$be" "$n" "$OUT/$name.json" train --model "$MODEL" --batch-size "$BATCH" \
+    --steps "$STEPS" $EXTRA "$@"
 }
 measured() { python3 "$(dirname "$0")/trace_step_ms.py" "$1"; }
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }

@@ -22,9 +22,9 @@ std::string PhaseColour(const std::string& phase) {
   if (phase == "forward") return "#c6dbef";
   if (phase == "backward") return "#6baed6";
   if (phase == "finalize") return "#d9d9d9";
-  if (phase == "optimizer") return "#e5d8bd";  // not green: green is overlap
+  if (phase == "optimizer") return "#e5d8bd";      // not green: green is overlap
   if (phase == "unused search") return "#08519c";  // inside forward: a dark blue mark
-  return "#eeeeee";                            // shadow
+  return "#eeeeee";                                // shadow
 }
 
 // No red, green or pink: red marks exposed communication and green overlapped, under the lane;

@@ -221,21 +221,21 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
                           IterationSamples(view, n, -1, what));
   const AllreduceSplit split = SplitAllreduces(samples);
   if (split.alone.empty() || split.alone.back().first <= 0) {
-    return absl::InvalidArgumentError(StrCat(
-        what, ": no bucket allreduce with its size ran after backward, so their cost alone "
-              "cannot be measured (a PyTorch profiler trace needs --torch-plan for the sizes; "
-              "a ddpkit trace needs a step whose last bucket is sent after backward)"));
+    return absl::InvalidArgumentError(
+        StrCat(what,
+               ": no bucket allreduce with its size ran after backward, so their cost alone "
+               "cannot be measured (a PyTorch profiler trace needs --torch-plan for the sizes; "
+               "a ddpkit trace needs a step whose last bucket is sent after backward)"));
   }
   Calibration c;
   // One size: the cost is taken as proportional to the bytes.
-  const LinearFit alone =
-      split.alone.size() > 1
-          ? LeastSquares(split.alone)
-          : LinearFit{0, split.alone[0].second / split.alone[0].first};
+  const LinearFit alone = split.alone.size() > 1
+                              ? LeastSquares(split.alone)
+                              : LinearFit{0, split.alone[0].second / split.alone[0].first};
   c.network.name = "calibrated";
   c.network.measured[view.world_size] = alone;
-  c.network.source = StrCat("calibrated: ", what, " (", split.alone_count,
-                            " bucket allreduces after backward)");
+  c.network.source =
+      StrCat("calibrated: ", what, " (", split.alone_count, " bucket allreduces after backward)");
   c.interference.comm_rate = CommRate(split, alone);
 
   const auto [slowest, ranks] = SlowestPerIteration(samples);

@@ -13,8 +13,9 @@
 //    both with and without a collective beside them tell the rate apart from w; with none it
 //    stays 1 and the gaps are taken as measured (the summary says so).
 //  * the compute is each iteration's slowest rank's (forward + backward): a synchronous step
-//    goes at its pace, and ranks sharing cores take turns at being slowest. A collective starts when the last rank in the trace started it: before that
-//    a rank waits for its peers, it does not send.
+//    goes at its pace, and ranks sharing cores take turns at being slowest. A collective starts
+//    when the last rank in the trace started it: before that a rank waits for its peers, it does
+//    not send.
 #pragma once
 
 #include <string>
@@ -44,9 +45,9 @@ struct Calibration {
   std::string summary;          // what was measured, and from how many samples, in words
 };
 
-// Sets `model`'s compute profile (medians over the iterations) (each gradient's backward alone, the tail, forward, optimizer,
-// the observed grad-ready order) and returns the rest. InvalidArgument naming `what` when the
-// trace is not this model's, or has no bucket allreduce with its size.
+// Sets `model`'s compute profile (medians over the iterations) (each gradient's backward alone, the
+// tail, forward, optimizer, the observed grad-ready order) and returns the rest. InvalidArgument
+// naming `what` when the trace is not this model's, or has no bucket allreduce with its size.
 absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::string& what,
                                       SimModel& model);
 

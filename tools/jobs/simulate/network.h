@@ -35,7 +35,9 @@ struct NetworkModel {
   double time_scale = 1;              // every allreduce's time times this (a replay's pace)
 
   // One allreduce of `bytes` on `world` ranks, in microseconds (0 on one rank).
-  double AllreduceUs(double bytes, int world) const { return time_scale * UnscaledUs(bytes, world); }
+  double AllreduceUs(double bytes, int world) const {
+    return time_scale * UnscaledUs(bytes, world);
+  }
 
  private:
   double UnscaledUs(double bytes, int world) const;

@@ -86,10 +86,10 @@ SimPoint PointOf(const SimulateConfig& config, const sim::SimModel& model,
   c.model = AsDdpRunsIt(model, options);
   c.network = network;
   const reducer::BucketAssignment plan = SteadyPlan(c.model, options);
-  const StepTimeline step = sim::SimulateStep(c.model, plan, c.network, world, c.hook, c.interference);
-  const StepTimeline first =
-      sim::SimulateStep(c.model, InitialPlan(c.model, options), c.network, world,
-                        c.hook, c.interference);
+  const StepTimeline step =
+      sim::SimulateStep(c.model, plan, c.network, world, c.hook, c.interference);
+  const StepTimeline first = sim::SimulateStep(c.model, InitialPlan(c.model, options), c.network,
+                                               world, c.hook, c.interference);
   SimPoint p;
   p.set_world_size(world);
   p.set_bucket_cap_mb(static_cast<double>(reducer::LimitsOf(options).bucket_cap_bytes) / kMiB);
@@ -213,12 +213,10 @@ absl::Status WriteSvg(const SimulateConfig& config, SimulateReport& r) {
   c.model = AsDdpRunsIt(config.model, config.ddp);
   int world = 1;
   for (int n : c.world_sizes) world = std::max(world, n);
-  const StepTimeline first =
-      sim::SimulateStep(c.model, InitialPlan(c.model, c.ddp), c.network, world, c.hook,
-                        c.interference);
-  const StepTimeline rebuilt =
-      sim::SimulateStep(c.model, SteadyPlan(c.model, c.ddp), c.network, world, c.hook,
-                        c.interference);
+  const StepTimeline first = sim::SimulateStep(c.model, InitialPlan(c.model, c.ddp), c.network,
+                                               world, c.hook, c.interference);
+  const StepTimeline rebuilt = sim::SimulateStep(c.model, SteadyPlan(c.model, c.ddp), c.network,
+                                                 world, c.hook, c.interference);
   DDPKIT_ASSIGN_OR_RETURN(
       const std::string svg,
       SimulatedTimelineSvg(

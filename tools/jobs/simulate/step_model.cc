@@ -74,8 +74,7 @@ class StepRun {
   void Run(double start_us) {
     now_ = start_us;
     while (backward_running() || running_ >= 0 || next_ < queue_.size()) {
-      if (running_ < 0 && next_ < queue_.size() &&
-          t_.bucket_ready_us[queue_[next_].bucket] >= 0) {
+      if (running_ < 0 && next_ < queue_.size() && t_.bucket_ready_us[queue_[next_].bucket] >= 0) {
         running_ = static_cast<int>(next_++);
         comm_left_ = queue_[running_].alone_us;
         t_.collectives.push_back({queue_[running_].bucket, now_, now_, queue_[running_].bytes});
@@ -148,7 +147,8 @@ double HookComputeUs(const SimModel& model, const std::vector<size_t>& bucket, c
     if (p.shape.size() < 2 || rows * cols < (rows + cols) * hook.rank * hook.min_compression_rate) {
       continue;  // sent as it is
     }
-    const double flops_us = model.flops_per_us > 0 ? 6 * rows * cols * hook.rank / model.flops_per_us : 0;
+    const double flops_us =
+        model.flops_per_us > 0 ? 6 * rows * cols * hook.rank / model.flops_per_us : 0;
     us += std::max(2.5 * bytes * model.copy_us_per_byte, flops_us);
   }
   return us;

@@ -12,8 +12,9 @@
 //    own speed (Interference; 1 and 1 when unknown). Backward's times and a collective's cost
 //    are those each takes alone; calibrate.h measures the fractions from a trace;
 //  * backward ends, then finalize waits for the last bucket (the exposed tail) and copies the
-//    gradients out of the buckets (SimModel::finalize_us), then the optimizer runs. Every bucket is ready by backward's end, so the stream is busy from then
-//    on: exposed = max(0, comm end - backward end), overlapped = comm - exposed.
+//    gradients out of the buckets (SimModel::finalize_us), then the optimizer runs. Every bucket is
+//    ready by backward's end, so the stream is busy from then on: exposed = max(0, comm end -
+//    backward end), overlapped = comm - exposed.
 #pragma once
 
 #include <string>

@@ -87,8 +87,8 @@ double Median(std::vector<double> v) {
 }
 
 absl::StatusOr<std::vector<IterationSample>> IterationSamples(const trace::TraceView& view,
-                                                             size_t params, int rank,
-                                                             const std::string& what) {
+                                                              size_t params, int rank,
+                                                              const std::string& what) {
   std::vector<IterationSample> out;
   for (const trace::RankView& r : view.ranks) {
     if (rank >= 0 && r.rank != rank) continue;

@@ -25,8 +25,8 @@ struct IterationSample {
   int rank = 0, iteration = 0;
   double forward_us = 0, optimizer_us = 0;
   double backward_start_us = 0, backward_end_us = 0;
-  double finalize_end_us = -1;  // -1: the trace has no finalize span for it
-  double unused_search_us = 0;  // find_unused_parameters' graph search (inside forward)
+  double finalize_end_us = -1;            // -1: the trace has no finalize span for it
+  double unused_search_us = 0;            // find_unused_parameters' graph search (inside forward)
   std::vector<GradientSample> gradients;  // in the order they became ready
   std::vector<AllreduceSample> allreduces;
 };
@@ -37,8 +37,8 @@ struct IterationSample {
 // `rank` >= 0 keeps that rank only. InvalidArgument naming `what` when a hook names a parameter
 // the model lacks, or when no iteration qualifies.
 absl::StatusOr<std::vector<IterationSample>> IterationSamples(const trace::TraceView& view,
-                                                             size_t params, int rank,
-                                                             const std::string& what);
+                                                              size_t params, int rank,
+                                                              const std::string& what);
 
 double Median(std::vector<double> values);  // of the finite ones; 0 for none
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "tests/tools/jobs/simulate/plans.h"
 
 namespace ddpkit::jobs::sim::calibrate_test {
 namespace {
@@ -16,20 +17,14 @@ SimModel Truth() {
   const std::vector<int64_t> numels = {1000, 2000, 3000, 4000};
   const std::vector<double> backward = {150, 250, 200, 300};
   for (size_t i = 0; i < numels.size(); ++i) {
-    m.params.push_back(
-        {.name = StrCat("p", i), .shape = {numels[i]}, .backward_us = backward[i]});
+    m.params.push_back({.name = StrCat("p", i), .shape = {numels[i]}, .backward_us = backward[i]});
     m.grad_ready_order.insert(m.grad_ready_order.begin(), i);
   }
   m.forward_us = 100, m.backward_tail_us = 0;
   return m;
 }
 
-reducer::BucketAssignment Plan(std::vector<std::vector<size_t>> buckets) {
-  reducer::BucketAssignment plan;
-  plan.limits.assign(buckets.size(), 1);
-  plan.buckets = std::move(buckets);
-  return plan;
-}
+using test_plans::Plan;
 
 // One rank's iteration `it`, starting at `t0`, as a trace records it.
 void Record(const StepTimeline& s, int it, double t0, trace::RankView& rank) {
@@ -149,17 +144,24 @@ TEST(CalibrateTest, AnyTraceGivesAProfileOrAnErrorAndTheStepEnds) {
         for (const char* phase : {"forward", "backward", "finalize", "unused search"}) {
           if (rng() % 5 == 0) continue;
           const double a = time();
-          rank.phases.push_back({.name = phase, .start_us = a, .end_us = a + time(), .iteration = it});
+          rank.phases.push_back(
+              {.name = phase, .start_us = a, .end_us = a + time(), .iteration = it});
         }
         for (int p = 0; p < 4; ++p) {
           const double at = time();
-          rank.hooks.push_back({.name = "h", .start_us = at, .end_us = at, .iteration = it,
+          rank.hooks.push_back({.name = "h",
+                                .start_us = at,
+                                .end_us = at,
+                                .iteration = it,
                                 .param = static_cast<int>(rng() % 5) - (rng() % 9 == 0)});
         }
         for (int c = static_cast<int>(rng() % 4); c > 0; --c) {
           const double a = time();
-          trace::TraceItem item{.name = "allreduce", .start_us = a, .end_us = a + time(),
-                                .iteration = it, .purpose = "bucket"};
+          trace::TraceItem item{.name = "allreduce",
+                                .start_us = a,
+                                .end_us = a + time(),
+                                .iteration = it,
+                                .purpose = "bucket"};
           item.bytes = static_cast<int64_t>(time());
           rank.collectives.push_back(item);
         }

@@ -2,6 +2,7 @@
 #include "tools/jobs/simulate/step_model.h"
 
 #include "gtest/gtest.h"
+#include "tests/tools/jobs/simulate/plans.h"
 #include "tools/jobs/simulate/simulate.h"
 
 namespace ddpkit::jobs::sim {
@@ -27,12 +28,7 @@ NetworkModel OneGbps() {
   return n;
 }
 
-reducer::BucketAssignment Plan(std::vector<std::vector<size_t>> buckets) {
-  reducer::BucketAssignment plan;
-  plan.limits.assign(buckets.size(), 1);
-  plan.buckets = std::move(buckets);
-  return plan;
-}
+using test_plans::Plan;
 
 TEST(StepModelTest, OneBucketIsAllExposedTail) {
   // Two 1000-element gradients (8000 bytes, 8 us on the wire), 20 us each: backward ends at
@@ -77,8 +73,8 @@ TEST(StepModelTest, BucketsLaunchInOrderOnOneStream) {
 TEST(StepModelTest, ACollectiveBesideBackwardGoesAtItsRate) {
   // p1 ready at 30; its 4 us allreduce at half speed while p0's backward runs: 30..38. p0 at 50,
   // its bucket 50..54: the same exposed tail, 8 us of stream time overlapped.
-  const StepTimeline t = SimulateStep(Model({1000, 1000}, 20), Plan({{1}, {0}}), OneGbps(), 2, {},
-                                      {.comm_rate = 0.5});
+  const StepTimeline t =
+      SimulateStep(Model({1000, 1000}, 20), Plan({{1}, {0}}), OneGbps(), 2, {}, {.comm_rate = 0.5});
   EXPECT_DOUBLE_EQ(t.collectives[0].end_us, 38);
   EXPECT_DOUBLE_EQ(t.collectives[1].start_us, 50);
   EXPECT_DOUBLE_EQ(t.overlapped_us, 8);
@@ -96,14 +92,14 @@ TEST(StepModelTest, ACollectiveBesideBackwardGoesAtItsRate) {
 TEST(StepModelTest, ACollectiveLeftAtBackwardsEndGoesOnAtFullSpeed) {
   // p1 (10 000 elements, 40 us alone) ready at 30: half speed until backward ends at 50 (10 us
   // of its work), the other 30 at full speed: 50..80. p0's bucket waits for it: 80..84.
-  const StepTimeline t = SimulateStep(Model({1000, 10000}, 20), Plan({{1}, {0}}), OneGbps(), 2,
-                                      {}, {.comm_rate = 0.5});
+  const StepTimeline t = SimulateStep(Model({1000, 10000}, 20), Plan({{1}, {0}}), OneGbps(), 2, {},
+                                      {.comm_rate = 0.5});
   EXPECT_DOUBLE_EQ(t.collectives[0].end_us, 80);
   EXPECT_DOUBLE_EQ(t.collectives[1].start_us, 80);
   EXPECT_DOUBLE_EQ(t.exposed_us, 34);
   // Without interference the same step is the old model's: 30..70, then 70..74.
-  const StepTimeline free = SimulateStep(Model({1000, 10000}, 20), Plan({{1}, {0}}), OneGbps(), 2,
-                                         {}, {});
+  const StepTimeline free =
+      SimulateStep(Model({1000, 10000}, 20), Plan({{1}, {0}}), OneGbps(), 2, {}, {});
   EXPECT_DOUBLE_EQ(free.collectives[1].start_us, 70);
   EXPECT_DOUBLE_EQ(free.exposed_us, 24);
 }
