@@ -29,9 +29,14 @@ absl::StatusOr<JobClock> AlignClocks(comm::ProcessGroup& group) {
   const uint64_t job_id = root ? RandomJobId() : 0;
   JobClock clock{.uncertainty_ns = std::numeric_limits<int64_t>::max()};
   Tensor message = Tensor::Zeros({3}, DType::kInt64);
+  Tensor joined = Tensor::Zeros({1}, DType::kInt64);
   for (int round = 0; round < kRounds; ++round) {
     DDPKIT_RETURN_IF_ERROR(group.Barrier()->Wait());
     const int64_t before = NowNs();
+    // Rank 0 reads its clock only once every rank has joined this allreduce, so after each
+    // rank's `before`; and each rank gets the reading after it was taken. Leaving a barrier
+    // gives no such order: a rank scheduled late could see an old reading with a short trip.
+    DDPKIT_RETURN_IF_ERROR(group.Allreduce(joined)->Wait());
     int64_t* m = message.data<int64_t>();
     if (root) m[0] = NowNs(), m[1] = epoch0, m[2] = static_cast<int64_t>(job_id);
     DDPKIT_RETURN_IF_ERROR(group.Broadcast(message, 0)->Wait());

@@ -19,8 +19,9 @@ struct JobClock {
   uint64_t job_id = 0;             // rank 0's, so files of different jobs are not merged
 };
 
-// Collective (every rank calls it): rounds of a barrier and a broadcast of rank 0's clock; the
-// round with the shortest round trip gives the offset. Rank 0's epoch is "now" on rank 0.
+// Collective (every rank calls it): rounds of a barrier, an allreduce (every rank has joined)
+// and a broadcast of rank 0's clock; the round with the shortest round trip gives the offset.
+// Rank 0's epoch is "now" on rank 0.
 absl::StatusOr<JobClock> AlignClocks(comm::ProcessGroup& group);
 
 // A clock for one process (a threads world): epoch now, offset 0, a fresh job id.

@@ -136,7 +136,7 @@ TEST(CliTest, EverySubcommandTakingAModelRunsOrRefusesEachFamily) {
        0, ""},
       {"recompute --steps 2 --batch-size 2", 0, ""},
       {"recompute --blocks 3", 2, "--blocks and --width shape the built-in block MLP"},
-      {"simulate --world-size 2", 2, "--param-table"},
+      {"simulate --world-size 2", 2, "--calibrate TRACE"},
       {"varlen", 2, "seq:"},
   };
   for (const char* model : {"gpt:layers=1,heads=2,dim=8,ctx=4,vocab=8",
