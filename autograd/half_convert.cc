@@ -1,6 +1,7 @@
 #include "autograd/half_convert.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define DDPKIT_HAVE_F16C_PATH 1
 #endif
@@ -28,8 +29,17 @@ __attribute__((target("avx,f16c"))) void HalfToFloatF16c(const Float16* in, floa
   for (; i < n; ++i) out[i] = ToFloat(in[i]);
 }
 
+// CPUID leaf 1 (F16C, AVX, and the OS saving AVX state: XGETBV's bits 1 and 2). Asked directly:
+// not every compiler's __builtin_cpu_supports knows "f16c".
 bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if ((ecx & bit_OSXSAVE) == 0 || (ecx & bit_AVX) == 0 || (ecx & bit_F16C) == 0) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 6u) == 6u;
+  }();
   return has;
 }
 #endif
