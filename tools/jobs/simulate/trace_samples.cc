@@ -6,6 +6,7 @@
 #include <set>
 
 #include "autograd/base/error.h"
+#include "tools/jobs/job.h"
 
 namespace ddpkit::jobs::sim {
 namespace {
@@ -79,11 +80,8 @@ bool EachOnce(const std::vector<GradientSample>& gradients, size_t params) {
 }  // namespace
 
 double Median(std::vector<double> v) {
-  std::erase_if(v, [](double x) { return !std::isfinite(x); });
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  std::erase_if(v, [](double x) { return !std::isfinite(x); });  // a NaN would break the sort
+  return jobs::Median(std::move(v));
 }
 
 absl::StatusOr<std::vector<IterationSample>> IterationSamples(const trace::TraceView& view,

@@ -40,6 +40,7 @@ absl::StatusOr<std::vector<IterationSample>> IterationSamples(const trace::Trace
                                                               size_t params, int rank,
                                                               const std::string& what);
 
-double Median(std::vector<double> values);  // of the finite ones; 0 for none
+// jobs::Median (the upper median; 0 for none) of the finite ones.
+double Median(std::vector<double> values);
 
 }  // namespace ddpkit::jobs::sim
