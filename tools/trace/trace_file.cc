@@ -179,7 +179,15 @@ json RankMetadata(const RankTraceData& data, const std::vector<std::string>& nam
           {"dropped_records", data.trace.dropped},
           {"parameters", names},
           {"initial_buckets", Plan(data.ddp.initial_buckets())},
-          {"rebuilt_buckets", Plan(data.ddp.rebuilt_buckets())}};
+          {"rebuilt_buckets", Plan(data.ddp.rebuilt_buckets())},
+          // What the run's DDP was asked for, as its logging data says: `simulate --calibrate`
+          // knows from it which comm hook's work the trace holds.
+          {"ddp_options",
+           {{"bucket_cap_bytes", data.ddp.bucket_cap_bytes()},
+            {"find_unused_parameters", data.ddp.find_unused_parameters()},
+            {"static_graph", data.ddp.static_graph()},
+            {"gradient_as_bucket_view", data.ddp.gradient_as_bucket_view()},
+            {"comm_hook", data.ddp.comm_hook()}}}};
 }
 
 }  // namespace
