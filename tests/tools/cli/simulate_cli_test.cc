@@ -203,6 +203,49 @@ TEST(SimulateCliTest, CalibratesFromATrainRunAndFromPyTorchProfilerTraces) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
+// A comm hook's own work: estimated (and said to be) from a run without the hook; measured from
+// a run with it, whose trace names the hook (its ddp_options) and times its work around each
+// bucket's collectives.
+TEST(SimulateCliTest, AHooksWorkIsMeasuredFromARunWithIt) {
+  const std::string trace =
+      (std::filesystem::temp_directory_path() / "ddpkit_sim_hook.json").string();
+  const std::string model = "--model mlp:64,256,256,10 --batch-size 32 --world-size 2 ";
+  auto train = [&](const std::string& flags) {
+    return ddpkit::testing_util::RunCommand(std::string(DDPKIT_BINARY_DIR) + "/bin/ddpkit train " +
+                                            model + "--steps 8 --backend threads --trace " + trace +
+                                            flags);
+  };
+  auto run = train("");
+  ASSERT_EQ(run.status, 0) << run.err;
+  auto r = Simulate(model + "--calibrate " + trace + " --hook fp16 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j["ddp_options"].get<std::string>().find("ESTIMATED"), std::string::npos)
+      << j["ddp_options"];
+  run = train(" --comm-hook fp16");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json written = nlohmann::json::parse(std::ifstream(trace));
+  EXPECT_EQ(written["otherData"]["ddpkit"]["ranks"][0]["ddp_options"]["comm_hook"], "fp16");
+  r = Simulate(model + "--calibrate " + trace + " --hook fp16 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j["ddp_options"].get<std::string>().find("measured from the calibration run"),
+            std::string::npos)
+      << j["ddp_options"];
+  EXPECT_NE(j["calibration"].get<std::string>().find("the run's fp16 comm hook"), std::string::npos)
+      << j["calibration"];
+  // The same trace asked about no hook, or another one, says what it rests on.
+  r = Simulate(model + "--calibrate " + trace + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(nlohmann::json::parse(r.out)["ddp_options"].get<std::string>().find(
+                "the calibration run had the fp16 hook"),
+            std::string::npos);
+  r = Simulate(model + "--calibrate " + trace + " --hook powersgd:1 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(nlohmann::json::parse(r.out)["ddp_options"].get<std::string>().find("not this one"),
+            std::string::npos);
+}
+
 // A ResNet (or GPT) spec has no FLOP count: its times come from a trace of it, and without one
 // the error says how to make one.
 TEST(SimulateCliTest, AResNetSpecIsSimulatedFromItsOwnTrace) {

@@ -71,24 +71,62 @@ struct Gap {
   double us, comm_share;
 };
 
-// One iteration's gaps: each gradient's, then backward's tail (item `params`).
-std::vector<Gap> IterationGaps(const IterationSample& it, size_t params) {
+// A comm hook's work when the reducer launched each bucket: from the launch to its first
+// collective's queueing, on backward's thread. Empty for a run without a hook (the launch of a
+// plain allreduce is a queueing, left inside the gradient's time as before).
+using Spans = std::vector<std::pair<double, double>>;
+struct LaunchSpan {
+  int bucket;
+  double from, to;
+};
+std::vector<LaunchSpan> LaunchWork(const IterationSample& it) {
+  std::vector<LaunchSpan> spans;
+  for (const BucketSample& b : it.buckets) {
+    if (b.launched_us < 0) continue;
+    for (const AllreduceSample& a : it.allreduces) {
+      if (a.bucket != b.bucket) continue;
+      if (a.queued_us >= b.launched_us) spans.push_back({b.bucket, b.launched_us, a.queued_us});
+      break;  // the bucket's first collective
+    }
+  }
+  return spans;
+}
+
+Spans LaunchSpans(const IterationSample& it) {
+  Spans spans;
+  for (const LaunchSpan& l : LaunchWork(it)) spans.emplace_back(l.from, l.to);
+  return spans;
+}
+
+// One iteration's gaps: each gradient's, then backward's tail (item `params`), less the hook's
+// launch work inside them (`hooked`: the run had a comm hook).
+std::vector<Gap> IterationGaps(const IterationSample& it, size_t params, bool hooked) {
+  const Spans launch = hooked ? LaunchSpans(it) : Spans{};
   std::vector<Gap> gaps;
+  // The gap less the launch work in it, and the share of that rest beside a collective.
+  auto gap = [&](size_t item, double from, double to) {
+    double rest = to - from, beside = CommShare(it, from, to) * rest;
+    for (const auto& [lo, hi] : launch) {
+      const double a = std::max(lo, from), b = std::min(hi, to);
+      if (b > a) rest -= b - a, beside -= CommShare(it, a, b) * (b - a);
+    }
+    rest = std::max(0.0, rest);
+    gaps.push_back({item, rest, rest > 0 ? std::clamp(beside / rest, 0.0, 1.0) : 0});
+  };
   double last = it.backward_start_us;
   for (const GradientSample& g : it.gradients) {
     const double at = std::max(last, g.ready_us);
-    gaps.push_back({static_cast<size_t>(g.param), at - last, CommShare(it, last, at)});
+    gap(static_cast<size_t>(g.param), last, at);
     last = at;
   }
-  const double end = std::max(last, it.backward_end_us);
-  gaps.push_back({params, end - last, CommShare(it, last, end)});
+  gap(params, last, std::max(last, it.backward_end_us));
   return gaps;
 }
 
-std::vector<Gap> Gaps(const std::vector<IterationSample>& samples, size_t params) {
+std::vector<Gap> Gaps(const std::vector<IterationSample>& samples, size_t params, bool hooked) {
   std::vector<Gap> gaps;
   for (const IterationSample& it : samples) {
-    for (const Gap& g : IterationGaps(it, params)) gaps.push_back(g);
+    for (const Gap& g : IterationGaps(it, params, hooked)) gaps.push_back(g);
   }
   return gaps;
 }
@@ -128,31 +166,123 @@ double FitComputeRate(const std::vector<Gap>& gaps, size_t items) {
   return best_rate;
 }
 
-// Finalize's work after the last collective ended (or backward, when it ended later): the
-// copies out of the buckets.
+// Finalize's work after the last collective ended, and the last bucket's result was complete
+// (a hook's work after it included), or backward, when it ended later: the copies out of the
+// buckets.
 double FinalizeWork(const IterationSample& it) {
   double last = it.backward_end_us;
   for (const AllreduceSample& a : it.allreduces) last = std::max(last, a.end_us);
+  for (const BucketSample& b : it.buckets) last = std::max(last, b.reduced_us);
   return std::max(0.0, it.finalize_end_us - last);
 }
 
-// Each iteration's slowest rank (longest forward + backward): a synchronous step goes at its
-// pace, and which rank is slowest can change from one iteration to the next (ranks sharing
-// cores take turns). Its iterations, and how many ranks there were.
+// Each bucket's gradient bytes in iteration `it`, by the bucket its gradients' hooks name.
+std::map<int, double> BucketBytes(const IterationSample& it, const SimModel& model) {
+  std::map<int, double> bytes;
+  for (const GradientSample& g : it.gradients) {
+    if (g.bucket >= 0) bytes[g.bucket] += static_cast<double>(model.params[g.param].nbytes());
+  }
+  return bytes;
+}
+
+// The time from `from` to `to` as the work it did alone: a `share` of it ran beside the other
+// side's work, at `rate`.
+double AloneUs(double from, double to, double share, double rate) {
+  return std::max(0.0, to - from) * (1 - share * (1 - rate));
+}
+
+// A comm hook's work per byte of its bucket's gradients, one sample per bucket and iteration:
+// at the launch (LaunchWork; interference taken out as for a gradient), and on the
+// communication thread after each of its collectives, as measured (step_model.h: it runs at its
+// own speed).
+struct HookSamples {
+  std::vector<double> launch, callback;
+};
+
+void AddHookSamples(const IterationSample& it, const SimModel& model, const Interference& rates,
+                    HookSamples& out) {
+  const std::map<int, double> bytes = BucketBytes(it, model);
+  auto per_byte = [&](int bucket, double us) {
+    const auto found = bytes.find(bucket);
+    return found == bytes.end() || found->second <= 0 ? -1 : us / found->second;
+  };
+  for (const LaunchSpan& l : LaunchWork(it)) {
+    const double us = AloneUs(l.from, l.to, CommShare(it, l.from, l.to), rates.compute_rate);
+    if (const double r = per_byte(l.bucket, us); r >= 0) out.launch.push_back(r);
+  }
+  // The communication thread runs a collective's callbacks before its next collective: the
+  // gap up to that one's start is the hook's work (up to its queueing, when the callback queued
+  // it). After a bucket's last collective, its work runs up to the bucket's completion.
+  std::map<int, double> after;
+  std::map<int, int> left;  // each bucket's collectives not yet seen
+  for (const AllreduceSample& a : it.allreduces) ++left[a.bucket];
+  for (size_t k = 0; k < it.allreduces.size(); ++k) {
+    const AllreduceSample& c = it.allreduces[k];
+    if (--left[c.bucket] > 0 && k + 1 < it.allreduces.size()) {
+      const AllreduceSample& n = it.allreduces[k + 1];
+      const double to = n.queued_us >= 0 && n.queued_us > c.end_us
+                            ? std::min(n.rank_start_us, n.queued_us)
+                            : n.rank_start_us;
+      after[c.bucket] += std::max(0.0, to - c.end_us);
+      continue;
+    }
+    const bool known = c.bucket >= 0 && static_cast<size_t>(c.bucket) < it.buckets.size() &&
+                       it.buckets[c.bucket].reduced_us >= c.end_us;
+    if (!known) {
+      after.erase(c.bucket);
+      continue;
+    }
+    const double us = after[c.bucket] + it.buckets[c.bucket].reduced_us - c.end_us;
+    if (const double r = per_byte(c.bucket, us); r >= 0) out.callback.push_back(r);
+  }
+}
+
+// The comm hook the traced run had, as DDP's logging data names it (its trace's ddp_options;
+// "" when it had none or the trace does not say: a PyTorch profiler trace, an older ddpkit one).
+std::string TraceCommHook(const trace::TraceView& view) {
+  const nlohmann::json& d = view.other_data;
+  if (!d.is_object() || !d.contains("ranks") || !d["ranks"].is_array() || d["ranks"].empty()) {
+    return "";
+  }
+  const nlohmann::json& r = d["ranks"][0];
+  if (!r.is_object() || !r.contains("ddp_options") || !r["ddp_options"].is_object()) return "";
+  const nlohmann::json& o = r["ddp_options"];
+  if (!o.contains("comm_hook") || !o["comm_hook"].is_string()) return "";
+  const std::string hook = o["comm_hook"].get<std::string>();
+  return hook == "allreduce" ? "" : hook;  // the plain allreduce hook adds no work of its own
+}
+
+// Each iteration's slowest rank: the one whose backward ends last, counted from the first
+// rank's forward start (its start skew, then forward and backward). A synchronous step goes at
+// its pace, and which rank it is can change from one iteration to the next (ranks sharing cores
+// take turns: at finalize and the optimizer too, so one starts late). Its iterations, with
+// their start skew set, and how many ranks there were.
 std::pair<std::vector<IterationSample>, int> SlowestPerIteration(
     const std::vector<IterationSample>& all) {
+  std::map<int, double> first_start;
+  for (const IterationSample& it : all) {
+    if (it.forward_start_us < 0) continue;
+    auto [at, fresh] = first_start.emplace(it.iteration, it.forward_start_us);
+    if (!fresh) at->second = std::min(at->second, it.forward_start_us);
+  }
+  auto skew = [&first_start](const IterationSample& it) {
+    return it.forward_start_us < 0 ? 0 : it.forward_start_us - first_start[it.iteration];
+  };
+  auto paced = [&skew](const IterationSample& it) {
+    return skew(it) + it.forward_us + it.backward_end_us - it.backward_start_us;
+  };
   std::map<int, const IterationSample*> slowest;
   std::map<int, int> ranks;
-  auto compute = [](const IterationSample* it) {
-    return it->forward_us + it->backward_end_us - it->backward_start_us;
-  };
   for (const IterationSample& it : all) {
     const IterationSample*& s = slowest[it.iteration];
-    if (s == nullptr || compute(&it) > compute(s)) s = &it;
+    if (s == nullptr || paced(it) > paced(*s)) s = &it;
     ++ranks[it.rank];
   }
   std::vector<IterationSample> out;
-  for (const auto& [number, it] : slowest) out.push_back(*it);
+  for (const auto& [number, it] : slowest) {
+    out.push_back(*it);
+    out.back().start_skew_us = skew(*it);
+  }
   return {out, static_cast<int>(ranks.size())};
 }
 
@@ -184,17 +314,18 @@ double CommScale(const AllreduceSplit& split, int number, const LinearFit& alone
 // Every iteration of `slowest` as a replay: the median model with that iteration's own times.
 std::vector<Replay> Replays(const std::vector<IterationSample>& slowest, const SimModel& median,
                             double compute_rate, const AllreduceSplit& split,
-                            const LinearFit& alone) {
+                            const LinearFit& alone, bool hooked) {
   std::vector<Replay> replays;
   const size_t n = median.params.size();
   for (const IterationSample& it : slowest) {
     Replay r{.model = median, .comm_scale = CommScale(split, it.iteration, alone)};
-    const std::vector<double> us = AloneTimes(IterationGaps(it, n), n + 1, compute_rate);
+    const std::vector<double> us = AloneTimes(IterationGaps(it, n, hooked), n + 1, compute_rate);
     for (size_t p = 0; p < n; ++p) r.model.params[p].backward_us = us[p];
     r.model.backward_tail_us = us[n];
     r.model.forward_us = it.forward_us - it.unused_search_us;
     r.model.unused_search_us = it.unused_search_us;
     r.model.optimizer_us = it.optimizer_us;
+    r.model.start_skew_us = it.start_skew_us;
     if (it.finalize_end_us >= 0) r.model.finalize_us = FinalizeWork(it);
     replays.push_back(std::move(r));
   }
@@ -205,11 +336,21 @@ std::vector<Replay> Replays(const std::vector<IterationSample>& slowest, const S
 absl::Status CheckFinite(const SimModel& model, const LinearFit& alone, const std::string& what) {
   bool finite = std::isfinite(alone.a_us) && std::isfinite(alone.b_us_per_byte) &&
                 std::isfinite(model.forward_us) && std::isfinite(model.backward_tail_us) &&
-                std::isfinite(model.finalize_us) && std::isfinite(model.optimizer_us);
+                std::isfinite(model.finalize_us) && std::isfinite(model.optimizer_us) &&
+                std::isfinite(model.start_skew_us);
   for (const SimParam& p : model.params) finite = finite && std::isfinite(p.backward_us);
   if (finite) return absl::OkStatus();
   return absl::InvalidArgumentError(
       StrCat(what, ": its times overflow (is its clock sane?); no profile can be taken from it"));
+}
+
+// PowerSGD allreduces every bucket plainly until start_powerSGD_iter, then compresses: P and Q
+// (and the uncompressed tensors) are more collectives per iteration. Those warm-up iterations
+// are not the hook's steady state: only the iterations with the most collectives are kept.
+void DropPlainIterations(std::vector<IterationSample>& samples) {
+  size_t most = 0;
+  for (const IterationSample& it : samples) most = std::max(most, it.allreduces.size());
+  std::erase_if(samples, [most](const IterationSample& it) { return it.allreduces.size() < most; });
 }
 
 }  // namespace
@@ -217,8 +358,10 @@ absl::Status CheckFinite(const SimModel& model, const LinearFit& alone, const st
 absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::string& what,
                                       SimModel& model) {
   const size_t n = model.params.size();
-  DDPKIT_ASSIGN_OR_RETURN(const std::vector<IterationSample> samples,
+  DDPKIT_ASSIGN_OR_RETURN(std::vector<IterationSample> samples,
                           IterationSamples(view, n, -1, what));
+  const std::string hook = TraceCommHook(view);
+  if (hook.find("powersgd") != std::string::npos) DropPlainIterations(samples);
   const AllreduceSplit split = SplitAllreduces(samples);
   if (split.alone.empty() || split.alone.back().first <= 0) {
     return absl::InvalidArgumentError(
@@ -239,22 +382,32 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
   c.interference.comm_rate = CommRate(split, alone);
 
   const auto [slowest, ranks] = SlowestPerIteration(samples);
-  const std::vector<Gap> gaps = Gaps(slowest, n);
+  const std::vector<Gap> gaps = Gaps(slowest, n, !hook.empty());
   const int both_ways = ItemsSeenBothWays(gaps, n + 1);
   c.interference.compute_rate = both_ways > 0 ? FitComputeRate(gaps, n + 1) : 1;
   const std::vector<double> alone_us = AloneTimes(gaps, n + 1, c.interference.compute_rate);
   for (size_t p = 0; p < n; ++p) model.params[p].backward_us = alone_us[p];
   model.backward_tail_us = alone_us[n];
-  std::vector<double> forward, optimizer, finalize, search;
+  std::vector<double> forward, optimizer, finalize, search, skew;
   for (const IterationSample& it : slowest) {
     forward.push_back(it.forward_us - it.unused_search_us), optimizer.push_back(it.optimizer_us);
-    search.push_back(it.unused_search_us);
+    search.push_back(it.unused_search_us), skew.push_back(it.start_skew_us);
     if (it.finalize_end_us >= 0) finalize.push_back(FinalizeWork(it));
   }
   model.forward_us = Median(forward), model.optimizer_us = Median(optimizer);
   model.finalize_us = Median(finalize);
   model.unused_search_us = Median(search);
+  model.start_skew_us = Median(skew);
   SetMachineSpeeds(model);
+  HookSamples hook_samples;
+  if (!hook.empty()) {
+    for (const IterationSample& it : samples) {
+      AddHookSamples(it, model, c.interference, hook_samples);
+    }
+    model.hook_measured = hook;
+    model.hook_launch_us_per_byte = Median(hook_samples.launch);
+    model.hook_callback_us_per_byte = Median(hook_samples.callback);
+  }
   model.grad_ready_order.clear();
   for (const GradientSample& g : samples.back().gradients) {
     model.grad_ready_order.push_back(static_cast<size_t>(g.param));
@@ -264,21 +417,31 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
       StrCat("calibrated: ", what, " (each gradient's backward alone; medians of ", slowest.size(),
              " iterations, each its slowest of ", ranks, " ranks)");
   DDPKIT_RETURN_IF_ERROR(CheckFinite(model, alone, what));
-  c.replays = Replays(slowest, model, c.interference.compute_rate, split, alone);
+  c.replays = Replays(slowest, model, c.interference.compute_rate, split, alone, !hook.empty());
   for (const Replay& r : c.replays) DDPKIT_RETURN_IF_ERROR(CheckFinite(r.model, alone, what));
   c.summary = absl::StrFormat(
       "an allreduce alone %.3f ms + %.3f ms per MB (%d after backward, %d size(s)); beside "
       "backward a collective runs at %.2fx its speed (%d collectives); backward runs at %.2fx "
-      "beside a collective (%s); copies at %.2f GB/s (finalize's); each of the %d iterations "
-      "replayed, the median step reported",
+      "beside a collective (%s); copies at %.2f GB/s (finalize's); the step's pace-setting rank "
+      "started %.3f ms after the first (median); each of the %d iterations replayed, the median "
+      "step reported",
       alone.a_us / 1e3, alone.b_us_per_byte * 1e3, split.alone_count,
       static_cast<int>(split.alone.size()), c.interference.comm_rate,
       static_cast<int>(split.during.size()), c.interference.compute_rate,
       both_ways > 0 ? StrCat(both_ways, " gradient(s) seen both with and without one")
                     : "not measurable: no gradient was seen both with and without one; its "
                       "gaps are taken as measured",
-      model.copy_us_per_byte > 0 ? 1e-3 / model.copy_us_per_byte : 0.0,
+      model.copy_us_per_byte > 0 ? 1e-3 / model.copy_us_per_byte : 0.0, model.start_skew_us / 1e3,
       static_cast<int>(slowest.size()));
+  if (!hook.empty()) {
+    absl::StrAppendFormat(
+        &c.summary,
+        "; the run's %s comm hook: %.3f ms per MB of gradients at each bucket's launch (%d "
+        "samples), %.3f ms per MB after its collectives (%d samples); its allreduces are the "
+        "hook's",
+        hook, model.hook_launch_us_per_byte * 1e3, static_cast<int>(hook_samples.launch.size()),
+        model.hook_callback_us_per_byte * 1e3, static_cast<int>(hook_samples.callback.size()));
+  }
   return c;
 }
 

@@ -36,6 +36,10 @@ struct SimModel {
   double forward_us = 0;
   double backward_tail_us = 0;  // backward compute after the last gradient
   double optimizer_us = 0;
+  // How long after the first rank the rank that sets the step's pace started it (--calibrate
+  // measures it, else 0): ranks that share cores take turns at finalize and the optimizer, so
+  // one starts the next forward late and the others wait for it in the first allreduce.
+  double start_skew_us = 0;
   // Finalize's own work once the last collective is done: the gradients copied out of the
   // buckets into .grad (none with gradient_as_bucket_view). Measured by --calibrate, else 0.
   double finalize_us = 0;
@@ -47,6 +51,14 @@ struct SimModel {
   // and FLOPs, from the model's FLOPs over its measured forward and backward.
   double copy_us_per_byte = 0;
   double flops_per_us = 0;
+  // A comm hook's own work, measured by --calibrate from a run with that hook (`hook_measured`
+  // names it, as DDP's logging data does: "fp16", "powersgd", ...; empty when the run had none).
+  // Per byte of a bucket's gradients: the part before its first collective, on backward's
+  // thread (fp16's cast down), and the part after its collectives, on the communication thread
+  // (the cast back; PowerSGD's products between P and Q, and its decompression).
+  std::string hook_measured;
+  double hook_launch_us_per_byte = 0;
+  double hook_callback_us_per_byte = 0;
   std::string compute_source;  // how the times were obtained, for the report
   // Where forward_flops came from when that needs saying (a plan file's measured FLOPs, or an
   // estimate from shapes): a FLOPs-based compute profile repeats it in its source line.

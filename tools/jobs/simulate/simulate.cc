@@ -22,11 +22,39 @@ std::string HookName(const sim::Hook& hook) {
   }
 }
 
-// What find_unused_parameters, static_graph and gradient_as_bucket_view change in the step, and
-// which of it the profiles price ("" when none is set).
+// Where the comm hook's own work comes from, or what a calibration with another hook means.
+std::string HookNote(const SimulateConfig& c) {
+  const sim::SimModel& m = c.model;
+  const std::string ran = m.hook_measured.empty() ? "" : StrCat("the ", m.hook_measured, " hook");
+  if (c.hook.kind == sim::Hook::kNone) {
+    return ran.empty() ? ""
+                       : StrCat("the calibration run had ", ran,
+                                ": its allreduces were the hook's, and they price this step "
+                                "without one (calibrate from a run without it)");
+  }
+  if (sim::HookWorkMeasured(m, c.hook)) {
+    return absl::StrFormat(
+        "%s hook: its own work measured from the calibration run (%s), %.3f ms per MB of "
+        "gradients at each bucket's launch, %.3f ms per MB after its collectives",
+        HookName(c.hook), ran, m.hook_launch_us_per_byte * 1e3, m.hook_callback_us_per_byte * 1e3);
+  }
+  const std::string other =
+      ran.empty() ? "" : StrCat(" (the calibration run had ", ran, ", not this one)");
+  return m.copy_us_per_byte > 0
+             ? StrCat(HookName(c.hook),
+                      " hook: its own work is ESTIMATED from the copy speed and FLOP rate, "
+                      "coarsely",
+                      other, ": calibrate from a run with the hook to measure it")
+             : StrCat(HookName(c.hook), " hook: its own work is NOT PRICED", other,
+                      ": calibrate from a run with the hook to measure it");
+}
+
+// What find_unused_parameters, static_graph and gradient_as_bucket_view (and a comm hook) change
+// in the step, and which of it the profiles price ("" when none is set).
 std::string DdpOptionsNote(const SimulateConfig& c) {
   std::vector<std::string> notes;
   const sim::SimModel& m = c.model;
+  if (std::string hook = HookNote(c); !hook.empty()) notes.push_back(std::move(hook));
   if (c.ddp.find_unused_parameters && !c.ddp.static_graph) {
     notes.push_back(
         "find_unused_parameters: DDP never rebuilds its buckets, so every iteration runs the "
@@ -192,7 +220,8 @@ void Describe(const SimulateConfig& c, SimulateReport& r) {
   r.set_optimizer_ms(c.model.optimizer_us / 1e3);
   const sim::SimModel as_run = AsDdpRunsIt(c.model, c.ddp);
   r.set_finalize_ms(as_run.finalize_us / 1e3);
-  r.set_unused_search_ms(as_run.forward_us - c.model.forward_us);
+  r.set_unused_search_ms((as_run.forward_us - c.model.forward_us) / 1e3);
+  r.set_start_skew_ms(c.model.start_skew_us / 1e3);
   r.set_ddp_options(DdpOptionsNote(c));
   r.set_first_bucket_mb(static_cast<double>(reducer::LimitsOf(c.ddp).first_bucket_bytes) / kMiB);
   r.set_pytorch_rules(reducer::RulesFollowed(c.ddp.pytorch_version));

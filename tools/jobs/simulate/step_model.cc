@@ -35,10 +35,11 @@ std::vector<double> BucketPayloads(const SimModel& model, const std::vector<size
 
 namespace {
 
-// The collectives to run, in launch order, each with its cost alone (the network's price).
+// The collectives to run, in launch order, each with its cost alone (the network's price) and
+// the hook's work after it (a bucket's last collective carries its bucket's).
 struct Pending {
   int bucket;
-  double bytes, alone_us;
+  double bytes, alone_us, callback_us;
 };
 
 std::vector<Pending> PlanCollectives(const SimModel& model, const reducer::BucketAssignment& plan,
@@ -47,91 +48,162 @@ std::vector<Pending> PlanCollectives(const SimModel& model, const reducer::Bucke
   for (size_t b = 0; b < plan.buckets.size(); ++b) {
     const size_t first = out.size();
     for (double bytes : BucketPayloads(model, plan.buckets[b], hook)) {
-      out.push_back({static_cast<int>(b), bytes, network.AllreduceUs(bytes, world)});
+      out.push_back({static_cast<int>(b), bytes, network.AllreduceUs(bytes, world), 0});
     }
-    if (out.size() > first) out[first].alone_us += HookComputeUs(model, plan.buckets[b], hook);
+    if (out.size() > first) {
+      out.back().callback_us = HookWorkUs(model, plan.buckets[b], hook).callback_us;
+    }
   }
   return out;
 }
 
-// Backward as work items in grad-ready order (each gradient's compute, then the tail) and the
-// communication stream, advanced together from event to event: the next gradient done or the
-// running collective done. Each goes at its interference rate while the other is running.
+// One piece of backward's thread's work: a gradient, the launch of a bucket (its hook's work
+// before the collective, 0 without a hook), or the tail after the last gradient.
+struct WorkItem {
+  enum Kind { kGradient, kLaunch, kTail } kind;
+  size_t index;  // the parameter, or the bucket
+  double us;
+};
+
+// Backward's work in order: each gradient in grad-ready order, and after the gradient that
+// completes a bucket, the launch of every bucket now ready in plan order (the reducer launches
+// strictly in order: a ready bucket waits for the earlier ones), then the tail.
+std::vector<WorkItem> BackwardWork(const SimModel& model, const reducer::BucketAssignment& plan,
+                                   const std::vector<int>& param_bucket, const Hook& hook) {
+  std::vector<size_t> left(plan.buckets.size());
+  std::vector<double> launch_us(plan.buckets.size());
+  for (size_t b = 0; b < plan.buckets.size(); ++b) {
+    left[b] = plan.buckets[b].size();
+    launch_us[b] = HookWorkUs(model, plan.buckets[b], hook).launch_us;
+  }
+  std::vector<WorkItem> work;
+  size_t next = 0;
+  for (size_t p : model.grad_ready_order) {
+    work.push_back({WorkItem::kGradient, p, model.params[p].backward_us});
+    if (param_bucket[p] >= 0) --left[param_bucket[p]];
+    for (; next < left.size() && left[next] == 0; ++next) {
+      work.push_back({WorkItem::kLaunch, next, launch_us[next]});
+    }
+  }
+  work.push_back({WorkItem::kTail, 0, model.backward_tail_us});
+  return work;
+}
+
+// Backward's work items and the communication stream, advanced together from event to event:
+// the current item done, or the running collective (or its hook's work after it) done. Backward
+// and a collective each go at their interference rate while the other is running.
 class StepRun {
  public:
   StepRun(const SimModel& model, const reducer::BucketAssignment& plan,
-          std::vector<Pending> collectives, const Interference& rates, StepTimeline& t)
-      : model_(model), queue_(std::move(collectives)), rates_(rates), t_(t) {
+          std::vector<Pending> collectives, const Hook& hook, const Interference& rates,
+          StepTimeline& t)
+      : queue_(std::move(collectives)), rates_(rates), t_(t) {
     left_in_bucket_.resize(plan.buckets.size());
     for (size_t b = 0; b < plan.buckets.size(); ++b) {
       left_in_bucket_[b] = plan.buckets[b].size();
       for (size_t p : plan.buckets[b]) t_.param_bucket[p] = static_cast<int>(b);
     }
     t_.bucket_ready_us.assign(plan.buckets.size(), -1);
-    work_left_ = NextWork();
+    t_.bucket_launch_us.assign(plan.buckets.size(), -1);
+    t_.bucket_queued_us.assign(plan.buckets.size(), -1);
+    launched_.assign(plan.buckets.size(), false);
+    work_ = BackwardWork(model, plan, t_.param_bucket, hook);
+    work_left_ = work_[0].us;
   }
 
   void Run(double start_us) {
-    now_ = start_us;
+    now_ = item_start_ = start_us;
     while (backward_running() || running_ >= 0 || next_ < queue_.size()) {
-      if (running_ < 0 && next_ < queue_.size() && t_.bucket_ready_us[queue_[next_].bucket] >= 0) {
-        running_ = static_cast<int>(next_++);
-        comm_left_ = queue_[running_].alone_us;
-        t_.collectives.push_back({queue_[running_].bucket, now_, now_, queue_[running_].bytes});
-      }
-      const double compute_speed = running_ >= 0 ? rates_.compute_rate : 1;
-      const double comm_speed = backward_running() ? rates_.comm_rate : 1;
-      const double to_grad = backward_running() ? work_left_ / compute_speed : kNever;
+      if (running_ < 0 && next_ < queue_.size() && launched_[queue_[next_].bucket]) StartNext();
+      // A hook's work after a collective is the machine's own compute: it runs at its own speed
+      // and slows neither side (only a collective and backward contend).
+      const bool collective = running_ >= 0 && !in_callback_;
+      const double compute_speed = collective ? rates_.compute_rate : 1;
+      const double comm_speed = collective && backward_running() ? rates_.comm_rate : 1;
+      const double to_work = backward_running() ? work_left_ / compute_speed : kNever;
       const double to_comm = running_ >= 0 ? comm_left_ / comm_speed : kNever;
-      const double dt = std::min(to_grad, to_comm);
+      const double dt = std::min(to_work, to_comm);
       // Nothing runs and nothing can start (every bucket was sent), or a time that is not a
       // number (a profile gone wrong must not spin here forever).
       if (dt == kNever || !(dt >= 0)) break;
       now_ += dt;
       work_left_ -= dt * compute_speed, comm_left_ -= dt * comm_speed;
-      if (to_grad <= to_comm) FinishWork();
-      if (to_comm <= to_grad) {
-        t_.collectives.back().end_us = now_;
-        running_ = -1;
-      }
+      if (to_work <= to_comm) FinishWork();
+      if (to_comm <= to_work) FinishComm();
     }
   }
 
  private:
   static constexpr double kNever = 1e300;
-  bool backward_running() const { return grad_ <= model_.grad_ready_order.size(); }
+  bool backward_running() const { return item_ < work_.size(); }
 
-  double NextWork() const {
-    return grad_ < model_.grad_ready_order.size()
-               ? model_.params[model_.grad_ready_order[grad_]].backward_us
-               : model_.backward_tail_us;
+  void StartNext() {
+    running_ = static_cast<int>(next_++);
+    comm_left_ = queue_[running_].alone_us, in_callback_ = false;
+    t_.collectives.push_back({queue_[running_].bucket, now_, now_, now_, queue_[running_].bytes});
   }
 
-  // A gradient is ready (its bucket too, with its last one), or backward's tail is done.
-  void FinishWork() {
-    if (grad_ == model_.grad_ready_order.size()) {
-      t_.backward_end_us = now_;
-      ++grad_;
+  // The collective is done (its hook's work after it starts), or that work is.
+  void FinishComm() {
+    Collective& c = t_.collectives.back();
+    if (!in_callback_) c.end_us = now_;
+    c.callback_end_us = now_;
+    if (!in_callback_ && queue_[running_].callback_us > 0) {
+      in_callback_ = true, comm_left_ = queue_[running_].callback_us;
       return;
     }
-    const size_t p = model_.grad_ready_order[grad_++];
-    t_.grad_ready_us[p] = now_;
-    const int b = t_.param_bucket[p];
-    if (b >= 0 && --left_in_bucket_[b] == 0) t_.bucket_ready_us[b] = now_;
-    work_left_ = NextWork();
+    running_ = -1;
   }
 
-  const SimModel& model_;
+  // A gradient is ready (its bucket too, with its last one), a bucket is launched, or
+  // backward's tail is done.
+  void FinishWork() {
+    const WorkItem& w = work_[item_++];
+    if (w.kind == WorkItem::kTail) t_.backward_end_us = now_;
+    if (w.kind == WorkItem::kLaunch) {
+      launched_[w.index] = true, t_.hook_launch_us += w.us;
+      t_.bucket_launch_us[w.index] = item_start_, t_.bucket_queued_us[w.index] = now_;
+    }
+    if (w.kind == WorkItem::kGradient) {
+      t_.grad_ready_us[w.index] = now_;
+      const int b = t_.param_bucket[w.index];
+      if (b >= 0 && --left_in_bucket_[b] == 0) t_.bucket_ready_us[b] = now_;
+    }
+    if (backward_running()) work_left_ = work_[item_].us;
+    item_start_ = now_;
+  }
+
   std::vector<Pending> queue_;
   Interference rates_;
   StepTimeline& t_;
   std::vector<size_t> left_in_bucket_;
+  std::vector<bool> launched_;
+  std::vector<WorkItem> work_;
   double now_ = 0, work_left_ = 0, comm_left_ = 0;
-  size_t grad_ = 0, next_ = 0;
+  double item_start_ = 0;  // when backward's current work item began
+  size_t item_ = 0, next_ = 0;
   int running_ = -1;  // the collective on the stream, an index into queue_
+  bool in_callback_ = false;
 };
 
 }  // namespace
+
+bool HookWorkMeasured(const SimModel& model, const Hook& hook) {
+  const std::string& m = model.hook_measured;
+  switch (hook.kind) {
+    case Hook::kNone: return false;
+    case Hook::kFp16: return m == "fp16" || m == "bf16";
+    case Hook::kPowerSgd: return m == "powersgd" || m == "batched_powersgd";
+  }
+  return false;
+}
+
+HookWork HookWorkUs(const SimModel& model, const std::vector<size_t>& bucket, const Hook& hook) {
+  if (!HookWorkMeasured(model, hook)) return {0, HookComputeUs(model, bucket, hook)};
+  double bytes = 0;
+  for (size_t i : bucket) bytes += static_cast<double>(model.params[i].nbytes());
+  return {bytes * model.hook_launch_us_per_byte, bytes * model.hook_callback_us_per_byte};
+}
 
 double HookComputeUs(const SimModel& model, const std::vector<size_t>& bucket, const Hook& hook) {
   if (hook.kind == Hook::kNone || model.copy_us_per_byte <= 0) return 0;
@@ -161,18 +233,20 @@ StepTimeline SimulateStep(const SimModel& model, const reducer::BucketAssignment
   t.forward_end_us = model.forward_us;
   t.grad_ready_us.assign(model.params.size(), 0);
   t.param_bucket.assign(model.params.size(), -1);
-  StepRun run(model, plan, PlanCollectives(model, plan, network, world, hook), interference, t);
+  StepRun run(model, plan, PlanCollectives(model, plan, network, world, hook), hook, interference,
+              t);
   run.Run(model.forward_us);
   for (const Collective& c : t.collectives) {
-    t.comm_us += c.end_us - c.start_us, t.bytes_sent += c.bytes;
+    t.comm_us += c.callback_end_us - c.start_us, t.bytes_sent += c.bytes;
   }
-  const double stream_end = t.collectives.empty() ? 0 : t.collectives.back().end_us;
+  const double stream_end = t.collectives.empty() ? 0 : t.collectives.back().callback_end_us;
   t.comm_end_us = std::max(t.backward_end_us, stream_end);
   t.exposed_us = t.comm_end_us - t.backward_end_us;
   t.overlapped_us = t.comm_us - t.exposed_us;
-  t.step_us = t.comm_end_us + model.finalize_us + model.optimizer_us;
-  t.compute_us = model.forward_us + model.BackwardUs() + model.finalize_us + model.optimizer_us;
-  t.slowdown_us = t.backward_end_us - model.forward_us - model.BackwardUs();
+  t.step_us = model.start_skew_us + t.comm_end_us + model.finalize_us + model.optimizer_us;
+  t.compute_us = model.forward_us + model.BackwardUs() + t.hook_launch_us + model.finalize_us +
+                 model.optimizer_us;
+  t.slowdown_us = t.backward_end_us - model.forward_us - model.BackwardUs() - t.hook_launch_us;
   return t;
 }
 

@@ -7,10 +7,13 @@
 //    max(ready_b, end of bucket b-1);
 //  * a comm hook changes what a bucket sends: fp16 halves float32 bytes; PowerSGD rank R sends
 //    the uncompressed tensors, then P (rows·R), then Q (cols·R) per matrix worth compressing;
+//    and it adds work: before the bucket's collective on backward's thread (a cast down), after
+//    it on the communication stream (HookWorkUs);
 //  * interference: while backward and a collective run at once they share the machine (CPU
 //    cores and memory bandwidth; on a GPU its SMs and HBM), so each goes at a fraction of its
 //    own speed (Interference; 1 and 1 when unknown). Backward's times and a collective's cost
 //    are those each takes alone; calibrate.h measures the fractions from a trace;
+//  * the step is paced by its last-starting rank (SimModel::start_skew_us after the first);
 //  * backward ends, then finalize waits for the last bucket (the exposed tail) and copies the
 //    gradients out of the buckets (SimModel::finalize_us), then the optimizer runs. Every bucket is
 //    ready by backward's end, so the stream is busy from then on: exposed = max(0, comm end -
@@ -42,6 +45,7 @@ struct Interference {
 struct Collective {
   int bucket = 0;
   double start_us = 0, end_us = 0;
+  double callback_end_us = 0;  // the hook's work after it done (end_us when there is none)
   double bytes = 0;
 };
 
@@ -49,25 +53,40 @@ struct StepTimeline {
   double forward_end_us = 0;
   std::vector<double> grad_ready_us;  // per parameter (registration index)
   std::vector<double> bucket_ready_us;
-  std::vector<int> param_bucket;        // per parameter: its bucket in the plan
-  std::vector<Collective> collectives;  // in launch order
+  std::vector<double> bucket_launch_us;  // the reducer launches it: its hook's work starts
+  std::vector<double> bucket_queued_us;  // that work done: its first collective is queued
+  std::vector<int> param_bucket;         // per parameter: its bucket in the plan
+  std::vector<Collective> collectives;   // in launch order
   double backward_end_us = 0;
-  double comm_end_us = 0;  // last collective's end (backward's end when nothing is sent)
-  double step_us = 0;      // optimizer's end
-  double compute_us = 0;   // forward + backward + finalize's copies + optimizer, each alone
-  double slowdown_us = 0;  // what interference added to backward
-  double comm_us = 0;      // the stream's busy time
+  double comm_end_us = 0;     // last collective's end (backward's end when nothing is sent)
+  double step_us = 0;         // optimizer's end, from the first rank's start (start skew in)
+  double compute_us = 0;      // forward + backward + finalize's copies + optimizer, each alone
+  double hook_launch_us = 0;  // of it: a comm hook's work before each bucket's collective
+  double slowdown_us = 0;     // what interference added to backward
+  double comm_us = 0;         // the stream's busy time
   double exposed_us = 0;
   double overlapped_us = 0;
   double bytes_sent = 0;  // per rank, as the collectives count them
 };
 
-// The hook's own compute for one bucket (0 when the model does not know the machine's copy
-// speed): fp16 casts the bucket down and back, about two copies of it; PowerSGD reads each
-// matrix it compresses about five times (error feedback, its two products, the decompression,
-// the new error), two and a half copies, or does its 6·rows·cols·R FLOPs, whichever is longer.
-// Charged to the bucket's first collective, on the communication stream.
+// The hook's own compute for one bucket, estimated from the machine's speeds (0 when the model
+// does not know its copy speed): fp16 casts the bucket down and back, about two copies of it;
+// PowerSGD reads each matrix it compresses about five times (error feedback, its two products,
+// the decompression, the new error), two and a half copies, or does its 6·rows·cols·R FLOPs,
+// whichever is longer.
 double HookComputeUs(const SimModel& model, const std::vector<size_t>& bucket, const Hook& hook);
+
+// Whether `model`'s hook work was measured from a run with `hook`'s kind (SimModel::hook_measured).
+bool HookWorkMeasured(const SimModel& model, const Hook& hook);
+
+// A hook's work for one bucket, in the two places a DDP step does it: when the reducer launches
+// the bucket, on backward's thread (backward waits for it, and the collective starts after it),
+// and after the bucket's collectives, on the communication stream. Measured (HookWorkMeasured),
+// or else HookComputeUs, all of it after the collectives.
+struct HookWork {
+  double launch_us = 0, callback_us = 0;
+};
+HookWork HookWorkUs(const SimModel& model, const std::vector<size_t>& bucket, const Hook& hook);
 
 // The collectives' byte counts for one bucket under `hook`, in the order they run.
 std::vector<double> BucketPayloads(const SimModel& model, const std::vector<size_t>& bucket,

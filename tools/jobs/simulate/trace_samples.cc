@@ -20,12 +20,19 @@ std::set<int> InitialPlanIterations(const trace::RankView& rank) {
   return skip;
 }
 
-std::map<int, IterationSample> Collect(const trace::RankView& rank) {
+// `params`: the model's parameter count, so no more buckets than that (a bad trace's bucket
+// number must not size a vector).
+std::map<int, IterationSample> Collect(const trace::RankView& rank, size_t params) {
   std::map<int, IterationSample> its;
   std::set<int> with_backward;
   for (const trace::TraceItem& p : rank.phases) {
     IterationSample& it = its[p.iteration];
-    if (p.name == "forward") it.forward_us += p.end_us - p.start_us;
+    if (p.name == "forward") {
+      it.forward_us += p.end_us - p.start_us;
+      if (it.forward_start_us < 0 || p.start_us < it.forward_start_us) {
+        it.forward_start_us = p.start_us;
+      }
+    }
     if (p.name == "optimizer") it.optimizer_us += p.end_us - p.start_us;
     if (p.name == "finalize") it.finalize_end_us = p.end_us;
     if (p.name == "unused search") it.unused_search_us += p.end_us - p.start_us;
@@ -35,12 +42,25 @@ std::map<int, IterationSample> Collect(const trace::RankView& rank) {
     }
   }
   for (const trace::TraceItem& h : rank.hooks) {
-    its[h.iteration].gradients.push_back({h.param, h.start_us});
+    its[h.iteration].gradients.push_back({h.param, h.bucket, h.start_us});
   }
   for (const trace::TraceItem& c : rank.collectives) {
     if (c.purpose != "bucket" || c.shadow || !c.ok) continue;
-    its[c.iteration].allreduces.push_back(
-        {static_cast<double>(c.bytes), c.start_us, std::max(c.start_us, c.end_us)});
+    its[c.iteration].allreduces.push_back({.bucket = c.bucket,
+                                           .bytes = static_cast<double>(c.bytes),
+                                           .start_us = c.start_us,
+                                           .end_us = std::max(c.start_us, c.end_us),
+                                           .rank_start_us = c.start_us,
+                                           .queued_us = c.queued_us > 0 ? c.queued_us : -1});
+  }
+  for (const trace::TraceItem& i : rank.instants) {
+    if (i.bucket < 0 || static_cast<size_t>(i.bucket) >= params) continue;
+    if (i.event != "launched" && i.event != "reduced") continue;
+    std::vector<BucketSample>& buckets = its[i.iteration].buckets;
+    if (buckets.size() <= static_cast<size_t>(i.bucket)) buckets.resize(i.bucket + 1);
+    BucketSample& b = buckets[i.bucket];
+    b.bucket = i.bucket;
+    (i.event == "launched" ? b.launched_us : b.reduced_us) = i.start_us;
   }
   for (auto it = its.begin(); it != its.end();) {
     it = with_backward.count(it->first) ? std::next(it) : its.erase(it);
@@ -91,7 +111,7 @@ absl::StatusOr<std::vector<IterationSample>> IterationSamples(const trace::Trace
   for (const trace::RankView& r : view.ranks) {
     if (rank >= 0 && r.rank != rank) continue;
     const std::set<int> skip = InitialPlanIterations(r);
-    for (auto& [number, it] : Collect(r)) {
+    for (auto& [number, it] : Collect(r, params)) {
       if (skip.count(number) || it.gradients.size() != params) continue;
       for (const GradientSample& g : it.gradients) {
         if (g.param < 0) {

@@ -12,23 +12,40 @@
 namespace ddpkit::jobs::sim {
 
 struct GradientSample {
-  int param = -1;  // registration index
+  int param = -1;   // registration index
+  int bucket = -1;  // its bucket in the plan the iteration ran (-1: the trace does not say)
   double ready_us = 0;
 };
 
 struct AllreduceSample {
+  int bucket = -1;
   double bytes = 0;
   double start_us = 0, end_us = 0;  // start: when the last rank in the view started it
+  double rank_start_us = 0;         // when this rank's communication thread started it
+  double queued_us = -1;            // when this rank queued it (-1: the trace does not say)
+};
+
+// A bucket's two stamps from the reducer: handed to its comm hook (or allreduce), and its
+// result complete (the hook's future, so after the hook's work that follows its collectives).
+// A comm hook's work runs from the launch to the first collective's queueing, and from the last
+// collective's end to the completion. -1: the trace does not say.
+struct BucketSample {
+  int bucket = -1;
+  double launched_us = -1, reduced_us = -1;
 };
 
 struct IterationSample {
   int rank = 0, iteration = 0;
   double forward_us = 0, optimizer_us = 0;
+  double forward_start_us = -1;  // its first forward's start (-1: none traced)
+  // How long after the iteration's first rank this one started it (calibrate.cc sets it).
+  double start_skew_us = 0;
   double backward_start_us = 0, backward_end_us = 0;
-  double finalize_end_us = -1;            // -1: the trace has no finalize span for it
-  double unused_search_us = 0;            // find_unused_parameters' graph search (inside forward)
-  std::vector<GradientSample> gradients;  // in the order they became ready
-  std::vector<AllreduceSample> allreduces;
+  double finalize_end_us = -1;              // -1: the trace has no finalize span for it
+  double unused_search_us = 0;              // find_unused_parameters' graph search (inside forward)
+  std::vector<GradientSample> gradients;    // in the order they became ready
+  std::vector<AllreduceSample> allreduces;  // in start order
+  std::vector<BucketSample> buckets;        // by bucket index
 };
 
 // The iterations of `view` a step can be learned from: a backward pass with one hook per

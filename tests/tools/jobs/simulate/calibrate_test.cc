@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "tests/tools/jobs/simulate/plans.h"
@@ -37,14 +38,34 @@ void Record(const StepTimeline& s, int it, double t0, trace::RankView& rank) {
   rank.phases.push_back(item("backward", s.forward_end_us, s.backward_end_us));
   for (size_t p = 0; p < s.grad_ready_us.size(); ++p) {
     trace::TraceItem h = item("hook", s.grad_ready_us[p], s.grad_ready_us[p]);
-    h.param = static_cast<int>(p);
+    h.param = static_cast<int>(p), h.bucket = s.param_bucket[p];
     rank.hooks.push_back(h);
   }
   for (const Collective& c : s.collectives) {
     trace::TraceItem a = item("allreduce", c.start_us, c.end_us);
     a.purpose = "bucket", a.bucket = c.bucket, a.bytes = static_cast<int64_t>(c.bytes);
+    a.queued_us = t0 + s.bucket_queued_us[c.bucket];  // one collective per bucket here
     rank.collectives.push_back(a);
+    // The bucket's result is complete once the hook's work after its collective is.
+    trace::TraceItem reduced = item("bucket reduced", c.callback_end_us, c.callback_end_us);
+    reduced.bucket = c.bucket, reduced.event = "reduced";
+    rank.instants.push_back(reduced);
   }
+  for (size_t b = 0; b < s.bucket_launch_us.size(); ++b) {
+    trace::TraceItem launched =
+        item("bucket launched", s.bucket_launch_us[b], s.bucket_launch_us[b]);
+    launched.bucket = static_cast<int>(b), launched.event = "launched";
+    rank.instants.push_back(launched);
+  }
+}
+
+// A view whose runs had `comm_hook`, as a ddpkit trace's metadata says.
+trace::TraceView ViewWithHook(const std::string& comm_hook) {
+  trace::TraceView view;
+  view.world_size = 2;
+  view.ranks.resize(1);
+  view.other_data = {{"ranks", {{{"ddp_options", {{"comm_hook", comm_hook}}}}}}};
+  return view;
 }
 
 TEST(CalibrateTest, RecoversTheProfilesAndTheInterferenceItWasSimulatedWith) {
@@ -87,6 +108,126 @@ TEST(CalibrateTest, RecoversTheProfilesAndTheInterferenceItWasSimulatedWith) {
   }
   // p3, ready first, never has a collective beside it; the other three are seen both ways.
   EXPECT_NE(c->summary.find("3 gradient(s) seen both"), std::string::npos) << c->summary;
+}
+
+// A run with a comm hook: its work at each bucket's launch is taken out of the gradients' times
+// and measured per byte, and so is its work after the collectives (up to the bucket's
+// completion); simulating the same hook again gives the traced steps back.
+TEST(CalibrateTest, RecoversAHooksWorkFromARunWithIt) {
+  SimModel truth = Truth();
+  truth.hook_measured = "fp16";
+  truth.hook_launch_us_per_byte = 0.002, truth.hook_callback_us_per_byte = 0.005;
+  NetworkModel network;
+  network.measured[2] = {.a_us = 50, .b_us_per_byte = 0.01};
+  const Interference rates = {.comm_rate = 0.5, .compute_rate = 0.8};
+  const std::vector<reducer::BucketAssignment> plans = {Plan({{3}, {2}, {1}, {0}}),
+                                                        Plan({{3, 2, 1, 0}})};
+  const Hook fp16 = {.kind = Hook::kFp16};
+  trace::TraceView view = ViewWithHook("fp16");
+  std::vector<StepTimeline> steps;
+  for (int it = 0; it < 8; ++it) {
+    steps.push_back(SimulateStep(truth, plans[it % 2], network, 2, fp16, rates));
+    Record(steps.back(), it, 10000.0 * it, view.ranks[0]);
+  }
+  SimModel model = Truth();
+  absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(model.hook_measured, "fp16");
+  EXPECT_NEAR(model.hook_launch_us_per_byte, 0.002, 1e-12);
+  EXPECT_NEAR(model.hook_callback_us_per_byte, 0.005, 1e-12);
+  EXPECT_NEAR(c->interference.comm_rate, 0.5, 1e-9);
+  EXPECT_NEAR(c->interference.compute_rate, 0.8, 1e-9);
+  for (size_t p = 0; p < truth.params.size(); ++p) {
+    EXPECT_NEAR(model.params[p].backward_us, truth.params[p].backward_us, 1e-6) << p;
+  }
+  for (int it = 1; it < 8; ++it) {
+    const StepTimeline again =
+        SimulateStep(model, plans[it % 2], c->network, 2, fp16, c->interference);
+    EXPECT_NEAR(again.comm_end_us, steps[it].comm_end_us, 1e-6) << it;
+  }
+  EXPECT_NE(c->summary.find("the run's fp16 comm hook"), std::string::npos) << c->summary;
+  // Without the hook's name in the trace (a PyTorch profiler trace, an older ddpkit one), the
+  // launch work stays inside the gradients' times and nothing is measured as the hook's.
+  view.other_data = nlohmann::json::object();
+  SimModel plain = Truth();
+  ASSERT_TRUE(Calibrate(view, "synthetic", plain).ok());
+  EXPECT_TRUE(plain.hook_measured.empty());
+}
+
+// PowerSGD's pattern: a bucket's three collectives, the first two queued at its launch (the
+// first callback fills the second's buffer before the FIFO communication thread starts it), the
+// third queued by the second's callback. The hook's work after the collectives is every gap
+// the thread spent in callbacks: 200 + 50 us between them, 100 us up to the bucket's completion.
+TEST(CalibrateTest, AHooksWorkBetweenABucketsCollectivesIsMeasured) {
+  trace::TraceView view = ViewWithHook("powersgd");
+  trace::RankView& rank = view.ranks[0];
+  for (int it = 0; it < 3; ++it) {
+    const double t0 = 10000.0 * it;
+    auto item = [&](std::string name, double a, double b) {
+      trace::TraceItem i;
+      i.name = std::move(name), i.iteration = it, i.start_us = t0 + a, i.end_us = t0 + b;
+      return i;
+    };
+    rank.phases.push_back(item("forward", 0, 100));
+    rank.phases.push_back(item("backward", 100, 1000));
+    for (int p = 0; p < 4; ++p) {
+      trace::TraceItem h = item("hook", 200 + 100 * p, 200 + 100 * p);
+      h.param = 3 - p, h.bucket = 0;
+      rank.hooks.push_back(h);
+    }
+    trace::TraceItem launched = item("bucket 0 launched", 550, 550);
+    launched.bucket = 0, launched.event = "launched";
+    rank.instants.push_back(launched);
+    for (const auto& [from, to, queued, bytes] : {std::tuple{1000.0, 1100.0, 600.0, 4000},
+                                                  {1300.0, 1400.0, 600.0, 800},
+                                                  {1500.0, 1600.0, 1450.0, 800}}) {
+      trace::TraceItem a = item("allreduce", from, to);
+      a.purpose = "bucket", a.bucket = 0, a.bytes = bytes, a.queued_us = t0 + queued;
+      rank.collectives.push_back(a);
+    }
+    trace::TraceItem reduced = item("bucket 0 reduced", 1700, 1700);
+    reduced.bucket = 0, reduced.event = "reduced";
+    rank.instants.push_back(reduced);
+  }
+  SimModel model = Truth();  // 10 000 floats: 40 000 bytes in the bucket
+  absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(model.hook_measured, "powersgd");
+  EXPECT_DOUBLE_EQ(model.hook_launch_us_per_byte, 50 / 40000.0);
+  EXPECT_DOUBLE_EQ(model.hook_callback_us_per_byte, 350 / 40000.0);
+}
+
+// Two ranks, the second starting each step 0.5 ms after the first (it finished the last one's
+// optimizer late): the first waits for it in the allreduce, so the step, counted from the
+// first rank's start, is 0.5 ms longer than either rank's compute and communication.
+TEST(CalibrateTest, ARankThatStartsLateSetsThePaceAndItsSkewIsInTheStep) {
+  const SimModel truth = Truth();
+  NetworkModel network;
+  network.measured[2] = {.a_us = 50, .b_us_per_byte = 0.01};
+  trace::TraceView view;
+  view.world_size = 2;
+  view.ranks.resize(2);
+  view.ranks[1].rank = 1;
+  const reducer::BucketAssignment plan = Plan({{3, 2, 1, 0}});
+  const StepTimeline s = SimulateStep(truth, plan, network, 2, {});
+  for (int it = 0; it < 5; ++it) {
+    Record(s, it, 10000.0 * it, view.ranks[0]);
+    Record(s, it, 10000.0 * it + 500, view.ranks[1]);
+  }
+  // A collective ends together on both ranks: the first rank's are the late one's.
+  for (size_t k = 0; k < view.ranks[0].collectives.size(); ++k) {
+    view.ranks[0].collectives[k].start_us = view.ranks[1].collectives[k].start_us;
+    view.ranks[0].collectives[k].end_us = view.ranks[1].collectives[k].end_us;
+  }
+  SimModel model = Truth();
+  absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(model.start_skew_us, 500);
+  for (size_t p = 0; p < truth.params.size(); ++p) {
+    EXPECT_NEAR(model.params[p].backward_us, truth.params[p].backward_us, 1e-6) << p;
+  }
+  EXPECT_NEAR(SimulateStep(model, plan, c->network, 2, {}).step_us, s.step_us + 500, 1e-6);
+  for (const Replay& r : c->replays) EXPECT_DOUBLE_EQ(r.model.start_skew_us, 500);
 }
 
 TEST(CalibrateTest, WithoutGradientsSeenBothWaysTheComputeRateIsNotGuessed) {
@@ -161,12 +302,26 @@ TEST(CalibrateTest, AnyTraceGivesAProfileOrAnErrorAndTheStepEnds) {
                                 .start_us = a,
                                 .end_us = a + time(),
                                 .iteration = it,
+                                .bucket = static_cast<int>(rng() % 4) - 1,
                                 .purpose = "bucket"};
           item.bytes = static_cast<int64_t>(time());
+          item.queued_us = rng() % 3 == 0 ? -1 : time();
           rank.collectives.push_back(item);
+        }
+        // Bucket stamps with any bucket number, a huge one included (it must not size a vector).
+        for (int b = static_cast<int>(rng() % 4); b > 0; --b) {
+          const double at = time();
+          const int buckets[] = {-1, 0, 1, 2, 3, 1 << 30};
+          rank.instants.push_back({.name = "bucket",
+                                   .start_us = at,
+                                   .end_us = at,
+                                   .iteration = it,
+                                   .bucket = buckets[rng() % 6],
+                                   .event = rng() % 2 ? "launched" : "reduced"});
         }
       }
     }
+    if (rng() % 2) view.other_data = {{"ranks", {{{"ddp_options", {{"comm_hook", "fp16"}}}}}}};
     SimModel model = Truth();
     absl::StatusOr<Calibration> c = Calibrate(view, "random", model);
     if (!c.ok()) {
@@ -176,9 +331,11 @@ TEST(CalibrateTest, AnyTraceGivesAProfileOrAnErrorAndTheStepEnds) {
     ++profiles;
     EXPECT_GT(c->interference.comm_rate, 0);
     EXPECT_LE(c->interference.compute_rate, 1);
-    const StepTimeline s =
-        SimulateStep(model, Plan({{3}, {2}, {1, 0}}), c->network, 2, {}, c->interference);
-    EXPECT_TRUE(std::isfinite(s.step_us)) << c->summary;
+    for (const Hook& hook : {Hook{}, Hook{.kind = Hook::kFp16}}) {
+      const StepTimeline s =
+          SimulateStep(model, Plan({{3}, {2}, {1, 0}}), c->network, 2, hook, c->interference);
+      EXPECT_TRUE(std::isfinite(s.step_us)) << c->summary;
+    }
   }
   EXPECT_GT(profiles, 0);  // some random traces are usable, so the step is exercised too
 }

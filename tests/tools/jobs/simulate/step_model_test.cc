@@ -182,10 +182,49 @@ TEST(StepModelTest, AHooksOwnComputeIsPricedAtTheMachinesSpeeds) {
   EXPECT_DOUBLE_EQ(HookComputeUs(m, {1, 0}, {.kind = Hook::kPowerSgd, .rank = 2}), 2.5 * 20);
   m.flops_per_us = 100;
   EXPECT_DOUBLE_EQ(HookComputeUs(m, {1, 0}, {.kind = Hook::kPowerSgd, .rank = 2}), 600);
-  // The first collective of the bucket carries it: 20 us of casts ahead of 10.2 us of fp16 data.
+  // Estimated, it all runs after the bucket's collective, on the stream: 10.2 us of fp16 data,
+  // then 40.8 us of casts.
   m.params[0].backward_us = m.params[1].backward_us = 20;
   const StepTimeline t = SimulateStep(m, Plan({{1, 0}}), OneGbps(), 2, {.kind = Hook::kFp16});
-  EXPECT_DOUBLE_EQ(t.collectives[0].end_us - t.collectives[0].start_us, 40.8 + 10.2);
+  EXPECT_DOUBLE_EQ(t.collectives[0].end_us - t.collectives[0].start_us, 10.2);
+  EXPECT_DOUBLE_EQ(t.collectives[0].callback_end_us - t.collectives[0].end_us, 40.8);
+  EXPECT_DOUBLE_EQ(t.comm_us, 51);
+}
+
+// Measured from a run with the hook (--calibrate), a hook's work splits in two: at each
+// bucket's launch on backward's thread, which backward waits for and the collective starts
+// after, and after its collectives on the stream. Two buckets, launched in plan order.
+TEST(StepModelTest, AMeasuredHooksWorkDelaysBackwardAtLaunchAndTheStreamAfter) {
+  SimModel m;
+  m.params = {{.name = "a", .shape = {1000}, .backward_us = 100},
+              {.name = "b", .shape = {2000}, .backward_us = 100}};
+  m.grad_ready_order = {1, 0};
+  m.forward_us = 10;
+  m.hook_measured = "fp16";
+  m.hook_launch_us_per_byte = 0.01;    // 40 us for a's 4000 bytes, 80 for b's 8000
+  m.hook_callback_us_per_byte = 0.02;  // 80 and 160 us
+  const Hook fp16 = {.kind = Hook::kFp16};
+  EXPECT_TRUE(HookWorkMeasured(m, fp16));
+  EXPECT_FALSE(HookWorkMeasured(m, {.kind = Hook::kPowerSgd}));
+  // At 1 Gb/s (1000 bytes per us after 0 latency): b's 4000 fp16 bytes take 4 us, a's 2 us.
+  const StepTimeline t = SimulateStep(m, Plan({{1}, {0}}), OneGbps(), 2, fp16);
+  // b: ready at 110, launched at 190; its collective 190..194, its callback to 354.
+  EXPECT_DOUBLE_EQ(t.grad_ready_us[1], 110);
+  ASSERT_EQ(t.collectives.size(), 2u);
+  EXPECT_DOUBLE_EQ(t.collectives[0].start_us, 190);
+  EXPECT_DOUBLE_EQ(t.collectives[0].end_us, 194);
+  EXPECT_DOUBLE_EQ(t.collectives[0].callback_end_us, 354);
+  // a: ready at 290 (backward went on after b's launch), launched at 330, waits for the stream
+  // until 354, sent by 356, its callback to 436. Backward ends at a's launch: 330.
+  EXPECT_DOUBLE_EQ(t.grad_ready_us[0], 290);
+  EXPECT_DOUBLE_EQ(t.backward_end_us, 330);
+  EXPECT_DOUBLE_EQ(t.collectives[1].start_us, 354);
+  EXPECT_DOUBLE_EQ(t.collectives[1].end_us, 356);
+  EXPECT_DOUBLE_EQ(t.collectives[1].callback_end_us, 436);
+  EXPECT_DOUBLE_EQ(t.comm_end_us, 436);
+  EXPECT_DOUBLE_EQ(t.hook_launch_us, 120);
+  EXPECT_DOUBLE_EQ(t.compute_us, 10 + 200 + 120);
+  EXPECT_DOUBLE_EQ(t.slowdown_us, 0);
 }
 
 TEST(NetworkModelTest, AlgorithmFactors) {
