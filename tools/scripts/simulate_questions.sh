@@ -2,9 +2,10 @@
 # docs/simulate.md's "questions users ask": for each, `ddpkit simulate --calibrate` predicts the
 # step of a DDP variant from a short run without it, and `ddpkit train --trace` measures that
 # variant here, same model, backend and world. Per repeat: the calibration runs (DDP's default
-# options; and find_unused_parameters on, whose trace times the graph search), then one run per
-# variant. Prints one TSV row per (repeat, question): predicted and measured step in ms, the
-# optimizer left out (tools/scripts/trace_step_ms.py; per micro-batch for no_sync).
+# options; find_unused_parameters on, whose trace times the graph search; each comm hook at
+# another bucket cap, whose trace times the hook's own work), then one run per variant. Prints
+# one TSV row per (repeat, question): predicted and measured step in ms, the optimizer left out
+# (tools/scripts/trace_step_ms.py; per micro-batch for no_sync).
 # Run it holding the build lock.
 #   tools/scripts/simulate_questions.sh [REPEATS] > rows.tsv
 #   BACKEND=gloo WORLD=2 tools/scripts/simulate_questions.sh 1
@@ -45,6 +46,10 @@ for r in $(seq 1 "$REPEATS"); do
   train view --gradient-as-bucket-view
   train fp16 --comm-hook fp16
   train powersgd --comm-hook powersgd --powersgd-rank 1 --powersgd-start-iter 2
+  # A hook's own work is measured from a run with it: short runs at another bucket cap.
+  train fp16cal --comm-hook fp16 --bucket-cap-mb 5
+  train powersgdcal --comm-hook powersgd --powersgd-rank 1 --powersgd-start-iter 2 \
+    --bucket-cap-mb 5
   train accum --grad-accum 4
   row "default options (the calibration run)" base base
   row "find_unused_parameters on" find base --find-unused-parameters
@@ -52,8 +57,11 @@ for r in $(seq 1 "$REPEATS"); do
   row "find_unused_parameters off, from a run with it on" base find
   row "static_graph" static base --static-graph
   row "gradient_as_bucket_view" view base --gradient-as-bucket-view
-  row "fp16 compression hook" fp16 base --hook fp16
-  row "PowerSGD rank 1" powersgd base --hook powersgd:1
+  row "fp16 compression hook, estimated from a run without it" fp16 base --hook fp16
+  row "fp16 compression hook, calibrated from a run with it (cap 5)" fp16 fp16cal --hook fp16
+  row "PowerSGD rank 1, estimated from a run without it" powersgd base --hook powersgd:1
+  row "PowerSGD rank 1, calibrated from a run with it (cap 5)" powersgd powersgdcal \
+    --hook powersgd:1
   row "no_sync, synced every 4th micro-batch" accum base --no-sync-every 4
   rm -f "$OUT"/*.json
 done

@@ -10,6 +10,8 @@
 # Run it holding the build lock.
 #   tools/scripts/simulate_validation.sh [REPEATS] > rows.tsv
 #   SPECS="threads:2 gloo:2" CAPS=1,25 KEEP=dir tools/scripts/simulate_validation.sh 1
+#   REUSE=1 KEEP=dir tools/scripts/simulate_validation.sh 1   (the same runs, predicted again)
+#   HOOK=fp16 SPECS=gloo:2 tools/scripts/simulate_validation.sh 3   (the hook in every run)
 set -euo pipefail
 B=${DDPKIT:-build/bin/ddpkit}
 MODEL=${MODEL:-mlp:784,1024,1024,1024,10}
@@ -18,37 +20,52 @@ STEPS=${STEPS:-20}
 CAPS=${CAPS:-1,5,25}
 SPECS=${SPECS:-threads:2 gloo:2 mpi:2 threads:3 gloo:3 mpi:3 threads:4 gloo:4 mpi:4}
 EXTRA=${EXTRA:-}  # more flags for every run and prediction (--find-unused-parameters, ...)
+HOOK=${HOOK:-}    # a comm hook for every run and prediction: fp16, or powersgd:R
+train_hook=() sim_hook=()
+case "$HOOK" in
+  "") ;;
+  fp16) train_hook=(--comm-hook fp16) sim_hook=(--hook fp16) ;;
+  powersgd:*)
+    train_hook=(--comm-hook powersgd --powersgd-rank "${HOOK#powersgd:}" --powersgd-start-iter 2)
+    sim_hook=(--hook "$HOOK") ;;
+  *) echo "HOOK: fp16 or powersgd:R, not '$HOOK'" >&2; exit 2 ;;
+esac
 REPEATS=${1:-3}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 . "$(dirname "$0")/traced_ranks.sh"
-# `ddpkit train` on N ranks of backend BE, traced to $OUT/NAME.json.
+# `ddpkit train` on N ranks of backend BE, traced to TRACE.
 train() {
-  local be=$1 n=$2 name=$3
+  local be=$1 n=$2 trace=$3
   shift 3
-  traced_ranks "$be" "$n" "$OUT/$name.json" train --model "$MODEL" --batch-size "$BATCH" \
-    --steps "$STEPS" $EXTRA "$@"
+  traced_ranks "$be" "$n" "$trace" train --model "$MODEL" --batch-size "$BATCH" \
+    --steps "$STEPS" $EXTRA "${train_hook[@]}" "$@"
 }
 measured() { python3 "$(dirname "$0")/trace_step_ms.py" "$1"; }
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+# Where a run's trace goes: KEEP keeps every one (NAME-BACKEND-N-REPEAT.json), so that a later
+# simulator predicts the same measured runs again (REUSE=1: run nothing, predict from KEEP).
+trace_of() { echo "${KEEP:-$OUT}/$1-$2-$3-$4.json"; }
+[ -z "${REUSE:-}" ] || [ -n "${KEEP:-}" ] || { echo "REUSE needs KEEP, the traces' folder" >&2; exit 2; }
+[ -z "${KEEP:-}" ] || mkdir -p "$KEEP"
 echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_ms\tcomm_rate\tcompute_rate"
 for r in $(seq 1 "$REPEATS"); do
   for spec in $SPECS; do
     be=${spec%%:*} n=${spec##*:}
-    train "$be" "$n" calibration
+    calibration=$(trace_of calibration "$be" "$n" "$r")
+    [ -n "${REUSE:-}" ] || train "$be" "$n" "$calibration"
     for cap in default ${CAPS//,/ }; do
-      flags=()
-      [ "$cap" = default ] || flags=(--bucket-cap-mb "$cap")
-      if [ "$cap" = default ]; then cp "$OUT/calibration.json" "$OUT/m.json"; else
-        train "$be" "$n" m "${flags[@]}"; fi
+      flags=() measured_trace=$calibration  # the default row: the calibration run itself
+      if [ "$cap" != default ]; then
+        flags=(--bucket-cap-mb "$cap") measured_trace=$(trace_of "cap$cap" "$be" "$n" "$r")
+        [ -n "${REUSE:-}" ] || train "$be" "$n" "$measured_trace" "${flags[@]}"
+      fi
       $B simulate --model "$MODEL" --batch-size "$BATCH" --world-size "$n" "${flags[@]}" $EXTRA \
-        --calibrate "$OUT/calibration.json" --json >"$OUT/s.json"
-      echo -e "$r\t$be\t$n\t$cap\t$(measured "$OUT/m.json")\t$(field "$OUT/s.json" \
+        "${sim_hook[@]}" --calibrate "$calibration" --json >"$OUT/s.json"
+      echo -e "$r\t$be\t$n\t$cap\t$(measured "$measured_trace")\t$(field "$OUT/s.json" \
         "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field "$OUT/s.json" \
         "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")"
-      rm -f "$OUT"/m*.json
     done
-    [ -z "${KEEP:-}" ] || cp "$OUT/calibration.json" "$KEEP/calibration-$be-$n-$r.json"
-    rm -f "$OUT"/calibration*.json
+    [ -n "${KEEP:-}" ] || rm -f "$OUT"/*.json
   done
 done

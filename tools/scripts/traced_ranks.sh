@@ -13,5 +13,7 @@ traced_ranks() {
     mpi) mpirun --allow-run-as-root --oversubscribe -np "$n" $B "$@" --backend mpi --trace "$trace" ;;
     *) echo "traced_ranks: unknown backend '$be' (threads, gloo or mpi)" >&2; return 2 ;;
   esac >/dev/null
-  [ "$be" = threads ] || $B trace merge --out "$trace" "${trace%.json}".rank*.json >/dev/null
+  [ "$be" = threads ] && return
+  $B trace merge --out "$trace" "${trace%.json}".rank*.json >/dev/null
+  rm -f "${trace%.json}".rank*.json
 }

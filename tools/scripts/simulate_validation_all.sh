@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Every row of docs/simulate.md's validation (a), regenerated: the MLP, ResNet and GPT families
+# on threads, gloo and mpi at 2-4 ranks over their bucket caps; DDP's options and the comm hooks
+# (find_unused_parameters, static_graph, fp16, PowerSGD rank 1) at 2 ranks; then the questions'
+# table; and, as root, the cross-host rows (netns_simulate_validation.sh). Each part writes its
+# TSV into OUT and keeps its traces in OUT/traces; tools/scripts/simulate_table.py turns the TSVs
+# into the tables and the error over all rows. About 50 minutes on 2 cores; run it holding the
+# build lock, on a quiet machine. REUSE=1 runs nothing and predicts OUT/traces' runs again with
+# the simulator built now (the questions and cross-host rows are left as they were).
+#   tools/scripts/simulate_validation_all.sh OUT [REPEATS]
+set -euo pipefail
+OUT=${1:?usage: simulate_validation_all.sh OUT [REPEATS]}
+REPEATS=${2:-3}
+S=$(dirname "$0")
+mkdir -p "$OUT"
+export STEPS=${STEPS:-20}
+MLP=mlp:784,1024,1024,1024,10
+RESNET=resnet:1,1,1,1,width=32,in=3,classes=10,stem=small
+GPT=gpt:layers=2,heads=4,dim=128,ctx=64,vocab=256
+VARIANT_SPECS="threads:2 gloo:2 mpi:2"
+run() {  # NAME, then VAR=value settings for simulate_validation.sh
+  local name=$1
+  shift
+  echo "$(date -u +%H:%M:%S) $name" >&2
+  env KEEP="$OUT/traces/$name" "$@" "$S/simulate_validation.sh" "$REPEATS" >"$OUT/$name.tsv.new"
+  mv "$OUT/$name.tsv.new" "$OUT/$name.tsv"
+}
+run mlp MODEL=$MLP BATCH=64 CAPS=1,5,25
+run resnet MODEL=$RESNET BATCH=32 CAPS=1,2,5
+run gpt MODEL=$GPT BATCH=8 CAPS=0.25,0.5,1
+run find_unused MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" EXTRA=--find-unused-parameters
+run static_graph MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" EXTRA=--static-graph
+run fp16 MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" HOOK=fp16
+run powersgd MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" HOOK=powersgd:1
+if [ -z "${REUSE:-}" ]; then
+  echo "$(date -u +%H:%M:%S) questions" >&2
+  STEPS=30 "$S/simulate_questions.sh" "$REPEATS" >"$OUT/questions.tsv"
+  if [ "$(id -u)" = 0 ] && [ "${ACROSS:-1}" = 1 ]; then
+    echo "$(date -u +%H:%M:%S) across hosts" >&2
+    "$S/netns_simulate_validation.sh" "$REPEATS" >"$OUT/netns.tsv"
+  else
+    echo "the cross-host rows left out (they need root; ACROSS=0 skips them)" >&2
+  fi
+fi
+across=()
+[ ! -s "$OUT/netns.tsv" ] || across=("across hosts=$OUT/netns.tsv")
+python3 "$S/simulate_table.py" "MLP=$OUT/mlp.tsv" "ResNet=$OUT/resnet.tsv" "GPT=$OUT/gpt.tsv" \
+  "find_unused_parameters=$OUT/find_unused.tsv" "static_graph=$OUT/static_graph.tsv" \
+  "fp16 hook=$OUT/fp16.tsv" "PowerSGD rank 1=$OUT/powersgd.tsv" "${across[@]}" |
+  tee "$OUT/tables.md"
