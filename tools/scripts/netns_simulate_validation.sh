@@ -9,7 +9,8 @@
 # Needs root (namespaces); run it holding the build lock, nothing else measuring.
 #   tools/scripts/netns_simulate_validation.sh [REPEATS] > rows.tsv
 # Environment: RATES (1gbit 10gbit 25gbit), DELAYS (none,2: "none" is no relay), HOSTS (2),
-# MODEL, BATCH (64), STEPS (20), CAPS (1,5,25), DDPKIT (build/bin/ddpkit).
+# MODEL, BATCH (64), STEPS (20), CAPS (1,5,25), DDPKIT (build/bin/ddpkit), KEEP (a folder that
+# keeps every trace), REUSE=1 (run nothing: predict KEEP's traces again; no root needed).
 set -euo pipefail
 B=$(realpath "${DDPKIT:-build/bin/ddpkit}")
 S=$(realpath "$(dirname "$0")")
@@ -21,6 +22,8 @@ DELAYS=${DELAYS:-none,2}
 REPEATS=${1:-3}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
+[ -z "${REUSE:-}" ] || [ -n "${KEEP:-}" ] || { echo "REUSE needs KEEP, the traces' folder" >&2; exit 2; }
+[ -z "${KEEP:-}" ] || mkdir -p "$KEEP"
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 # Inside the hosts: `ddpkit train` on one gloo rank per host, each rank's trace merged into
@@ -62,13 +65,18 @@ echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_ms\tcomm_rate\tc
 for r in $(seq 1 "$REPEATS"); do
   for rate in $RATES; do
     for delay in ${DELAYS//,/ }; do
-      measure_case "$rate" "$delay"
+      kept=${KEEP:-$OUT}/$rate-$delay-$r
+      if [ -z "${REUSE:-}" ]; then
+        measure_case "$rate" "$delay"
+        [ -z "${KEEP:-}" ] || { mkdir -p "$kept" && cp "$OUT"/calibration.json "$OUT"/cap*.json "$kept"; }
+      fi
+      [ -n "${KEEP:-}" ] || kept=$OUT
       label="gloo $rate$([ "$delay" = none ] || echo " +${delay}ms")"
       for cap in default ${CAPS//,/ }; do
-        flags=() trace=$OUT/cap$cap.json
-        [ "$cap" = default ] && trace=$OUT/calibration.json || flags=(--bucket-cap-mb "$cap")
+        flags=() trace=$kept/cap$cap.json
+        [ "$cap" = default ] && trace=$kept/calibration.json || flags=(--bucket-cap-mb "$cap")
         "$B" simulate --model "$MODEL" --batch-size "$BATCH" --world-size "$HOSTS" "${flags[@]}" \
-          --calibrate "$OUT/calibration.json" --json >"$OUT/s.json"
+          --calibrate "$kept/calibration.json" --json >"$OUT/s.json"
         echo -e "$r\t$label\t$HOSTS\t$cap\t$(python3 "$S/trace_step_ms.py" "$trace")\t$(field \
           "$OUT/s.json" "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field \
           "$OUT/s.json" "d['interference_comm_rate']")\t$(field "$OUT/s.json" \

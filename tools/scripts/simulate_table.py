@@ -5,7 +5,8 @@
 
 Per file: one markdown row per (backend, ranks, bucket cap), the medians over the repeats with
 their range, and the error of the predicted median against the measured one; then the file's
-mean absolute error, and over every file's rows together at the end. Standard library only.
+mean absolute error; at the end one summary table, a row per file and one over all rows.
+Standard library only.
 """
 import csv
 import statistics
@@ -27,6 +28,18 @@ def cell(values):
     return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
+def figures(errors):
+    mape = sum(abs(e) for e in errors) / len(errors)
+    within = sum(1 for e in errors if abs(e) <= 15)
+    return mape, within, max(errors, key=abs), sum(errors) / len(errors)
+
+
+def summary_row(label, errors):
+    mape, within, worst, signed = figures(errors)
+    return (f"| {label} | {len(errors)} | {mape:.1f}% | {within} of {len(errors)} | "
+            f"{worst:+.0f}% | {signed:+.1f}% |")
+
+
 def summary(errors):
     if not errors:
         return "no rows"
@@ -40,7 +53,7 @@ def summary(errors):
 def main(args):
     if not args or any("=" not in a for a in args):
         sys.exit(__doc__)
-    everything = []
+    everything, per_file = [], []
     for arg in args:
         label, path = arg.split("=", 1)
         errors = []
@@ -55,7 +68,14 @@ def main(args):
                   f"{cell(g['predicted'])} | {error:+.0f}% |")
         print(f"\n{label}: {summary(errors)}")
         everything += errors
-    print(f"\nall: {summary(everything)}")
+        if errors:
+            per_file.append(summary_row(label, errors))
+    print(f"\nall: {summary(everything)}\n")
+    print("| rows | count | mean absolute error | within ±15% | worst | mean signed error |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(per_file))
+    if everything:
+        print(summary_row("**all**", everything))
 
 
 if __name__ == "__main__":

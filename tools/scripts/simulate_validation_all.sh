@@ -35,12 +35,14 @@ run powersgd MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" HOOK=powersg
 if [ -z "${REUSE:-}" ]; then
   echo "$(date -u +%H:%M:%S) questions" >&2
   STEPS=30 "$S/simulate_questions.sh" "$REPEATS" >"$OUT/questions.tsv"
-  if [ "$(id -u)" = 0 ] && [ "${ACROSS:-1}" = 1 ]; then
-    echo "$(date -u +%H:%M:%S) across hosts" >&2
-    "$S/netns_simulate_validation.sh" "$REPEATS" >"$OUT/netns.tsv"
-  else
-    echo "the cross-host rows left out (they need root; ACROSS=0 skips them)" >&2
-  fi
+fi
+if [ -n "${REUSE:-}" ] && [ -d "$OUT/traces/netns" ]; then
+  KEEP="$OUT/traces/netns" "$S/netns_simulate_validation.sh" "$REPEATS" >"$OUT/netns.tsv"
+elif [ -z "${REUSE:-}" ] && [ "$(id -u)" = 0 ] && [ "${ACROSS:-1}" = 1 ]; then
+  echo "$(date -u +%H:%M:%S) across hosts" >&2
+  KEEP="$OUT/traces/netns" "$S/netns_simulate_validation.sh" "$REPEATS" >"$OUT/netns.tsv"
+else
+  echo "the cross-host rows left out (they need root; ACROSS=0 skips them)" >&2
 fi
 across=()
 [ ! -s "$OUT/netns.tsv" ] || across=("across hosts=$OUT/netns.tsv")

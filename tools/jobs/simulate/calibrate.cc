@@ -252,11 +252,15 @@ std::string TraceCommHook(const trace::TraceView& view) {
   return hook == "allreduce" ? "" : hook;  // the plain allreduce hook adds no work of its own
 }
 
-// Each iteration's slowest rank: the one whose backward ends last, counted from the first
+// Each iteration's pace-setting rank: the one whose backward ends last, counted from the first
 // rank's forward start (its start skew, then forward and backward). A synchronous step goes at
 // its pace, and which rank it is can change from one iteration to the next (ranks sharing cores
-// take turns: at finalize and the optimizer too, so one starts late). Its iterations, with
-// their start skew set, and how many ranks there were.
+// take turns: at finalize and the optimizer too, so one starts late). The step as measured is
+// the longest any rank saw, forward's start to finalize's end (its "view"): a rank that started
+// before the pace-setter waited for it, and a rank the cores left behind saw the collectives end
+// late. So each pace-setter's sample carries the view rank, its wait (the start skew between
+// the two) and its finalize work; the collectives are priced as that rank saw them (CommScale).
+// The pace-setters' iterations, and how many ranks there were.
 std::pair<std::vector<IterationSample>, int> SlowestPerIteration(
     const std::vector<IterationSample>& all) {
   std::map<int, double> first_start;
@@ -271,17 +275,27 @@ std::pair<std::vector<IterationSample>, int> SlowestPerIteration(
   auto paced = [&skew](const IterationSample& it) {
     return skew(it) + it.forward_us + it.backward_end_us - it.backward_start_us;
   };
-  std::map<int, const IterationSample*> slowest;
+  auto own_step = [](const IterationSample& it) {
+    return it.finalize_end_us >= 0 && it.forward_start_us >= 0
+               ? it.finalize_end_us - it.forward_start_us
+               : -1;
+  };
+  std::map<int, const IterationSample*> slowest, view;
   std::map<int, int> ranks;
   for (const IterationSample& it : all) {
     const IterationSample*& s = slowest[it.iteration];
     if (s == nullptr || paced(it) > paced(*s)) s = &it;
+    const IterationSample*& v = view[it.iteration];
+    if (own_step(it) >= 0 && (v == nullptr || own_step(it) > own_step(*v))) v = &it;
     ++ranks[it.rank];
   }
   std::vector<IterationSample> out;
   for (const auto& [number, it] : slowest) {
+    const IterationSample& v = view[number] != nullptr ? *view[number] : *it;
     out.push_back(*it);
-    out.back().start_skew_us = skew(*it);
+    out.back().start_skew_us = std::max(0.0, skew(*it) - skew(v));
+    out.back().view_rank = v.rank;
+    out.back().view_finalize_us = v.finalize_end_us >= 0 ? FinalizeWork(v) : -1;
   }
   return {out, static_cast<int>(ranks.size())};
 }
@@ -298,17 +312,28 @@ void SetMachineSpeeds(SimModel& model) {
   model.flops_per_us = us > 0 ? flops / us : 0;
 }
 
-// How slowly iteration `number`'s allreduces that ran alone went, against the fit: the mean of
-// their times over its price (1 when none ran alone).
-double CommScale(const AllreduceSplit& split, int number, const LinearFit& alone) {
-  double sum = 0;
-  int count = 0;
-  for (const auto& [it, a] : split.alone_runs) {
-    const double price = alone.a_us + alone.b_us_per_byte * a->bytes;
-    if (it->iteration != number || price <= 0) continue;
-    sum += (a->end_us - a->start_us) / price, ++count;
+// How slowly iteration `number`'s allreduces that ran alone went, against the fit, as `rank`
+// saw them (every rank's when it saw none): the mean of their times over its price (1 when none
+// ran alone).
+double CommScale(const AllreduceSplit& split, int number, int rank, const LinearFit& alone) {
+  for (const bool any_rank : {false, true}) {
+    double sum = 0;
+    int count = 0;
+    for (const auto& [it, a] : split.alone_runs) {
+      const double price = alone.a_us + alone.b_us_per_byte * a->bytes;
+      if (it->iteration != number || price <= 0 || (!any_rank && it->rank != rank)) continue;
+      sum += (a->end_us - a->start_us) / price, ++count;
+    }
+    if (count > 0) return sum / count;
   }
-  return count > 0 ? sum / count : 1;
+  return 1;
+}
+
+// The finalize work of the rank the iteration's step is measured at.
+double ViewFinalizeUs(const IterationSample& it) {
+  return it.view_finalize_us >= 0  ? it.view_finalize_us
+         : it.finalize_end_us >= 0 ? FinalizeWork(it)
+                                   : -1;
 }
 
 // Every iteration of `slowest` as a replay: the median model with that iteration's own times.
@@ -318,7 +343,7 @@ std::vector<Replay> Replays(const std::vector<IterationSample>& slowest, const S
   std::vector<Replay> replays;
   const size_t n = median.params.size();
   for (const IterationSample& it : slowest) {
-    Replay r{.model = median, .comm_scale = CommScale(split, it.iteration, alone)};
+    Replay r{.model = median, .comm_scale = CommScale(split, it.iteration, it.view_rank, alone)};
     const std::vector<double> us = AloneTimes(IterationGaps(it, n, hooked), n + 1, compute_rate);
     for (size_t p = 0; p < n; ++p) r.model.params[p].backward_us = us[p];
     r.model.backward_tail_us = us[n];
@@ -326,7 +351,7 @@ std::vector<Replay> Replays(const std::vector<IterationSample>& slowest, const S
     r.model.unused_search_us = it.unused_search_us;
     r.model.optimizer_us = it.optimizer_us;
     r.model.start_skew_us = it.start_skew_us;
-    if (it.finalize_end_us >= 0) r.model.finalize_us = FinalizeWork(it);
+    if (const double us = ViewFinalizeUs(it); us >= 0) r.model.finalize_us = us;
     replays.push_back(std::move(r));
   }
   return replays;
@@ -392,7 +417,7 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
   for (const IterationSample& it : slowest) {
     forward.push_back(it.forward_us - it.unused_search_us), optimizer.push_back(it.optimizer_us);
     search.push_back(it.unused_search_us), skew.push_back(it.start_skew_us);
-    if (it.finalize_end_us >= 0) finalize.push_back(FinalizeWork(it));
+    if (const double us = ViewFinalizeUs(it); us >= 0) finalize.push_back(us);
   }
   model.forward_us = Median(forward), model.optimizer_us = Median(optimizer);
   model.finalize_us = Median(finalize);
@@ -422,9 +447,9 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
   c.summary = absl::StrFormat(
       "an allreduce alone %.3f ms + %.3f ms per MB (%d after backward, %d size(s)); beside "
       "backward a collective runs at %.2fx its speed (%d collectives); backward runs at %.2fx "
-      "beside a collective (%s); copies at %.2f GB/s (finalize's); the step's pace-setting rank "
-      "started %.3f ms after the first (median); each of the %d iterations replayed, the median "
-      "step reported",
+      "beside a collective (%s); copies at %.2f GB/s (finalize's); the rank with the longest "
+      "step waited %.3f ms for the pace-setting rank to start (median); each of the %d "
+      "iterations replayed, the median step reported",
       alone.a_us / 1e3, alone.b_us_per_byte * 1e3, split.alone_count,
       static_cast<int>(split.alone.size()), c.interference.comm_rate,
       static_cast<int>(split.during.size()), c.interference.compute_rate,

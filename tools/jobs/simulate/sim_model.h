@@ -36,9 +36,9 @@ struct SimModel {
   double forward_us = 0;
   double backward_tail_us = 0;  // backward compute after the last gradient
   double optimizer_us = 0;
-  // How long after the first rank the rank that sets the step's pace started it (--calibrate
-  // measures it, else 0): ranks that share cores take turns at finalize and the optimizer, so
-  // one starts the next forward late and the others wait for it in the first allreduce.
+  // How long the rank with the longest step waited for the rank that sets the step's pace to
+  // start it (--calibrate measures it, else 0): ranks that share cores take turns at finalize
+  // and the optimizer, so one starts the next forward late and the others wait for it.
   double start_skew_us = 0;
   // Finalize's own work once the last collective is done: the gradients copied out of the
   // buckets into .grad (none with gradient_as_bucket_view). Measured by --calibrate, else 0.

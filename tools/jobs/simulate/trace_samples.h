@@ -38,8 +38,12 @@ struct IterationSample {
   int rank = 0, iteration = 0;
   double forward_us = 0, optimizer_us = 0;
   double forward_start_us = -1;  // its first forward's start (-1: none traced)
-  // How long after the iteration's first rank this one started it (calibrate.cc sets it).
+  // Set by calibrate.cc on each iteration's pace-setting rank: the rank whose own step
+  // (forward's start to finalize's end) is the longest — the step as measured — and how much
+  // later than that rank this one started, which that rank spent waiting for it.
   double start_skew_us = 0;
+  int view_rank = -1;
+  double view_finalize_us = -1;  // that rank's finalize work (-1: not traced)
   double backward_start_us = 0, backward_end_us = 0;
   double finalize_end_us = -1;              // -1: the trace has no finalize span for it
   double unused_search_us = 0;              // find_unused_parameters' graph search (inside forward)

@@ -198,8 +198,8 @@ TEST(CalibrateTest, AHooksWorkBetweenABucketsCollectivesIsMeasured) {
 }
 
 // Two ranks, the second starting each step 0.5 ms after the first (it finished the last one's
-// optimizer late): the first waits for it in the allreduce, so the step, counted from the
-// first rank's start, is 0.5 ms longer than either rank's compute and communication.
+// optimizer late): the first waits for it in the allreduce, so its step (forward's start to
+// finalize's end, as measured) is 0.5 ms longer than the late rank's compute and communication.
 TEST(CalibrateTest, ARankThatStartsLateSetsThePaceAndItsSkewIsInTheStep) {
   const SimModel truth = Truth();
   NetworkModel network;
@@ -211,8 +211,16 @@ TEST(CalibrateTest, ARankThatStartsLateSetsThePaceAndItsSkewIsInTheStep) {
   const reducer::BucketAssignment plan = Plan({{3, 2, 1, 0}});
   const StepTimeline s = SimulateStep(truth, plan, network, 2, {});
   for (int it = 0; it < 5; ++it) {
-    Record(s, it, 10000.0 * it, view.ranks[0]);
-    Record(s, it, 10000.0 * it + 500, view.ranks[1]);
+    const double t0 = 10000.0 * it;
+    Record(s, it, t0, view.ranks[0]);
+    Record(s, it, t0 + 500, view.ranks[1]);
+    // Both finalize once the last collective is done: the first rank's step is 0.5 ms longer.
+    for (int r = 0; r < 2; ++r) {
+      view.ranks[r].phases.push_back({.name = "finalize",
+                                      .start_us = t0 + 500 * r + s.backward_end_us,
+                                      .end_us = t0 + 500 + s.comm_end_us,
+                                      .iteration = it});
+    }
   }
   // A collective ends together on both ranks: the first rank's are the late one's.
   for (size_t k = 0; k < view.ranks[0].collectives.size(); ++k) {
