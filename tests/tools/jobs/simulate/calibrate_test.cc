@@ -59,27 +59,38 @@ void Record(const StepTimeline& s, int it, double t0, trace::RankView& rank) {
   }
 }
 
-// A view whose runs had `comm_hook`, as a ddpkit trace's metadata says.
-trace::TraceView ViewWithHook(const std::string& comm_hook) {
+// The network every synthetic run here has: 2 ranks, 50 µs + 0.01 µs per byte an allreduce.
+NetworkModel TwoRankNetwork() {
+  NetworkModel network;
+  network.measured[2] = {.a_us = 50, .b_us_per_byte = 0.01};
+  return network;
+}
+
+// An empty trace of a 2-rank run that recorded `ranks` ranks, numbered 0, 1.
+trace::TraceView TwoRankView(int ranks) {
   trace::TraceView view;
   view.world_size = 2;
-  view.ranks.resize(1);
+  view.ranks.resize(ranks);
+  for (int r = 0; r < ranks; ++r) view.ranks[r].rank = r;
+  return view;
+}
+
+// A view whose runs had `comm_hook`, as a ddpkit trace's metadata says.
+trace::TraceView ViewWithHook(const std::string& comm_hook) {
+  trace::TraceView view = TwoRankView(1);
   view.other_data = {{"ranks", {{{"ddp_options", {{"comm_hook", comm_hook}}}}}}};
   return view;
 }
 
 TEST(CalibrateTest, RecoversTheProfilesAndTheInterferenceItWasSimulatedWith) {
   const SimModel truth = Truth();
-  NetworkModel network;
-  network.measured[2] = {.a_us = 50, .b_us_per_byte = 0.01};
+  const NetworkModel network = TwoRankNetwork();
   const Interference rates = {.comm_rate = 0.5, .compute_rate = 0.8};
   // A bucket per gradient (all but the last overlap backward), and one bucket after it: the
   // gradients after the first are seen both beside a collective and alone, and sizes run alone.
   const std::vector<reducer::BucketAssignment> plans = {Plan({{3}, {2}, {1}, {0}}),
                                                         Plan({{3, 2, 1, 0}})};
-  trace::TraceView view;
-  view.world_size = 2;
-  view.ranks.resize(1);
+  trace::TraceView view = TwoRankView(1);
   for (int it = 0; it < 8; ++it) {
     const StepTimeline s = SimulateStep(truth, plans[it % 2], network, 2, {}, rates);
     Record(s, it, 10000.0 * it, view.ranks[0]);
@@ -117,8 +128,7 @@ TEST(CalibrateTest, RecoversAHooksWorkFromARunWithIt) {
   SimModel truth = Truth();
   truth.hook_measured = "fp16";
   truth.hook_launch_us_per_byte = 0.002, truth.hook_callback_us_per_byte = 0.005;
-  NetworkModel network;
-  network.measured[2] = {.a_us = 50, .b_us_per_byte = 0.01};
+  const NetworkModel network = TwoRankNetwork();
   const Interference rates = {.comm_rate = 0.5, .compute_rate = 0.8};
   const std::vector<reducer::BucketAssignment> plans = {Plan({{3}, {2}, {1}, {0}}),
                                                         Plan({{3, 2, 1, 0}})};
@@ -202,12 +212,8 @@ TEST(CalibrateTest, AHooksWorkBetweenABucketsCollectivesIsMeasured) {
 // finalize's end, as measured) is 0.5 ms longer than the late rank's compute and communication.
 TEST(CalibrateTest, ARankThatStartsLateSetsThePaceAndItsSkewIsInTheStep) {
   const SimModel truth = Truth();
-  NetworkModel network;
-  network.measured[2] = {.a_us = 50, .b_us_per_byte = 0.01};
-  trace::TraceView view;
-  view.world_size = 2;
-  view.ranks.resize(2);
-  view.ranks[1].rank = 1;
+  const NetworkModel network = TwoRankNetwork();
+  trace::TraceView view = TwoRankView(2);
   const reducer::BucketAssignment plan = Plan({{3, 2, 1, 0}});
   const StepTimeline s = SimulateStep(truth, plan, network, 2, {});
   for (int it = 0; it < 5; ++it) {
@@ -240,11 +246,8 @@ TEST(CalibrateTest, ARankThatStartsLateSetsThePaceAndItsSkewIsInTheStep) {
 
 TEST(CalibrateTest, WithoutGradientsSeenBothWaysTheComputeRateIsNotGuessed) {
   const SimModel truth = Truth();
-  NetworkModel network;
-  network.measured[2] = {.a_us = 50, .b_us_per_byte = 0.01};
-  trace::TraceView view;
-  view.world_size = 2;
-  view.ranks.resize(1);
+  const NetworkModel network = TwoRankNetwork();
+  trace::TraceView view = TwoRankView(1);
   for (int it = 0; it < 4; ++it) {
     Record(SimulateStep(truth, Plan({{3, 2, 1, 0}}), network, 2, {}, {}), it, 10000.0 * it,
            view.ranks[0]);
@@ -259,8 +262,7 @@ TEST(CalibrateTest, WithoutGradientsSeenBothWaysTheComputeRateIsNotGuessed) {
 TEST(CalibrateTest, AnotherModelsTraceIsNamedAsSuch) {
   trace::TraceView view;
   view.ranks.resize(1);
-  NetworkModel network;
-  network.measured[2] = {.a_us = 50, .b_us_per_byte = 0.01};
+  const NetworkModel network = TwoRankNetwork();
   Record(SimulateStep(Truth(), Plan({{3, 2, 1, 0}}), network, 2, {}, {}), 1, 0, view.ranks[0]);
   SimModel other = Truth();
   other.params.pop_back();
