@@ -111,7 +111,7 @@ absl::Status ProfilesFromFlags(jobs::SimulateConfig& c) {
     DDPKIT_ASSIGN_OR_RETURN(jobs::sim::Calibration cal,
                             jobs::sim::Calibrate(view, calibrate, c.model));
     c.network = std::move(cal.network), c.interference = cal.interference;
-    c.replays = std::move(cal.replays);
+    c.replays = std::move(cal.replays), c.calibration_world = cal.world_size;
     c.calibration = std::move(cal.summary);
   }
   // A compute profile given replaces the replayed iterations' compute; a network given has no
@@ -188,6 +188,16 @@ std::string InterferenceLine(const jobs::SimulateReport& r) {
         r.interference_comm_rate(), r.interference_compute_rate());
   }
   if (!r.calibration().empty()) line += StrCat("  calibration: ", r.calibration(), "\n");
+  if (r.replay_iterations() > 0 && r.replay_measured_ms() > 0) {
+    const double error = 100 * (r.replay_predicted_ms() / r.replay_measured_ms() - 1);
+    line += absl::StrFormat(
+        "  the calibration run predicted again (its %d iterations at the bucket plans they ran, "
+        "optimizer left out): %.3f ms against %.3f ms measured, %+.1f%% — the model's error on "
+        "the run it learned from\n",
+        r.replay_iterations(), r.replay_predicted_ms(), r.replay_measured_ms(), error);
+  } else if (!r.replay_note().empty()) {
+    line += StrCat("  the calibration run predicted again: ", r.replay_note(), "\n");
+  }
   if (!r.ddp_options().empty()) line += StrCat("  DDP options: ", r.ddp_options(), "\n");
   return line;
 }

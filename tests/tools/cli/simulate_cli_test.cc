@@ -154,6 +154,10 @@ TEST(SimulateCliTest, CalibratesFromATrainRunAndFromPyTorchProfilerTraces) {
     EXPECT_GT(j[rate].get<double>(), 0) << rate;
     EXPECT_LE(j[rate].get<double>(), 1) << rate;
   }
+  // The run itself predicted again, beside its measured steps: the model's own error.
+  EXPECT_GT(j["replay_iterations"].get<int>(), 0) << r.out;
+  EXPECT_GT(j["replay_measured_ms"].get<double>(), 0);
+  EXPECT_GT(j["replay_predicted_ms"].get<double>(), 0);
   // --interference replaces what was measured; the text shows what was used.
   r = Simulate("--model mlp:64,256,256,10 --batch-size 32 --world-size 2 --calibrate " + trace +
                " --interference comm=0.25,compute=0.5");
@@ -162,6 +166,7 @@ TEST(SimulateCliTest, CalibratesFromATrainRunAndFromPyTorchProfilerTraces) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("slowed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the calibration run predicted again (its "), std::string::npos) << r.out;
 
   // From a run without find_unused_parameters its graph search is not priced, and says so; a run
   // with it traces the search ("unused search"), and the prediction carries it.
@@ -234,12 +239,16 @@ TEST(SimulateCliTest, AHooksWorkIsMeasuredFromARunWithIt) {
       << j["ddp_options"];
   EXPECT_NE(j["calibration"].get<std::string>().find("the run's fp16 comm hook"), std::string::npos)
       << j["calibration"];
+  EXPECT_GT(j["replay_iterations"].get<int>(), 0) << r.out;
   // The same trace asked about no hook, or another one, says what it rests on.
   r = Simulate(model + "--calibrate " + trace + " --json");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(nlohmann::json::parse(r.out)["ddp_options"].get<std::string>().find(
-                "the calibration run had the fp16 hook"),
+  j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j["ddp_options"].get<std::string>().find("the calibration run had the fp16 hook"),
             std::string::npos);
+  EXPECT_NE(j["replay_note"].get<std::string>().find("give --hook fp16 to replay it"),
+            std::string::npos)
+      << j["replay_note"];
   r = Simulate(model + "--calibrate " + trace + " --hook powersgd:1 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(nlohmann::json::parse(r.out)["ddp_options"].get<std::string>().find("not this one"),

@@ -296,6 +296,7 @@ std::pair<std::vector<IterationSample>, int> SlowestPerIteration(
     out.back().start_skew_us = std::max(0.0, skew(*it) - skew(v));
     out.back().view_rank = v.rank;
     out.back().view_finalize_us = v.finalize_end_us >= 0 ? FinalizeWork(v) : -1;
+    out.back().view_step_us = own_step(v);
   }
   return {out, static_cast<int>(ranks.size())};
 }
@@ -317,14 +318,13 @@ void SetMachineSpeeds(SimModel& model) {
 // ran alone).
 double CommScale(const AllreduceSplit& split, int number, int rank, const LinearFit& alone) {
   for (const bool any_rank : {false, true}) {
-    double sum = 0;
-    int count = 0;
+    double took = 0, priced = 0;
     for (const auto& [it, a] : split.alone_runs) {
       const double price = alone.a_us + alone.b_us_per_byte * a->bytes;
       if (it->iteration != number || price <= 0 || (!any_rank && it->rank != rank)) continue;
-      sum += (a->end_us - a->start_us) / price, ++count;
+      took += a->end_us - a->start_us, priced += price;
     }
-    if (count > 0) return sum / count;
+    if (priced > 0) return took / priced;
   }
   return 1;
 }
@@ -334,6 +334,22 @@ double ViewFinalizeUs(const IterationSample& it) {
   return it.view_finalize_us >= 0  ? it.view_finalize_us
          : it.finalize_end_us >= 0 ? FinalizeWork(it)
                                    : -1;
+}
+
+// The bucket plan iteration `it` ran, from its gradients' buckets: each bucket's gradients in
+// the order they became ready. Empty when the trace does not name every gradient's bucket.
+reducer::BucketAssignment PlanRun(const IterationSample& it, size_t params) {
+  reducer::BucketAssignment plan;
+  if (it.gradients.size() != params) return {};
+  for (const GradientSample& g : it.gradients) {
+    if (g.bucket < 0 || static_cast<size_t>(g.bucket) >= params) return {};
+    if (plan.buckets.size() <= static_cast<size_t>(g.bucket)) plan.buckets.resize(g.bucket + 1);
+    plan.buckets[g.bucket].push_back(static_cast<size_t>(g.param));
+  }
+  for (const std::vector<size_t>& bucket : plan.buckets) {
+    if (bucket.empty()) return {};
+  }
+  return plan;
 }
 
 // Every iteration of `slowest` as a replay: the median model with that iteration's own times.
@@ -352,6 +368,8 @@ std::vector<Replay> Replays(const std::vector<IterationSample>& slowest, const S
     r.model.optimizer_us = it.optimizer_us;
     r.model.start_skew_us = it.start_skew_us;
     if (const double us = ViewFinalizeUs(it); us >= 0) r.model.finalize_us = us;
+    r.plan = PlanRun(it, n);
+    r.measured_step_us = it.view_step_us;
     replays.push_back(std::move(r));
   }
   return replays;
@@ -396,6 +414,7 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
                "a ddpkit trace needs a step whose last bucket is sent after backward)"));
   }
   Calibration c;
+  c.world_size = view.world_size;
   // One size: the cost is taken as proportional to the bytes.
   const LinearFit alone = split.alone.size() > 1
                               ? LeastSquares(split.alone)
@@ -468,6 +487,23 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
         model.hook_callback_us_per_byte * 1e3, static_cast<int>(hook_samples.callback.size()));
   }
   return c;
+}
+
+SelfCheck ReplayItself(const std::vector<Replay>& replays, const NetworkModel& network, int world,
+                       const Hook& hook, const Interference& interference) {
+  std::vector<double> measured, replayed;
+  for (const Replay& r : replays) {
+    if (r.plan.buckets.empty() || r.measured_step_us < 0) continue;
+    NetworkModel scaled = network;
+    scaled.time_scale *= r.comm_scale;
+    // The run's own forward: with find_unused_parameters' search when it searched.
+    SimModel model = r.model;
+    model.forward_us += model.unused_search_us;
+    const StepTimeline step = SimulateStep(model, r.plan, scaled, world, hook, interference);
+    measured.push_back(r.measured_step_us);
+    replayed.push_back(step.step_us - model.optimizer_us);
+  }
+  return {static_cast<int>(measured.size()), Median(measured), Median(replayed)};
 }
 
 }  // namespace ddpkit::jobs::sim

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "reducer/bucket_assignment.h"
 #include "tools/jobs/simulate/network.h"
 #include "tools/jobs/simulate/sim_model.h"
 #include "tools/jobs/simulate/step_model.h"
@@ -35,10 +36,13 @@ namespace ddpkit::jobs::sim {
 // every iteration and reporting the median step keeps that (simulate.h, SimulateConfig).
 struct Replay {
   SimModel model;
-  double comm_scale = 1;  // its allreduces' times over the fitted cost alone (mean)
+  double comm_scale = 1;                // its allreduces' times over the fitted cost alone (mean)
+  reducer::BucketAssignment plan = {};  // the buckets it ran (empty: the trace does not say)
+  double measured_step_us = -1;         // its step as measured, optimizer left out (-1: not traced)
 };
 
 struct Calibration {
+  int world_size = 0;    // the traced run's
   NetworkModel network;  // the allreduce alone, at the trace's world size
   Interference interference;
   std::vector<Replay> replays;  // one per iteration learned from
@@ -50,5 +54,16 @@ struct Calibration {
 // naming `what` when the trace is not this model's, or has no bucket allreduce with its size.
 absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::string& what,
                                       SimModel& model);
+
+// The calibration run predicted again: each replayed iteration simulated at the bucket plan it
+// ran, beside its step as measured — the model's error on the very run it learned from, which
+// bounds how close a prediction of another run can be. Medians over the iterations that have
+// both; `iterations` 0 when none has.
+struct SelfCheck {
+  int iterations = 0;
+  double measured_us = 0, replayed_us = 0;
+};
+SelfCheck ReplayItself(const std::vector<Replay>& replays, const NetworkModel& network, int world,
+                       const Hook& hook, const Interference& interference);
 
 }  // namespace ddpkit::jobs::sim

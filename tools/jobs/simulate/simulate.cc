@@ -193,6 +193,30 @@ absl::Status CheckConfig(const SimulateConfig& c) {
   return absl::OkStatus();
 }
 
+// The calibration run predicted again at its own plans, with the hook it ran (calibrate.h,
+// ReplayItself); a note instead when that hook is not the one simulated.
+void ReplayCalibration(const SimulateConfig& c, SimulateReport& r) {
+  if (c.replays.empty()) return;
+  const std::string& ran = c.model.hook_measured;
+  if (!ran.empty() && !sim::HookWorkMeasured(c.model, c.hook)) {
+    r.set_replay_note(StrCat("not replayed: the calibration run had the ", ran,
+                             " comm hook; give --hook ", ran, " to replay it"));
+    return;
+  }
+  const sim::SelfCheck check =
+      sim::ReplayItself(c.replays, c.network, c.calibration_world,
+                        ran.empty() ? sim::Hook{} : c.hook, c.interference);
+  if (check.iterations == 0) {
+    r.set_replay_note(
+        "not replayed: the trace does not say each gradient's bucket and each step's end (a "
+        "ddpkit trace does; a PyTorch profiler trace needs --torch-plan)");
+    return;
+  }
+  r.set_replay_iterations(check.iterations);
+  r.set_replay_measured_ms(check.measured_us / 1e3);
+  r.set_replay_predicted_ms(check.replayed_us / 1e3);
+}
+
 void Describe(const SimulateConfig& c, SimulateReport& r) {
   r.set_model(c.model.name);
   r.set_parameter_tensors(static_cast<int>(c.model.params.size()));
@@ -222,6 +246,7 @@ void Describe(const SimulateConfig& c, SimulateReport& r) {
   r.set_finalize_ms(as_run.finalize_us / 1e3);
   r.set_unused_search_ms((as_run.forward_us - c.model.forward_us) / 1e3);
   r.set_start_skew_ms(c.model.start_skew_us / 1e3);
+  ReplayCalibration(c, r);
   r.set_ddp_options(DdpOptionsNote(c));
   r.set_first_bucket_mb(static_cast<double>(reducer::LimitsOf(c.ddp).first_bucket_bytes) / kMiB);
   r.set_pytorch_rules(reducer::RulesFollowed(c.ddp.pytorch_version));

@@ -44,6 +44,7 @@ struct IterationSample {
   double start_skew_us = 0;
   int view_rank = -1;
   double view_finalize_us = -1;  // that rank's finalize work (-1: not traced)
+  double view_step_us = -1;      // that rank's step as measured (-1: not traced)
   double backward_start_us = 0, backward_end_us = 0;
   double finalize_end_us = -1;              // -1: the trace has no finalize span for it
   double unused_search_us = 0;              // find_unused_parameters' graph search (inside forward)

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/tools/jobs/simulate/plans.h"
+#include "tools/jobs/simulate/trace_samples.h"
 
 namespace ddpkit::jobs::sim::calibrate_test {
 namespace {
@@ -242,6 +243,78 @@ TEST(CalibrateTest, ARankThatStartsLateSetsThePaceAndItsSkewIsInTheStep) {
   }
   EXPECT_NEAR(SimulateStep(model, plan, c->network, 2, {}).step_us, s.step_us + 500, 1e-6);
   for (const Replay& r : c->replays) EXPECT_DOUBLE_EQ(r.model.start_skew_us, 500);
+  // The first rank's steps, replayed: its wait for the late one is in them.
+  const SelfCheck check = ReplayItself(c->replays, c->network, 2, {}, c->interference);
+  EXPECT_EQ(check.iterations, 4);
+  EXPECT_NEAR(check.measured_us, 500 + s.comm_end_us, 1e-6);
+  EXPECT_NEAR(check.replayed_us, check.measured_us, 1e-6);
+}
+
+// A run the model itself made, alternating two bucket plans, with finalize traced: each
+// iteration replayed at the plan it ran gives its measured step back (the self-check a
+// calibration reports), and one replayed at another plan would not.
+TEST(CalibrateTest, TheCalibrationRunReplayedAtItsOwnPlansGivesItsStepsBack) {
+  SimModel truth = Truth();
+  truth.finalize_us = 300;
+  const NetworkModel network = TwoRankNetwork();
+  const Interference rates = {.comm_rate = 0.5, .compute_rate = 0.8};
+  const std::vector<reducer::BucketAssignment> plans = {Plan({{3}, {2}, {1}, {0}}),
+                                                        Plan({{3, 2, 1, 0}})};
+  trace::TraceView view = TwoRankView(1);
+  std::vector<double> steps;
+  for (int it = 0; it < 8; ++it) {
+    const StepTimeline s = SimulateStep(truth, plans[it % 2], network, 2, {}, rates);
+    const double t0 = 10000.0 * it;
+    Record(s, it, t0, view.ranks[0]);
+    view.ranks[0].phases.push_back({.name = "finalize",
+                                    .start_us = t0 + s.backward_end_us,
+                                    .end_us = t0 + s.comm_end_us + truth.finalize_us,
+                                    .iteration = it});
+    // The optimizer after it is not part of a step as measured.
+    view.ranks[0].phases.push_back({.name = "optimizer",
+                                    .start_us = t0 + s.comm_end_us + truth.finalize_us,
+                                    .end_us = t0 + s.comm_end_us + truth.finalize_us + 200,
+                                    .iteration = it});
+    if (it > 0) steps.push_back(s.comm_end_us + truth.finalize_us);
+  }
+  SimModel model = Truth();
+  absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->replays.size(), 7u);
+  for (size_t i = 0; i < c->replays.size(); ++i) {
+    EXPECT_EQ(c->replays[i].plan.buckets, plans[(i + 1) % 2].buckets) << i;
+    EXPECT_NEAR(c->replays[i].measured_step_us, steps[i], 1e-6) << i;
+  }
+  const SelfCheck check = ReplayItself(c->replays, c->network, 2, {}, c->interference);
+  EXPECT_EQ(check.iterations, 7);
+  EXPECT_NEAR(check.measured_us, Median(steps), 1e-6);
+  EXPECT_NEAR(check.replayed_us, check.measured_us, 1e-6);
+  // Every iteration at the bucket-per-gradient plan: not the steps measured.
+  std::vector<Replay> one_plan = c->replays;
+  for (Replay& r : one_plan) r.plan = plans[0];
+  EXPECT_GT(std::abs(ReplayItself(one_plan, c->network, 2, {}, c->interference).replayed_us -
+                     check.measured_us),
+            1);
+}
+
+// Without each gradient's bucket (a PyTorch profiler trace without its plan) nothing is
+// replayed: the check says so rather than guessing a plan.
+TEST(CalibrateTest, ATraceWithoutBucketsIsNotReplayed) {
+  const NetworkModel network = TwoRankNetwork();
+  trace::TraceView view = TwoRankView(1);
+  for (int it = 0; it < 4; ++it) {
+    const StepTimeline s = SimulateStep(Truth(), Plan({{3, 2, 1, 0}}), network, 2, {}, {});
+    Record(s, it, 10000.0 * it, view.ranks[0]);
+    view.ranks[0].phases.push_back({.name = "finalize",
+                                    .start_us = 10000.0 * it + s.backward_end_us,
+                                    .end_us = 10000.0 * it + s.comm_end_us,
+                                    .iteration = it});
+  }
+  for (trace::TraceItem& h : view.ranks[0].hooks) h.bucket = -1;
+  SimModel model = Truth();
+  absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(ReplayItself(c->replays, c->network, 2, {}, c->interference).iterations, 0);
 }
 
 TEST(CalibrateTest, WithoutGradientsSeenBothWaysTheComputeRateIsNotGuessed) {
