@@ -317,6 +317,33 @@ TEST(CalibrateTest, ATraceWithoutBucketsIsNotReplayed) {
   EXPECT_EQ(ReplayItself(c->replays, c->network, 2, {}, c->interference).iterations, 0);
 }
 
+// Rank 1 starts each step 1.5 ms late, so its collectives (every rank's: a collective ends
+// together) run beside its backward after rank 0's has ended. They are not alone — backward
+// slows a collective on every rank — so the fit and the rate are the truth's, from both ranks.
+TEST(CalibrateTest, ACollectiveBesideAnyRanksBackwardIsNotAlone) {
+  const SimModel truth = Truth();
+  const NetworkModel network = TwoRankNetwork();
+  const Interference rates = {.comm_rate = 0.5, .compute_rate = 0.8};
+  const std::vector<reducer::BucketAssignment> plans = {Plan({{3}, {2}, {1}, {0}}),
+                                                        Plan({{3, 2, 1, 0}})};
+  trace::TraceView view = TwoRankView(2);
+  for (int it = 0; it < 8; ++it) {
+    const StepTimeline s = SimulateStep(truth, plans[it % 2], network, 2, {}, rates);
+    Record(s, it, 10000.0 * it, view.ranks[0]);
+    Record(s, it, 10000.0 * it + 1500, view.ranks[1]);
+  }
+  for (size_t k = 0; k < view.ranks[0].collectives.size(); ++k) {
+    view.ranks[0].collectives[k].start_us = view.ranks[1].collectives[k].start_us;
+    view.ranks[0].collectives[k].end_us = view.ranks[1].collectives[k].end_us;
+  }
+  SimModel model = Truth();
+  absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NEAR(c->network.measured.at(2).a_us, 50, 1e-6);
+  EXPECT_NEAR(c->network.measured.at(2).b_us_per_byte, 0.01, 1e-9);
+  EXPECT_NEAR(c->interference.comm_rate, 0.5, 1e-9);
+}
+
 TEST(CalibrateTest, WithoutGradientsSeenBothWaysTheComputeRateIsNotGuessed) {
   const SimModel truth = Truth();
   const NetworkModel network = TwoRankNetwork();
