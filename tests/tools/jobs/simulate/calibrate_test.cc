@@ -317,33 +317,6 @@ TEST(CalibrateTest, ATraceWithoutBucketsIsNotReplayed) {
   EXPECT_EQ(ReplayItself(c->replays, c->network, 2, {}, c->interference).iterations, 0);
 }
 
-// Rank 1 starts each step 1.5 ms late, so its collectives (every rank's: a collective ends
-// together) run beside its backward after rank 0's has ended. They are not alone — backward
-// slows a collective on every rank — so the fit and the rate are the truth's, from both ranks.
-TEST(CalibrateTest, ACollectiveBesideAnyRanksBackwardIsNotAlone) {
-  const SimModel truth = Truth();
-  const NetworkModel network = TwoRankNetwork();
-  const Interference rates = {.comm_rate = 0.5, .compute_rate = 0.8};
-  const std::vector<reducer::BucketAssignment> plans = {Plan({{3}, {2}, {1}, {0}}),
-                                                        Plan({{3, 2, 1, 0}})};
-  trace::TraceView view = TwoRankView(2);
-  for (int it = 0; it < 8; ++it) {
-    const StepTimeline s = SimulateStep(truth, plans[it % 2], network, 2, {}, rates);
-    Record(s, it, 10000.0 * it, view.ranks[0]);
-    Record(s, it, 10000.0 * it + 1500, view.ranks[1]);
-  }
-  for (size_t k = 0; k < view.ranks[0].collectives.size(); ++k) {
-    view.ranks[0].collectives[k].start_us = view.ranks[1].collectives[k].start_us;
-    view.ranks[0].collectives[k].end_us = view.ranks[1].collectives[k].end_us;
-  }
-  SimModel model = Truth();
-  absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
-  ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_NEAR(c->network.measured.at(2).a_us, 50, 1e-6);
-  EXPECT_NEAR(c->network.measured.at(2).b_us_per_byte, 0.01, 1e-9);
-  EXPECT_NEAR(c->interference.comm_rate, 0.5, 1e-9);
-}
-
 TEST(CalibrateTest, WithoutGradientsSeenBothWaysTheComputeRateIsNotGuessed) {
   const SimModel truth = Truth();
   const NetworkModel network = TwoRankNetwork();
@@ -383,7 +356,7 @@ TEST(CalibrateTest, AnyTraceGivesAProfileOrAnErrorAndTheStepEnds) {
     const double scales[] = {0, 1e-3, 1, 1e3, 1e6, 1e12};
     return std::uniform_real_distribution<double>(0, scales[rng() % 6])(rng);
   };
-  int profiles = 0;
+  int profiles = 0, replayed = 0;
   for (int trial = 0; trial < 500; ++trial) {
     trace::TraceView view;
     view.world_size = 2;
@@ -400,10 +373,13 @@ TEST(CalibrateTest, AnyTraceGivesAProfileOrAnErrorAndTheStepEnds) {
         }
         for (int p = 0; p < 4; ++p) {
           const double at = time();
+          // Mostly a whole plan (p0, p1 | p2, p3), else any bucket number or none.
+          const int buckets[] = {-1, 0, 1, 2, 3, 1 << 30};
           rank.hooks.push_back({.name = "h",
                                 .start_us = at,
                                 .end_us = at,
                                 .iteration = it,
+                                .bucket = rng() % 4 ? p / 2 : buckets[rng() % 6],
                                 .param = static_cast<int>(rng() % 5) - (rng() % 9 == 0)});
         }
         for (int c = static_cast<int>(rng() % 4); c > 0; --c) {
@@ -445,9 +421,14 @@ TEST(CalibrateTest, AnyTraceGivesAProfileOrAnErrorAndTheStepEnds) {
       const StepTimeline s =
           SimulateStep(model, Plan({{3}, {2}, {1, 0}}), c->network, 2, hook, c->interference);
       EXPECT_TRUE(std::isfinite(s.step_us)) << c->summary;
+      // The run replayed at the plans its hooks name (none where they name no whole plan).
+      const SelfCheck check = ReplayItself(c->replays, c->network, 2, hook, c->interference);
+      EXPECT_TRUE(std::isfinite(check.replayed_us) && std::isfinite(check.measured_us));
+      replayed += check.iterations > 0;
     }
   }
   EXPECT_GT(profiles, 0);  // some random traces are usable, so the step is exercised too
+  EXPECT_GT(replayed, 0);  // and some name whole plans, so the replay is too
 }
 
 }  // namespace
