@@ -125,6 +125,8 @@ absl::Status ProfilesFromFlags(jobs::SimulateConfig& c) {
     for (jobs::sim::Replay& r : c.replays) r.comm_scale = 1;
   }
   if (FlagGiven("interference")) DDPKIT_RETURN_IF_ERROR(InterferenceFromFlag(c.interference));
+  // The run predicted again is the run as measured: not with a network or rates it did not have.
+  if (FlagGiven("network") || FlagGiven("interference")) c.calibration_world = 0;
   return absl::OkStatus();
 }
 

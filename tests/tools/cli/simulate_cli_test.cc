@@ -166,6 +166,10 @@ TEST(SimulateCliTest, CalibratesFromATrainRunAndFromPyTorchProfilerTraces) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("slowed"), std::string::npos) << r.out;
+  // Replayed with rates the run did not have, it would not be the run: the report says so.
+  EXPECT_NE(r.out.find("not replayed: --network or --interference"), std::string::npos) << r.out;
+  r = Simulate("--model mlp:64,256,256,10 --batch-size 32 --world-size 2 --calibrate " + trace);
+  ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("the calibration run predicted again (its "), std::string::npos) << r.out;
 
   // From a run without find_unused_parameters its graph search is not priced, and says so; a run

@@ -318,8 +318,8 @@ void SetMachineSpeeds(SimModel& model) {
 }
 
 // How slowly iteration `number`'s allreduces that ran alone went, against the fit, as `rank`
-// saw them (every rank's when it saw none): the mean of their times over its price (1 when none
-// ran alone).
+// saw them (every rank's when it saw none): their times summed over their prices summed, so a
+// small bucket's ratio weighs no more than its time (1 when none ran alone).
 double CommScale(const AllreduceSplit& split, int number, int rank, const LinearFit& alone) {
   for (const bool any_rank : {false, true}) {
     double took = 0, priced = 0;

@@ -36,7 +36,7 @@ namespace ddpkit::jobs::sim {
 // every iteration and reporting the median step keeps that (simulate.h, SimulateConfig).
 struct Replay {
   SimModel model;
-  double comm_scale = 1;                // its allreduces' times over the fitted cost alone (mean)
+  double comm_scale = 1;                // its allreduces' times over their fitted cost, summed
   reducer::BucketAssignment plan = {};  // the buckets it ran (empty: the trace does not say)
   double measured_step_us = -1;         // its step as measured, optimizer left out (-1: not traced)
 };

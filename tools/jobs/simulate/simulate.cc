@@ -197,6 +197,10 @@ absl::Status CheckConfig(const SimulateConfig& c) {
 // ReplayItself); a note instead when that hook is not the one simulated.
 void ReplayCalibration(const SimulateConfig& c, SimulateReport& r) {
   if (c.replays.empty()) return;
+  if (c.calibration_world < 1) {
+    r.set_replay_note("not replayed: --network or --interference replaced what the run measured");
+    return;
+  }
   const std::string& ran = c.model.hook_measured;
   if (!ran.empty() && !sim::HookWorkMeasured(c.model, c.hook)) {
     r.set_replay_note(StrCat("not replayed: the calibration run had the ", ran,

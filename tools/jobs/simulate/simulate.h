@@ -23,7 +23,7 @@ struct SimulateConfig {
   // From --calibrate: every measured iteration simulated with its own times, the median step
   // reported (calibrate.h, Replay); empty: `model` alone.
   std::vector<sim::Replay> replays;
-  int calibration_world = 0;  // the calibration run's world size
+  int calibration_world = 0;  // the calibration run's world size (0: not replayed as measured)
   std::string calibration;    // what --calibrate measured, for the report ("" without)
   std::vector<int> world_sizes = {2, 8, 64, 1024};
   // Whose DDP plans the buckets, and the caps (only these fields of the options are read).
