@@ -5,8 +5,8 @@
 // From the iterations after DDP's first (trace_samples.h), every rank pooled:
 //  * an allreduce alone: time = a + b·bytes fitted to the medians, per size, of the bucket
 //    allreduces that started after backward ended (nothing computes beside them);
-//  * a collective's speed during backward: each one that started before backward's end did
-//    (its cost alone - its time after backward) in its time during backward; the median ratio;
+//  * a collective's speed during backward: the ones that started before backward's end did
+//    (their cost alone - their time after backward) in their time during backward, summed;
 //  * backward alone and its speed beside a collective: a gradient's gap to the one before, g,
 //    with a share f of it beside a collective, did w = g·(1 - f) + g·f·rate of its work; the
 //    rate is the one that fits all gaps best, w each gradient's median. Only gradients seen

@@ -317,6 +317,32 @@ TEST(CalibrateTest, ATraceWithoutBucketsIsNotReplayed) {
   EXPECT_EQ(ReplayItself(c->replays, c->network, 2, {}, c->interference).iterations, 0);
 }
 
+// Collectives beside backward at full speed, but in one iteration of eight the first one stalls
+// until backward's end (as a small one does when backward holds the shared cores): the rate is
+// the work done over the time spent beside backward, so the stall counts for its time; a median
+// of each collective's rate would not see it.
+TEST(CalibrateTest, ACollectiveThatStallsBesideBackwardCountsForItsTime) {
+  const SimModel truth = Truth();
+  const NetworkModel network = TwoRankNetwork();
+  const std::vector<reducer::BucketAssignment> plans = {Plan({{3}, {2}, {1}, {0}}),
+                                                        Plan({{3, 2, 1, 0}})};
+  trace::TraceView view = TwoRankView(1);
+  for (int it = 0; it < 8; ++it) {
+    const StepTimeline s = SimulateStep(truth, plans[it % 2], network, 2, {}, {});
+    Record(s, it, 10000.0 * it, view.ranks[0]);
+    if (it == 4) {
+      trace::TraceItem& first = view.ranks[0].collectives[view.ranks[0].collectives.size() - 4];
+      ASSERT_LT(first.end_us, 10000.0 * it + s.backward_end_us);
+      first.end_us = 10000.0 * it + s.backward_end_us;  // done only as backward ends
+    }
+  }
+  SimModel model = Truth();
+  absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_LT(c->interference.comm_rate, 0.9);
+  EXPECT_GT(c->interference.comm_rate, 0.1);
+}
+
 TEST(CalibrateTest, WithoutGradientsSeenBothWaysTheComputeRateIsNotGuessed) {
   const SimModel truth = Truth();
   const NetworkModel network = TwoRankNetwork();
