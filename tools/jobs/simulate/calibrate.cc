@@ -267,8 +267,10 @@ std::string TraceCommHook(const trace::TraceView& view) {
 // take turns: at finalize and the optimizer too, so one starts late). The step as measured is
 // the longest any rank saw, forward's start to finalize's end (its "view"): a rank that started
 // before the pace-setter waited for it, and a rank the cores left behind saw the collectives end
-// late. So each pace-setter's sample carries the view rank, its wait (the start skew between
-// the two) and its finalize work; the collectives are priced as that rank saw them (CommScale).
+// late. So each pace-setter's sample carries the view rank, the start skew between the two (the
+// view's wait when it started first; negative when it started after the pace-setter, its step
+// that much shorter) and its finalize work; the collectives are priced as that rank saw them
+// (CommScale).
 // The pace-setters' iterations, and how many ranks there were.
 std::pair<std::vector<IterationSample>, int> SlowestPerIteration(
     const std::vector<IterationSample>& all) {
@@ -302,7 +304,7 @@ std::pair<std::vector<IterationSample>, int> SlowestPerIteration(
   for (const auto& [number, it] : slowest) {
     const IterationSample& v = view[number] != nullptr ? *view[number] : *it;
     out.push_back(*it);
-    out.back().start_skew_us = std::max(0.0, skew(*it) - skew(v));
+    out.back().start_skew_us = skew(*it) - skew(v);
     out.back().view_rank = v.rank;
     out.back().view_finalize_us = v.finalize_end_us >= 0 ? FinalizeWork(v) : -1;
     out.back().view_step_us = own_step(v);
@@ -405,6 +407,16 @@ void DropPlainIterations(std::vector<IterationSample>& samples) {
   std::erase_if(samples, [most](const IterationSample& it) { return it.allreduces.size() < most; });
 }
 
+// The start skew as the report says it: a wait, or a late start that shortens the step.
+std::string SkewWords(double skew_us) {
+  return skew_us >= 0
+             ? absl::StrFormat("waited %.3f ms for the pace-setting rank to start", skew_us / 1e3)
+             : absl::StrFormat(
+                   "started %.3f ms after the pace-setting rank, its step that much "
+                   "shorter",
+                   -skew_us / 1e3);
+}
+
 }  // namespace
 
 absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::string& what,
@@ -476,16 +488,15 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
       "an allreduce alone %.3f ms + %.3f ms per MB (%d after backward, %d size(s)); beside "
       "backward a collective runs at %.2fx its speed (%d collectives); backward runs at %.2fx "
       "beside a collective (%s); copies at %.2f GB/s (finalize's); the rank with the longest "
-      "step waited %.3f ms for the pace-setting rank to start (median); each of the %d "
-      "iterations replayed, the median step reported",
+      "step %s (median); each of the %d iterations replayed, the median step reported",
       alone.a_us / 1e3, alone.b_us_per_byte * 1e3, split.alone_count,
       static_cast<int>(split.alone.size()), c.interference.comm_rate,
       static_cast<int>(split.during.size()), c.interference.compute_rate,
       both_ways > 0 ? StrCat(both_ways, " gradient(s) seen both with and without one")
                     : "not measurable: no gradient was seen both with and without one; its "
                       "gaps are taken as measured",
-      model.copy_us_per_byte > 0 ? 1e-3 / model.copy_us_per_byte : 0.0, model.start_skew_us / 1e3,
-      static_cast<int>(slowest.size()));
+      model.copy_us_per_byte > 0 ? 1e-3 / model.copy_us_per_byte : 0.0,
+      SkewWords(model.start_skew_us), static_cast<int>(slowest.size()));
   if (!hook.empty()) {
     absl::StrAppendFormat(
         &c.summary,

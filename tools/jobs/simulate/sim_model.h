@@ -39,6 +39,9 @@ struct SimModel {
   // How long the rank with the longest step waited for the rank that sets the step's pace to
   // start it (--calibrate measures it, else 0): ranks that share cores take turns at finalize
   // and the optimizer, so one starts the next forward late and the others wait for it.
+  // Negative when the rank with the longest step itself started after the pace-setter (the
+  // cores left it behind at the end of the step too): its step begins, and is, that much later
+  // and shorter than the pace-setter's timeline.
   double start_skew_us = 0;
   // Finalize's own work once the last collective is done: the gradients copied out of the
   // buckets into .grad (none with gradient_as_bucket_view). Measured by --calibrate, else 0.

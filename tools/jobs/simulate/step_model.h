@@ -13,7 +13,9 @@
 //    cores and memory bandwidth; on a GPU its SMs and HBM), so each goes at a fraction of its
 //    own speed (Interference; 1 and 1 when unknown). Backward's times and a collective's cost
 //    are those each takes alone; calibrate.h measures the fractions from a trace;
-//  * the step is paced by its last-starting rank (SimModel::start_skew_us after the first);
+//  * the step is paced by the rank whose backward ends last and measured at the rank with the
+//    longest step, which started SimModel::start_skew_us before the pace-setter (after it, when
+//    negative);
 //  * backward ends, then finalize waits for the last bucket (the exposed tail) and copies the
 //    gradients out of the buckets (SimModel::finalize_us), then the optimizer runs. Every bucket is
 //    ready by backward's end, so the stream is busy from then on: exposed = max(0, comm end -

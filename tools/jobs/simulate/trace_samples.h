@@ -40,7 +40,8 @@ struct IterationSample {
   double forward_start_us = -1;  // its first forward's start (-1: none traced)
   // Set by calibrate.cc on each iteration's pace-setting rank: the rank whose own step
   // (forward's start to finalize's end) is the longest — the step as measured — and how much
-  // later than that rank this one started, which that rank spent waiting for it.
+  // later than that rank this one started: that rank's wait for it, or, negative, how much
+  // later that rank started, its step that much shorter.
   double start_skew_us = 0;
   int view_rank = -1;
   double view_finalize_us = -1;  // that rank's finalize work (-1: not traced)

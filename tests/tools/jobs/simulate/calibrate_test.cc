@@ -250,6 +250,44 @@ TEST(CalibrateTest, ARankThatStartsLateSetsThePaceAndItsSkewIsInTheStep) {
   EXPECT_NEAR(check.replayed_us, check.measured_us, 1e-6);
 }
 
+// Two ranks, the second starting 0.5 ms after the first but done with backward 0.1 ms sooner, so
+// the first still sets the pace; the cores leave the second behind at finalize (1 ms of copies
+// against none), so its step is the one measured, and it began 0.5 ms after the pace-setter's:
+// that much shorter than the pace-setter's timeline plus its finalize (3 ranks on 2 cores did
+// this; counted as no skew, the run replayed 13% long).
+TEST(CalibrateTest, ARankThatStartsAfterThePaceSetterSeesAShorterStep) {
+  const SimModel truth = Truth();
+  const NetworkModel network = TwoRankNetwork();
+  trace::TraceView view = TwoRankView(2);
+  const reducer::BucketAssignment plan = Plan({{3, 2, 1, 0}});
+  const StepTimeline s = SimulateStep(truth, plan, network, 2, {});
+  for (int it = 0; it < 5; ++it) {
+    const double t0 = 10000.0 * it;
+    Record(s, it, t0, view.ranks[0]);
+    Record(s, it, t0, view.ranks[1]);
+    for (trace::TraceItem& phase : view.ranks[1].phases) {
+      if (phase.iteration != it) continue;
+      if (phase.name == "forward") phase.start_us += 500;
+      if (phase.name == "backward") phase.end_us -= 100;
+    }
+    for (int r = 0; r < 2; ++r) {
+      view.ranks[r].phases.push_back({.name = "finalize",
+                                      .start_us = t0 + s.backward_end_us,
+                                      .end_us = t0 + s.comm_end_us + 1000.0 * r,
+                                      .iteration = it});
+    }
+  }
+  SimModel model = Truth();
+  absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(model.start_skew_us, -500);
+  EXPECT_DOUBLE_EQ(model.finalize_us, 1000);
+  const SelfCheck check = ReplayItself(c->replays, c->network, 2, {}, c->interference);
+  EXPECT_EQ(check.iterations, 4);
+  EXPECT_NEAR(check.measured_us, s.comm_end_us + 1000 - 500, 1e-6);
+  EXPECT_NEAR(check.replayed_us, check.measured_us, 1e-6);
+}
+
 // A run the model itself made, alternating two bucket plans, with finalize traced: each
 // iteration replayed at the plan it ran gives its measured step back (the self-check a
 // calibration reports), and one replayed at another plan would not.
