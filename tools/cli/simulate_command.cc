@@ -122,7 +122,7 @@ absl::Status ProfilesFromFlags(jobs::SimulateConfig& c) {
   }
   if (calibrate.empty() || FlagGiven("network")) {
     DDPKIT_ASSIGN_OR_RETURN(c.network, jobs::sim::ParseNetwork(absl::GetFlag(FLAGS_network)));
-    for (jobs::sim::Replay& r : c.replays) r.comm_scale = 1;
+    for (jobs::sim::Replay& r : c.replays) r.comm_excess_us = 0;  // it was over the fit replaced
   }
   if (FlagGiven("interference")) DDPKIT_RETURN_IF_ERROR(InterferenceFromFlag(c.interference));
   // The run predicted again is the run as measured: not with a network or rates it did not have.

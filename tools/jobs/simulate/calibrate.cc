@@ -24,26 +24,40 @@ double CommShare(const IterationSample& it, double from, double to) {
   return covered / (to - from);
 }
 
-// The bucket allreduces that ran (all but) alone, as (bytes, median time)
-// per size; and the ones that started during backward. Backward here is the sample's own rank's:
-// taken as any rank's (a late rank's backward slows a collective everywhere on shared cores),
-// the 180 rows of docs/simulate.md's validation came out worse (7.4% against 6.5%): a GPT's
-// small buckets on 4 ranks bound to 2 cores then measured a collective beside backward at
-// 0.01x its speed, and predicted small caps up to 69% high.
+// The bucket allreduces that ran (all but) alone, as (bytes, median time) per size; and the ones
+// that started during backward. Backward is the iteration's, the last rank's to end: the model
+// simulates the pace-setter, whose backward ends last, so beside backward in the model is
+// beside any rank's. A collective runs on every rank, and one sent while another rank still
+// computes its backward is slowed by it (on shared cores, or beside that rank's communication):
+// the first bucket, ready mid-backward, mostly is. Taken after the sample's own rank's backward
+// instead, those runs priced their size: a ResNet's buckets of 2.41 and 2.50 MB, 0.9 and 8.9 ms,
+// fitted 82 ms per MB, which only the per-iteration scale that came with it brought back.
 struct AllreduceSplit {
   std::vector<std::pair<double, double>> alone;  // per size
   int alone_count = 0;
   std::vector<std::pair<const IterationSample*, const AllreduceSample*>> alone_runs;
   std::vector<std::pair<const IterationSample*, const AllreduceSample*>> during;
+  std::map<int, double> backward_end;  // per iteration, the last rank's
 };
+
+std::map<int, double> LastBackwardEnds(const std::vector<IterationSample>& samples) {
+  std::map<int, double> last;
+  for (const IterationSample& it : samples) {
+    auto [at, fresh] = last.emplace(it.iteration, it.backward_end_us);
+    if (!fresh) at->second = std::max(at->second, it.backward_end_us);
+  }
+  return last;
+}
 
 AllreduceSplit SplitAllreduces(const std::vector<IterationSample>& samples) {
   std::map<double, std::vector<double>> by_size;
   AllreduceSplit split;
+  split.backward_end = LastBackwardEnds(samples);
   for (const IterationSample& it : samples) {
+    const double backward_end = split.backward_end.at(it.iteration);
     for (const AllreduceSample& a : it.allreduces) {
       // Started after backward, or ran beside it for under a tenth of its time.
-      const double during = std::max(0.0, std::min(a.end_us, it.backward_end_us) - a.start_us);
+      const double during = std::max(0.0, std::min(a.end_us, backward_end) - a.start_us);
       if (during <= 0.1 * (a.end_us - a.start_us)) {
         by_size[a.bytes].push_back(a.end_us - a.start_us), ++split.alone_count;
         split.alone_runs.emplace_back(&it, &a);
@@ -65,8 +79,9 @@ AllreduceSplit SplitAllreduces(const std::vector<IterationSample>& samples) {
 double CommRate(const AllreduceSplit& split, const LinearFit& alone) {
   double work = 0, time = 0;
   for (const auto& [it, a] : split.during) {
-    const double during = std::min(a->end_us, it->backward_end_us) - a->start_us;
-    const double after = std::max(0.0, a->end_us - it->backward_end_us);
+    const double backward_end = split.backward_end.at(it->iteration);
+    const double during = std::min(a->end_us, backward_end) - a->start_us;
+    const double after = std::max(0.0, a->end_us - backward_end);
     if (during <= 0) continue;
     work += std::clamp(alone.a_us + alone.b_us_per_byte * a->bytes - after, 0.0, during);
     time += during;
@@ -324,10 +339,12 @@ void SetMachineSpeeds(SimModel& model) {
   model.flops_per_us = us > 0 ? flops / us : 0;
 }
 
-// How slowly iteration `number`'s allreduces that ran alone went, against the fit, as `rank`
-// saw them (every rank's when it saw none): their times summed over their prices summed, so a
-// small bucket's ratio weighs no more than its time (1 when none ran alone).
-double CommScale(const AllreduceSplit& split, int number, int rank, const LinearFit& alone) {
+// How much longer than the fit iteration `number`'s allreduces that ran alone took, as `rank`
+// saw them (every rank's when it saw none; 0 when none ran alone; negative when faster). Time
+// the rank waits once at the step's end, not a scale on every collective: on ranks sharing
+// cores a last bucket took 4-10x its price waiting for a rank the cores had left behind, and
+// that scale on every bucket priced a plan of many small ones up to 58% high (GPT, 4 ranks).
+double CommExcess(const AllreduceSplit& split, int number, int rank, const LinearFit& alone) {
   for (const bool any_rank : {false, true}) {
     double took = 0, priced = 0;
     for (const auto& [it, a] : split.alone_runs) {
@@ -335,9 +352,9 @@ double CommScale(const AllreduceSplit& split, int number, int rank, const Linear
       if (it->iteration != number || price <= 0 || (!any_rank && it->rank != rank)) continue;
       took += a->end_us - a->start_us, priced += price;
     }
-    if (priced > 0) return took / priced;
+    if (priced > 0) return took - priced;
   }
-  return 1;
+  return 0;
 }
 
 // The finalize work of the rank the iteration's step is measured at.
@@ -370,7 +387,8 @@ std::vector<Replay> Replays(const std::vector<IterationSample>& slowest, const S
   std::vector<Replay> replays;
   const size_t n = median.params.size();
   for (const IterationSample& it : slowest) {
-    Replay r{.model = median, .comm_scale = CommScale(split, it.iteration, it.view_rank, alone)};
+    Replay r{.model = median,
+             .comm_excess_us = CommExcess(split, it.iteration, it.view_rank, alone)};
     const std::vector<double> us = AloneTimes(IterationGaps(it, n, hooked), n + 1, compute_rate);
     for (size_t p = 0; p < n; ++p) r.model.params[p].backward_us = us[p];
     r.model.backward_tail_us = us[n];
@@ -509,17 +527,21 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
   return c;
 }
 
+SimModel WithExcess(const Replay& r) {
+  SimModel model = r.model;
+  model.finalize_us = std::max(0.0, model.finalize_us + r.comm_excess_us);
+  return model;
+}
+
 SelfCheck ReplayItself(const std::vector<Replay>& replays, const NetworkModel& network, int world,
                        const Hook& hook, const Interference& interference) {
   std::vector<double> measured, replayed;
   for (const Replay& r : replays) {
     if (r.plan.buckets.empty() || r.measured_step_us < 0) continue;
-    NetworkModel scaled = network;
-    scaled.time_scale *= r.comm_scale;
     // The run's own forward: with find_unused_parameters' search when it searched.
-    SimModel model = r.model;
+    SimModel model = WithExcess(r);
     model.forward_us += model.unused_search_us;
-    const StepTimeline step = SimulateStep(model, r.plan, scaled, world, hook, interference);
+    const StepTimeline step = SimulateStep(model, r.plan, network, world, hook, interference);
     measured.push_back(r.measured_step_us);
     replayed.push_back(step.step_us - model.optimizer_us);
   }

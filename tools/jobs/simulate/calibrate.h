@@ -30,13 +30,16 @@
 namespace ddpkit::jobs::sim {
 
 // One calibration iteration to replay: its own compute (each gradient's gap with the
-// interference taken out, forward, finalize's copies, optimizer) and how slowly its allreduces
-// ran against the fitted cost alone. A step's parts are skewed (a slow allreduce, a preempted
+// interference taken out, forward, finalize's copies, optimizer) and how much longer than the
+// fitted cost alone its allreduces took. A step's parts are skewed (a slow allreduce, a preempted
 // gradient), and the median of their sum is more than the sum of their medians: simulating
 // every iteration and reporting the median step keeps that (simulate.h, SimulateConfig).
 struct Replay {
   SimModel model;
-  double comm_scale = 1;                // its allreduces' times over their fitted cost, summed
+  // Its allreduces that ran alone, as the rank whose step is measured saw them: their times less
+  // their fitted costs, summed (calibrate.cc, CommExcess). That rank waits for it once, at the
+  // step's end (WithExcess).
+  double comm_excess_us = 0;
   reducer::BucketAssignment plan = {};  // the buckets it ran (empty: the trace does not say)
   double measured_step_us = -1;         // its step as measured, optimizer left out (-1: not traced)
 };
@@ -54,6 +57,10 @@ struct Calibration {
 // naming `what` when the trace is not this model's, or has no bucket allreduce with its size.
 absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::string& what,
                                       SimModel& model);
+
+// The replay's model with its allreduces' excess over the fit waited for at the step's end, in
+// finalize's time (never below none).
+SimModel WithExcess(const Replay& r);
 
 // The calibration run predicted again: each replayed iteration simulated at the bucket plan it
 // ran, beside its step as measured — the model's error on the very run it learned from, which

@@ -144,9 +144,7 @@ SimPoint PointAt(const SimulateConfig& c, int world, const reducer::DdpOptions& 
   if (c.replays.empty()) return PointOf(c, c.model, c.network, world, options);
   std::vector<SimPoint> points;
   for (const sim::Replay& r : c.replays) {
-    sim::NetworkModel network = c.network;
-    network.time_scale *= r.comm_scale;
-    points.push_back(PointOf(c, r.model, network, world, options));
+    points.push_back(PointOf(c, sim::WithExcess(r), c.network, world, options));
   }
   std::sort(points.begin(), points.end(), [](const SimPoint& a, const SimPoint& b) {
     return a.iteration_ms() < b.iteration_ms();

@@ -113,13 +113,67 @@ TEST(CalibrateTest, RecoversTheProfilesAndTheInterferenceItWasSimulatedWith) {
   // allreduces at the fitted price.
   ASSERT_EQ(c->replays.size(), 7u);  // iterations 1..7
   for (const Replay& r : c->replays) {
-    EXPECT_NEAR(r.comm_scale, 1, 1e-9);
+    EXPECT_NEAR(r.comm_excess_us, 0, 1e-6);
     for (size_t p = 0; p < truth.params.size(); ++p) {
       EXPECT_NEAR(r.model.params[p].backward_us, truth.params[p].backward_us, 1e-6) << p;
     }
   }
   // p3, ready first, never has a collective beside it; the other three are seen both ways.
   EXPECT_NE(c->summary.find("3 gradient(s) seen both"), std::string::npos) << c->summary;
+}
+
+// The same run on two ranks, the first done with backward as soon as it starts it (a faster
+// rank): the collectives beside the second rank's backward, slowed by it, ran after the first
+// rank's own. They are still beside backward — the iteration's, which the model's pace-setter
+// runs — so the price alone and the rates are the truth's. Taken after each rank's own
+// backward, the first rank's slowed runs would price their sizes.
+TEST(CalibrateTest, ACollectiveBesideAnotherRanksBackwardIsNotPricedAsAlone) {
+  const SimModel truth = Truth();
+  const NetworkModel network = TwoRankNetwork();
+  const Interference rates = {.comm_rate = 0.5, .compute_rate = 0.8};
+  const std::vector<reducer::BucketAssignment> plans = {Plan({{3}, {2}, {1}, {0}}),
+                                                        Plan({{3, 2, 1, 0}})};
+  trace::TraceView view = TwoRankView(2);
+  for (int it = 0; it < 8; ++it) {
+    const StepTimeline s = SimulateStep(truth, plans[it % 2], network, 2, {}, rates);
+    for (int r = 0; r < 2; ++r) Record(s, it, 10000.0 * it, view.ranks[r]);
+    for (trace::TraceItem& phase : view.ranks[0].phases) {
+      if (phase.iteration == it && phase.name == "backward") phase.end_us = phase.start_us + 1;
+    }
+  }
+  SimModel model = Truth();
+  absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NEAR(c->network.measured.at(2).a_us, 50, 1e-6);
+  EXPECT_NEAR(c->network.measured.at(2).b_us_per_byte, 0.01, 1e-9);
+  EXPECT_NEAR(c->interference.comm_rate, 0.5, 1e-9);
+  EXPECT_NEAR(c->interference.compute_rate, 0.8, 1e-9);
+  for (const Replay& r : c->replays) EXPECT_NEAR(r.comm_excess_us, 0, 1e-6);
+}
+
+// One iteration's allreduce took 0.3 ms longer than the rest (its rank waited for one the cores
+// had left behind): replayed, the iteration waits those 0.3 ms once at its step's end, at any
+// plan — not a scale on every collective, which would make a plan of four buckets wait four
+// times over.
+TEST(CalibrateTest, AnIterationsSlowAllreduceIsWaitedForOnceAtAnyPlan) {
+  const SimModel truth = Truth();
+  const NetworkModel network = TwoRankNetwork();
+  trace::TraceView view = TwoRankView(1);
+  for (int it = 0; it < 5; ++it) {
+    const StepTimeline s = SimulateStep(truth, Plan({{3, 2, 1, 0}}), network, 2, {});
+    Record(s, it, 10000.0 * it, view.ranks[0]);
+  }
+  view.ranks[0].collectives[3].end_us += 300;  // iteration 3's one allreduce
+  SimModel model = Truth();
+  absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->replays.size(), 4u);  // iterations 1..4
+  EXPECT_NEAR(c->replays[2].comm_excess_us, 300, 1e-6);
+  EXPECT_NEAR(c->replays[0].comm_excess_us, 0, 1e-6);
+  const reducer::BucketAssignment four = Plan({{3}, {2}, {1}, {0}});
+  const double slow = SimulateStep(WithExcess(c->replays[2]), four, c->network, 2, {}).step_us;
+  const double usual = SimulateStep(WithExcess(c->replays[0]), four, c->network, 2, {}).step_us;
+  EXPECT_NEAR(slow - usual, 300, 1e-6);
 }
 
 // A run with a comm hook: its work at each bucket's launch is taken out of the gradients' times

@@ -130,12 +130,12 @@ TEST(StepModelTest, ReplaysReportTheMedianIteration) {
     r.model.forward_us = forward;
     c.replays.push_back(r);
   }
-  c.replays[2].comm_scale = 2;  // its one 8 us allreduce takes 16
+  c.replays[2].comm_excess_us = 8;  // its one 8 us allreduce took 16: 8 us more at its end
   absl::StatusOr<SimulateReport> r = Simulate(c);
   ASSERT_TRUE(r.ok()) << r.status();
-  // Steps 63, 553 and 40 + 40 + 16 + 5 = 101 us: the middle one is the third replay's.
+  // Steps 63, 553 and 40 + 40 + 8 + 5 + 8 = 101 us: the middle one is the third replay's.
   EXPECT_DOUBLE_EQ(r->worlds(0).step_ms(), 0.101);
-  EXPECT_DOUBLE_EQ(r->worlds(0).comm_ms(), 0.016);
+  EXPECT_DOUBLE_EQ(r->worlds(0).comm_ms(), 0.008);
 }
 
 TEST(StepModelTest, TheRebuildSplitsTheOneInitialBucket) {
