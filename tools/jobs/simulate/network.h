@@ -49,7 +49,8 @@ struct NetworkModel {
 // "trace=FILE": the bucket allreduces of a ddpkit --trace, timed as they ran inside DDP.
 absl::StatusOr<NetworkModel> ParseNetwork(const std::string& spec);
 
-// time_us = a + b·bytes over (bytes, time_us) points by least squares, both clamped at zero.
+// time_us = a + b·bytes over (bytes, time_us) points by least squares; where the intercept would
+// fall below zero, the best line through the origin (a = 0), the slope never below zero.
 LinearFit LeastSquares(const std::vector<std::pair<double, double>>& points);
 
 // The fit of one `ddpkit bench allreduce --json` report: {world size, fit}.

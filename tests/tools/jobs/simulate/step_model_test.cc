@@ -251,6 +251,18 @@ TEST(NetworkModelTest, MeasuredFitsScaleAsARing) {
   EXPECT_NEAR(m.AllreduceUs(1000, 4), 60 + 1.5, 1e-9);
 }
 
+// Points on a line with a latency fit it exactly; two close sizes, the larger one slowed, whose
+// free line would start below zero, get the best line through the origin, not the free slope.
+TEST(NetworkModelTest, ALeastSquaresLineBelowZeroGoesThroughTheOrigin) {
+  const LinearFit exact = LeastSquares({{1000, 60}, {2000, 70}, {4000, 90}});
+  EXPECT_NEAR(exact.a_us, 50, 1e-9);
+  EXPECT_NEAR(exact.b_us_per_byte, 0.01, 1e-12);
+  const LinearFit close = LeastSquares({{2.41e6, 2590}, {2.50e6, 4510}});
+  EXPECT_EQ(close.a_us, 0);
+  const double b = (2.41e6 * 2590 + 2.50e6 * 4510) / (2.41e6 * 2.41e6 + 2.50e6 * 2.50e6);
+  EXPECT_NEAR(close.b_us_per_byte, b, 1e-12);  // 1.45 ms per MB, not the free line's 21
+}
+
 TEST(NetworkModelTest, PresetsAndKeys) {
   absl::StatusOr<NetworkModel> n = ParseNetwork("dgx-a100-ib200,algo=ring");
   ASSERT_TRUE(n.ok()) << n.status();
