@@ -284,8 +284,8 @@ std::string TraceCommHook(const trace::TraceView& view) {
 // before the pace-setter waited for it, and a rank the cores left behind saw the collectives end
 // late. So each pace-setter's sample carries the view rank, the start skew between the two (the
 // view's wait when it started first; negative when it started after the pace-setter, its step
-// that much shorter) and its finalize work; the collectives are priced as that rank saw them
-// (CommScale).
+// that much shorter) and its finalize work; the collectives' time beyond their price is taken as
+// that rank saw it (CommExcess).
 // The pace-setters' iterations, and how many ranks there were.
 std::pair<std::vector<IterationSample>, int> SlowestPerIteration(
     const std::vector<IterationSample>& all) {
@@ -529,7 +529,7 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
 
 SimModel WithExcess(const Replay& r) {
   SimModel model = r.model;
-  model.finalize_us = std::max(0.0, model.finalize_us + r.comm_excess_us);
+  model.comm_wait_us = r.comm_excess_us;
   return model;
 }
 

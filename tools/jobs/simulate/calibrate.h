@@ -37,8 +37,8 @@ namespace ddpkit::jobs::sim {
 struct Replay {
   SimModel model;
   // Its allreduces that ran alone, as the rank whose step is measured saw them: their times less
-  // their fitted costs, summed (calibrate.cc, CommExcess). That rank waits for it once, at the
-  // step's end (WithExcess).
+  // their fitted costs, summed (calibrate.cc, CommExcess). That rank waits for it once, after
+  // the last collective (WithExcess).
   double comm_excess_us = 0;
   reducer::BucketAssignment plan = {};  // the buckets it ran (empty: the trace does not say)
   double measured_step_us = -1;         // its step as measured, optimizer left out (-1: not traced)
@@ -58,8 +58,8 @@ struct Calibration {
 absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::string& what,
                                       SimModel& model);
 
-// The replay's model with its allreduces' excess over the fit waited for at the step's end, in
-// finalize's time (never below none).
+// The replay's model with its allreduces' excess over the fit waited for after its last
+// collective (SimModel::comm_wait_us): communication time, whatever DDP's options.
 SimModel WithExcess(const Replay& r);
 
 // The calibration run predicted again: each replayed iteration simulated at the bucket plan it

@@ -49,6 +49,10 @@ struct SimModel {
   // find_unused_parameters' graph search after each forward (--calibrate from a run with it
   // measures it; forward_us is then forward without it), else 0.
   double unused_search_us = 0;
+  // A replayed calibration iteration's (calibrate.h, Replay::comm_excess_us): how much longer
+  // than their fitted cost its allreduces took, as the rank whose step is measured saw them
+  // (negative: shorter). That rank waits for it after the last collective, once. Else 0.
+  double comm_wait_us = 0;
   // The machine's speed at the work a comm hook adds (--calibrate measures both; 0: unknown, and
   // the hook's own compute is not priced): a copy, from finalize's copies out of the buckets,
   // and FLOPs, from the model's FLOPs over its measured forward and backward.

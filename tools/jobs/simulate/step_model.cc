@@ -239,7 +239,10 @@ StepTimeline SimulateStep(const SimModel& model, const reducer::BucketAssignment
   for (const Collective& c : t.collectives) {
     t.comm_us += c.callback_end_us - c.start_us, t.bytes_sent += c.bytes;
   }
-  const double stream_end = t.collectives.empty() ? 0 : t.collectives.back().callback_end_us;
+  // A replayed iteration's collectives ended comm_wait_us later (or sooner) than priced.
+  const double wait = t.collectives.empty() ? 0 : std::max(model.comm_wait_us, -t.comm_us);
+  t.comm_us += wait;
+  const double stream_end = t.collectives.empty() ? 0 : t.collectives.back().callback_end_us + wait;
   t.comm_end_us = std::max(t.backward_end_us, stream_end);
   t.exposed_us = t.comm_end_us - t.backward_end_us;
   t.overlapped_us = t.comm_us - t.exposed_us;
