@@ -341,7 +341,7 @@ void SetMachineSpeeds(SimModel& model) {
 
 // How much longer than the fit iteration `number`'s allreduces that ran alone took, as `rank`
 // saw them (every rank's when it saw none; 0 when none ran alone; negative when faster). Time
-// the rank waits once at the step's end, not a scale on every collective: on ranks sharing
+// the rank waits once, after the last collective, not a scale on every collective: on ranks sharing
 // cores a last bucket took 4-10x its price waiting for a rank the cores had left behind, and
 // that scale on every bucket priced a plan of many small ones up to 58% high (GPT, 4 ranks).
 double CommExcess(const AllreduceSplit& split, int number, int rank, const LinearFit& alone) {

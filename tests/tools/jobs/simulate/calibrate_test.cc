@@ -83,19 +83,25 @@ trace::TraceView ViewWithHook(const std::string& comm_hook) {
   return view;
 }
 
-TEST(CalibrateTest, RecoversTheProfilesAndTheInterferenceItWasSimulatedWith) {
-  const SimModel truth = Truth();
-  const NetworkModel network = TwoRankNetwork();
-  const Interference rates = {.comm_rate = 0.5, .compute_rate = 0.8};
-  // A bucket per gradient (all but the last overlap backward), and one bucket after it: the
-  // gradients after the first are seen both beside a collective and alone, and sizes run alone.
+// Eight iterations of the truth at a collective's rate 0.5 beside backward and backward's 0.8
+// beside a collective, recorded alike on `ranks` ranks. The plans alternate: a bucket per
+// gradient (all but the last overlap backward), and one bucket after it — the gradients after the
+// first are seen both beside a collective and alone, and sizes run alone.
+trace::TraceView AlternatingPlansRun(int ranks) {
   const std::vector<reducer::BucketAssignment> plans = {Plan({{3}, {2}, {1}, {0}}),
                                                         Plan({{3, 2, 1, 0}})};
-  trace::TraceView view = TwoRankView(1);
+  trace::TraceView view = TwoRankView(ranks);
   for (int it = 0; it < 8; ++it) {
-    const StepTimeline s = SimulateStep(truth, plans[it % 2], network, 2, {}, rates);
-    Record(s, it, 10000.0 * it, view.ranks[0]);
+    const StepTimeline s = SimulateStep(Truth(), plans[it % 2], TwoRankNetwork(), 2, {},
+                                        {.comm_rate = 0.5, .compute_rate = 0.8});
+    for (int r = 0; r < ranks; ++r) Record(s, it, 10000.0 * it, view.ranks[r]);
   }
+  return view;
+}
+
+TEST(CalibrateTest, RecoversTheProfilesAndTheInterferenceItWasSimulatedWith) {
+  const SimModel truth = Truth();
+  trace::TraceView view = AlternatingPlansRun(1);
   SimModel model = Truth();
   for (SimParam& p : model.params) p.backward_us = 0;
   absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
@@ -128,18 +134,9 @@ TEST(CalibrateTest, RecoversTheProfilesAndTheInterferenceItWasSimulatedWith) {
 // runs — so the price alone and the rates are the truth's. Taken after each rank's own
 // backward, the first rank's slowed runs would price their sizes.
 TEST(CalibrateTest, ACollectiveBesideAnotherRanksBackwardIsNotPricedAsAlone) {
-  const SimModel truth = Truth();
-  const NetworkModel network = TwoRankNetwork();
-  const Interference rates = {.comm_rate = 0.5, .compute_rate = 0.8};
-  const std::vector<reducer::BucketAssignment> plans = {Plan({{3}, {2}, {1}, {0}}),
-                                                        Plan({{3, 2, 1, 0}})};
-  trace::TraceView view = TwoRankView(2);
-  for (int it = 0; it < 8; ++it) {
-    const StepTimeline s = SimulateStep(truth, plans[it % 2], network, 2, {}, rates);
-    for (int r = 0; r < 2; ++r) Record(s, it, 10000.0 * it, view.ranks[r]);
-    for (trace::TraceItem& phase : view.ranks[0].phases) {
-      if (phase.iteration == it && phase.name == "backward") phase.end_us = phase.start_us + 1;
-    }
+  trace::TraceView view = AlternatingPlansRun(2);
+  for (trace::TraceItem& phase : view.ranks[0].phases) {
+    if (phase.name == "backward") phase.end_us = phase.start_us + 1;
   }
   SimModel model = Truth();
   absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
