@@ -10,7 +10,12 @@
 #                                                    also on failure/signal
 #   netns_hosts.sh exec HOST CMD...       CMD inside host HOST (h0, h1, ... or 0, 1, ...)
 #   netns_hosts.sh rsh HOST CMD...        as ssh runs it: CMD's words joined, run by a shell inside
-#                                         HOST (mpirun --mca plm_rsh_agent "netns_hosts.sh rsh")
+#                                         HOST (mpirun --mca plm_rsh_agent "netns_hosts.sh rsh"),
+#                                         with TMPDIR the host's own folder, $TMPDIR/<host's
+#                                         namespace>, as on a machine of its own (Open MPI's
+#                                         session folders are named by host name and job, and
+#                                         the hosts share both: a remote orted and a local rank
+#                                         raced to make the same one, "File exists")
 #   netns_hosts.sh addr HOST              the host's address
 #   netns_hosts.sh shape HOST RATE        tbf at RATE both ways on the host's link (e.g. 10gbit)
 #   netns_hosts.sh fault HOST KIND        KIND: link-down | loss PCT | partition | flap [S] |
@@ -270,7 +275,9 @@ case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   run) shift; cmd_run "$@" ;;
   exec) shift; ns="$(host_ns "$1")"; shift; exec ip netns exec "$ns" "$@" ;;
-  rsh) shift; ns="$(host_ns "$1")"; shift; exec ip netns exec "$ns" bash -c "$*" ;;
+  rsh) shift; ns="$(host_ns "$1")"; shift
+    export TMPDIR="${TMPDIR:-/tmp}/$ns"; mkdir -p "$TMPDIR"
+    exec ip netns exec "$ns" bash -c "$*" ;;
   addr) host_addr "$2" ;;
   shape) cmd_shape "$2" "$3" ;;
   fault) shift; cmd_fault "$@" ;;

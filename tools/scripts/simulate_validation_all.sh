@@ -6,7 +6,8 @@
 # TSV into OUT and keeps its traces in OUT/traces; tools/scripts/simulate_table.py turns the TSVs
 # into the tables and the error over all rows. About 50 minutes on 2 cores; run it holding the
 # build lock, on a quiet machine. REUSE=1 runs nothing and predicts OUT/traces' runs again with
-# the simulator built now (the questions and cross-host rows are left as they were).
+# the simulator built now (the questions and cross-host rows are left as they were); QUESTIONS=0
+# leaves the questions' table out, ACROSS=0 the cross-host rows.
 #   tools/scripts/simulate_validation_all.sh OUT [REPEATS]
 set -euo pipefail
 OUT=${1:?usage: simulate_validation_all.sh OUT [REPEATS]}
@@ -32,7 +33,7 @@ run find_unused MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" EXTRA=--f
 run static_graph MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" EXTRA=--static-graph
 run fp16 MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" HOOK=fp16
 run powersgd MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" HOOK=powersgd:1
-if [ -z "${REUSE:-}" ]; then
+if [ -z "${REUSE:-}" ] && [ "${QUESTIONS:-1}" = 1 ]; then
   echo "$(date -u +%H:%M:%S) questions" >&2
   STEPS=30 "$S/simulate_questions.sh" "$REPEATS" >"$OUT/questions.tsv"
 fi

@@ -102,13 +102,14 @@ TEST(NetnsTest, AnMpiJobAcrossTwoHostsTrainsAsOnOneHost) {
   // mpi_launch_test.cc); the remote rank inherits it through the rsh agent. rtc_hwloc_vmhole
   // none: a remote orted once crashed writing its hwloc topology to shared memory
   // (hwloc_shmem_topology_write, SIGSEGV) in tools/scripts/netns_paper.sh's mpi runs.
-  // OMPI_MCA_orte_tmpdir_base: this run's own session folders. Both test hosts share /tmp and
-  // a host name, and a CI run's orted once found its session folder left by an earlier job
-  // ("mkdir ... File exists", orte_init failed).
+  // TMPDIR: this run's own session folders, and through `netns_hosts.sh rsh` each host's own
+  // below it. The test hosts share /tmp and a host name, so two hosts' orteds made the same
+  // folder at once ("mkdir ... jf.N: File exists", orte_init failed). Not orte_tmpdir_base:
+  // mpirun passes it on every orted's command line, one folder for all hosts again.
   std::filesystem::create_directories(dir + "/ompi");
   const std::string mpirun =
       "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LSAN_OPTIONS=detect_leaks=0 "
-      "OMPI_MCA_orte_tmpdir_base=" +
+      "TMPDIR=" +
       dir + "/ompi timeout 60 mpirun -np 2 --mca rtc_hwloc_vmhole none ";
   const std::string job = " " + kDdpkit +
                           " train --model mlp:32,64,64,10 --steps 6 --batch-size 8 --backend mpi "
