@@ -75,12 +75,15 @@ for r in $(seq 1 "$REPEATS"); do
       for cap in default ${CAPS//,/ }; do
         flags=() trace=$kept/cap$cap.json
         [ "$cap" = default ] && trace=$kept/calibration.json || flags=(--bucket-cap-mb "$cap")
-        "$B" simulate --model "$MODEL" --batch-size "$BATCH" --world-size "$HOSTS" "${flags[@]}" \
-          --calibrate "$kept/calibration.json" --json >"$OUT/s.json"
-        echo -e "$r\t$label\t$HOSTS\t$cap\t$(python3 "$S/trace_step_ms.py" "$trace")\t$(field \
-          "$OUT/s.json" "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field \
-          "$OUT/s.json" "d['interference_comm_rate']")\t$(field "$OUT/s.json" \
-          "d['interference_compute_rate']")"
+        measured=$(python3 "$S/trace_step_ms.py" "$trace")
+        if "$B" simulate --model "$MODEL" --batch-size "$BATCH" --world-size "$HOSTS" \
+          "${flags[@]}" --calibrate "$kept/calibration.json" --json >"$OUT/s.json"; then
+          echo -e "$r\t$label\t$HOSTS\t$cap\t$measured\t$(field "$OUT/s.json" \
+            "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field "$OUT/s.json" \
+            "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")"
+        else  # a failed prediction is a row that says so (simulate's error on stderr)
+          echo -e "$r\t$label\t$HOSTS\t$cap\t$measured\tfailed\t\t"
+        fi
       done
       rm -f "$OUT"/*.json
     done

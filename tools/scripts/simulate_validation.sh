@@ -60,11 +60,15 @@ for r in $(seq 1 "$REPEATS"); do
         flags=(--bucket-cap-mb "$cap") measured_trace=$(trace_of "cap$cap" "$be" "$n" "$r")
         [ -n "${REUSE:-}" ] || train "$be" "$n" "$measured_trace" "${flags[@]}"
       fi
-      $B simulate --model "$MODEL" --batch-size "$BATCH" --world-size "$n" "${flags[@]}" $EXTRA \
-        "${sim_hook[@]}" --calibrate "$calibration" --json >"$OUT/s.json"
-      echo -e "$r\t$be\t$n\t$cap\t$(measured "$measured_trace")\t$(field "$OUT/s.json" \
-        "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field "$OUT/s.json" \
-        "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")"
+      # A prediction that fails (its error on stderr) is a row that says so, not the end of the batch.
+      if $B simulate --model "$MODEL" --batch-size "$BATCH" --world-size "$n" "${flags[@]}" \
+        $EXTRA "${sim_hook[@]}" --calibrate "$calibration" --json >"$OUT/s.json"; then
+        echo -e "$r\t$be\t$n\t$cap\t$(measured "$measured_trace")\t$(field "$OUT/s.json" \
+          "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field "$OUT/s.json" \
+          "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")"
+      else
+        echo -e "$r\t$be\t$n\t$cap\t$(measured "$measured_trace")\tfailed\t\t"
+      fi
     done
     [ -n "${KEEP:-}" ] || rm -f "$OUT"/*.json
   done

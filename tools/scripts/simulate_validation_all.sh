@@ -7,7 +7,8 @@
 # into the tables and the error over all rows. About 50 minutes on 2 cores; run it holding the
 # build lock, on a quiet machine. REUSE=1 runs nothing and predicts OUT/traces' runs again with
 # the simulator built now (the questions and cross-host rows are left as they were); QUESTIONS=0
-# leaves the questions' table out, ACROSS=0 the cross-host rows.
+# leaves the questions' table out, ACROSS=0 the cross-host rows, and PARTS="fp16 powersgd" runs
+# only those loopback parts (the others' TSVs in OUT are kept: a batch resumed).
 #   tools/scripts/simulate_validation_all.sh OUT [REPEATS]
 set -euo pipefail
 OUT=${1:?usage: simulate_validation_all.sh OUT [REPEATS]}
@@ -19,9 +20,11 @@ MLP=mlp:784,1024,1024,1024,10
 RESNET=resnet:1,1,1,1,width=32,in=3,classes=10,stem=small
 GPT=gpt:layers=2,heads=4,dim=128,ctx=64,vocab=256
 VARIANT_SPECS="threads:2 gloo:2 mpi:2"
+PARTS=${PARTS:-mlp resnet gpt find_unused static_graph fp16 powersgd}  # which to (re)run
 run() {  # NAME, then VAR=value settings for simulate_validation.sh
   local name=$1
   shift
+  [[ " $PARTS " == *" $name "* ]] || return 0
   echo "$(date -u +%H:%M:%S) $name" >&2
   env KEEP="$OUT/traces/$name" "$@" "$S/simulate_validation.sh" "$REPEATS" >"$OUT/$name.tsv.new"
   mv "$OUT/$name.tsv.new" "$OUT/$name.tsv"

@@ -35,6 +35,7 @@ double CommShare(const IterationSample& it, double from, double to) {
 struct AllreduceSplit {
   std::vector<std::pair<double, double>> alone;  // per size
   int alone_count = 0;
+  bool own_backward = false;  // alone after their own rank's backward (none after every rank's)
   std::vector<std::pair<const IterationSample*, const AllreduceSample*>> alone_runs;
   std::vector<std::pair<const IterationSample*, const AllreduceSample*>> during;
   std::map<int, double> backward_end;  // per iteration, the last rank's
@@ -49,12 +50,21 @@ std::map<int, double> LastBackwardEnds(const std::vector<IterationSample>& sampl
   return last;
 }
 
-AllreduceSplit SplitAllreduces(const std::vector<IterationSample>& samples) {
+// The end of backward that a collective of `it` counts as alone after.
+double BackwardEnd(const AllreduceSplit& split, const IterationSample& it) {
+  return split.own_backward ? it.backward_end_us : split.backward_end.at(it.iteration);
+}
+
+// `own_backward`: beside the sample's own rank's backward only — the fallback where no
+// collective ran after every rank's (threads ranks whose backwards end apart, each one's last
+// bucket sent while the other still computes: a static_graph run did, in every iteration).
+AllreduceSplit SplitAllreduces(const std::vector<IterationSample>& samples, bool own_backward) {
   std::map<double, std::vector<double>> by_size;
   AllreduceSplit split;
+  split.own_backward = own_backward;
   split.backward_end = LastBackwardEnds(samples);
   for (const IterationSample& it : samples) {
-    const double backward_end = split.backward_end.at(it.iteration);
+    const double backward_end = BackwardEnd(split, it);
     for (const AllreduceSample& a : it.allreduces) {
       // Started after backward, or ran beside it for under a tenth of its time.
       const double during = std::max(0.0, std::min(a.end_us, backward_end) - a.start_us);
@@ -70,6 +80,15 @@ AllreduceSplit SplitAllreduces(const std::vector<IterationSample>& samples) {
   return split;
 }
 
+bool HasSizedAlone(const AllreduceSplit& split) {
+  return !split.alone.empty() && split.alone.back().first > 0;
+}
+
+AllreduceSplit SplitAllreduces(const std::vector<IterationSample>& samples) {
+  AllreduceSplit split = SplitAllreduces(samples, false);
+  return HasSizedAlone(split) ? split : SplitAllreduces(samples, true);
+}
+
 // A collective's speed during backward: the work the overlapped collectives did beside it
 // (each one's cost alone, less its time after backward) over the time they spent beside it,
 // summed. Time-weighted, not a median of each one's rate: on shared cores a small collective
@@ -79,7 +98,7 @@ AllreduceSplit SplitAllreduces(const std::vector<IterationSample>& samples) {
 double CommRate(const AllreduceSplit& split, const LinearFit& alone) {
   double work = 0, time = 0;
   for (const auto& [it, a] : split.during) {
-    const double backward_end = split.backward_end.at(it->iteration);
+    const double backward_end = BackwardEnd(split, *it);
     const double during = std::min(a->end_us, backward_end) - a->start_us;
     const double after = std::max(0.0, a->end_us - backward_end);
     if (during <= 0) continue;
@@ -445,7 +464,7 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
   const std::string hook = TraceCommHook(view);
   if (hook.find("powersgd") != std::string::npos) DropPlainIterations(samples);
   const AllreduceSplit split = SplitAllreduces(samples);
-  if (split.alone.empty() || split.alone.back().first <= 0) {
+  if (!HasSizedAlone(split)) {
     return absl::InvalidArgumentError(
         StrCat(what,
                ": no bucket allreduce with its size ran after backward, so their cost alone "
@@ -461,7 +480,8 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
   c.network.name = "calibrated";
   c.network.measured[view.world_size] = alone;
   c.network.source =
-      StrCat("calibrated: ", what, " (", split.alone_count, " bucket allreduces after backward)");
+      StrCat("calibrated: ", what, " (", split.alone_count, " bucket allreduces after backward",
+             split.own_backward ? ", their own rank's: none ran after every rank's" : "", ")");
   c.interference.comm_rate = CommRate(split, alone);
 
   const auto [slowest, ranks] = SlowestPerIteration(samples);
@@ -503,11 +523,12 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
   c.replays = Replays(slowest, model, c.interference.compute_rate, split, alone, !hook.empty());
   for (const Replay& r : c.replays) DDPKIT_RETURN_IF_ERROR(CheckFinite(r.model, alone, what));
   c.summary = absl::StrFormat(
-      "an allreduce alone %.3f ms + %.3f ms per MB (%d after backward, %d size(s)); beside "
+      "an allreduce alone %.3f ms + %.3f ms per MB (%d after backward%s, %d size(s)); beside "
       "backward a collective runs at %.2fx its speed (%d collectives); backward runs at %.2fx "
       "beside a collective (%s); copies at %.2f GB/s (finalize's); the rank with the longest "
       "step %s (median); each of the %d iterations replayed, the median step reported",
       alone.a_us / 1e3, alone.b_us_per_byte * 1e3, split.alone_count,
+      split.own_backward ? " — their own rank's: none ran after every rank's" : "",
       static_cast<int>(split.alone.size()), c.interference.comm_rate,
       static_cast<int>(split.during.size()), c.interference.compute_rate,
       both_ways > 0 ? StrCat(both_ways, " gradient(s) seen both with and without one")
