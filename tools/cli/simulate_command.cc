@@ -108,8 +108,9 @@ absl::Status ProfilesFromFlags(jobs::SimulateConfig& c) {
   if (!calibrate.empty()) {
     DDPKIT_ASSIGN_OR_RETURN(const trace::TraceView view,
                             ReadTracesWithPlan(absl::StrSplit(calibrate, ',')));
+    DDPKIT_ASSIGN_OR_RETURN(const jobs::sim::Hook hook, HookFromFlag());
     DDPKIT_ASSIGN_OR_RETURN(jobs::sim::Calibration cal,
-                            jobs::sim::Calibrate(view, calibrate, c.model));
+                            jobs::sim::Calibrate(view, calibrate, c.model, hook));
     c.network = std::move(cal.network), c.interference = cal.interference;
     c.replays = std::move(cal.replays), c.calibration_world = cal.world_size;
     c.calibration = std::move(cal.summary);

@@ -55,8 +55,9 @@ struct Calibration {
 // Sets `model`'s compute profile (medians over the iterations) (each gradient's backward alone, the
 // tail, forward, optimizer, the observed grad-ready order) and returns the rest. InvalidArgument
 // naming `what` when the trace is not this model's, or has no bucket allreduce with its size.
+// `hook`: the comm hook simulated (--hook), to replay the run with when it is the run's own.
 absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::string& what,
-                                      SimModel& model);
+                                      SimModel& model, const Hook& hook = {});
 
 // The replay's model with its allreduces' excess over the fit waited for after its last
 // collective (SimModel::comm_wait_us): communication time, whatever DDP's options.
