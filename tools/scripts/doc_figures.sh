@@ -7,8 +7,10 @@
 # Timings are this machine's: after a redraw, update the walkthrough's figures from the listing
 # and the numbers the docs quote beside each picture. Each picture is then checked by looking
 # at it (rsvg-convert -w 1400 X.svg -o X.png). Not redrawn here: docs/gpu_timeline.svg needs a
-# GPU (tools/scripts/gpu_check.sh draws it into its output folder), and
-# docs/gpu_bucket_journey.svg is a diagram drawn by hand, not a measurement.
+# GPU (tools/scripts/gpu_check.sh draws it into its output folder),
+# docs/gpu_bucket_journey.svg is a diagram drawn by hand, not a measurement, and
+# docs/simulate_validation.svg is the validation batch's (simulate_validation_all.sh OUT draws
+# it as OUT/validation.svg: an hour of measurement, not two minutes).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 ddpkit="$(cd "${1:-$root/build}" && pwd)/bin/ddpkit"

@@ -9,6 +9,8 @@
 # Run it holding the build lock.
 #   tools/scripts/simulate_questions.sh [REPEATS] > rows.tsv
 #   BACKEND=gloo WORLD=2 tools/scripts/simulate_questions.sh 1
+#   KEEP=dir ... keeps every repeat's traces (dir/R/NAME.json); REUSE=1 KEEP=dir runs nothing and
+#   predicts them again with the simulator built now
 set -euo pipefail
 B=${DDPKIT:-build/bin/ddpkit}
 MODEL=${MODEL:-mlp:784,1024,1024,1024,10}
@@ -38,8 +40,8 @@ print(d['worlds'][0]['iteration_ms'] - d.get('optimizer_ms', 0) / k)" "$OUT/s.js
 }
 measured() { python3 "$(dirname "$0")/trace_step_ms.py" "$OUT/$1.json"; }
 row() { echo -e "$r\t$1\t$(predict "${@:3}")\t$(measured "$2")"; }
-echo -e "repeat\tquestion\tpredicted_ms\tmeasured_ms"
-for r in $(seq 1 "$REPEATS"); do
+# One repeat's runs: the calibrations and one per variant (kept in $KEEP/R when KEEP is set).
+runs() {
   train base
   train find --find-unused-parameters
   train static --static-graph
@@ -51,6 +53,10 @@ for r in $(seq 1 "$REPEATS"); do
   train powersgdcal --comm-hook powersgd --powersgd-rank 1 --powersgd-start-iter 2 \
     --bucket-cap-mb 5
   train accum --grad-accum 4
+  [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP/$1" && cp "$OUT"/*.json "$KEEP/$1"; }
+}
+# One repeat's rows: each question's prediction beside its measured run.
+rows() {
   row "default options (the calibration run)" base base
   row "find_unused_parameters on" find base --find-unused-parameters
   row "find_unused_parameters on, priced by its own run" find find --find-unused-parameters
@@ -63,5 +69,15 @@ for r in $(seq 1 "$REPEATS"); do
   row "PowerSGD rank 1, calibrated from a run with it (cap 5)" powersgd powersgdcal \
     --hook powersgd:1
   row "no_sync, synced every 4th micro-batch" accum base --no-sync-every 4
+}
+[ -z "${REUSE:-}" ] || [ -n "${KEEP:-}" ] || { echo "REUSE needs KEEP, the traces' folder" >&2; exit 2; }
+echo -e "repeat\tquestion\tpredicted_ms\tmeasured_ms"
+for r in $(seq 1 "$REPEATS"); do
+  if [ -n "${REUSE:-}" ]; then
+    cp "$KEEP/$r"/*.json "$OUT"
+  else
+    runs "$r"
+  fi
+  rows
   rm -f "$OUT"/*.json
 done

@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
 """docs/simulate.md's validation tables from the rows of tools/scripts/simulate_validation.sh.
 
-    simulate_table.py LABEL=rows.tsv [LABEL=rows.tsv ...]
+    simulate_table.py [--svg FILE] LABEL=rows.tsv [LABEL=rows.tsv ...]
 
 Per file: one markdown row per (backend, ranks, bucket cap), the medians over the repeats with
 their range, and the error of the predicted median against the measured one; then the file's
 mean absolute error; at the end one summary table, a row per file and one over all rows. A
 prediction that failed (predicted_ms "failed") is left out of its row's median and counted: a
-row whose every prediction failed has no error and counts as outside ±15%. Standard library only.
+row whose every prediction failed has no error and counts as outside ±15%. --svg FILE also
+draws every row's error, a column of dots per file, with the ±15% band (docs/simulate.md's
+picture), in the palette and type of ddpkit's own pictures (tools/plot/svg.cc). Standard library
+only.
 """
 import csv
+import html
 import statistics
 import sys
+
+PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759"]  # tools/plot/svg.cc's first four
+SHOWN = 40  # the picture's error axis runs from -SHOWN% to +SHOWN%; beyond, a clipped marker
 
 
 def rows_of(path):
@@ -56,13 +63,83 @@ def summary(errors, failed):
             f"{signed:+.1f}%; {failed} prediction(s) failed")
 
 
+def kind(backend):
+    """The dot's colour group: the backend, or "across hosts" for a shaped link's row."""
+    return "across hosts" if " " in backend else backend
+
+
+def strip_svg(columns, total, within):
+    """columns: [(label, [(backend, world, cap, error or None), ...])] -> an SVG document."""
+    kinds = ["threads", "gloo", "mpi", "across hosts"]
+    step, left, top, height = 126, 64, 74, 330
+    width = left + step * len(columns) + 24
+    y = lambda e: top + height / 2 - max(-SHOWN, min(SHOWN, e)) / SHOWN * height / 2
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + height + 70}" '
+           f'viewBox="0 0 {width} {top + height + 70}" '
+           'font-family="DejaVu Sans, Helvetica, Arial, sans-serif">',
+           '<rect width="100%" height="100%" fill="white"/>']
+    text = lambda x, yy, t, size=10, anchor="start", fill="#444444", extra="": out.append(
+        f'<text x="{x:.1f}" y="{yy:.1f}" font-size="{size}" text-anchor="{anchor}" '
+        f'fill="{fill}"{extra}>{html.escape(t)}</text>')
+    text(left, 22, "ddpkit simulate --calibrate against measurement: every validation row's "
+         "error", 13, fill="#222222", extra=' font-weight="bold"')
+    text(left, 40, f"{within} of {total} rows within ±15% (the band); each dot a row, the median "
+         "prediction of its repeats against their median measured step", 11, fill="#222222")
+    band_top, band_bottom = y(15), y(-15)
+    out.append(f'<rect x="{left}" y="{band_top:.1f}" width="{step * len(columns)}" '
+               f'height="{band_bottom - band_top:.1f}" fill="#eef3f8"/>')
+    for e in range(-SHOWN, SHOWN + 1, 10):
+        out.append(f'<line x1="{left}" y1="{y(e):.1f}" x2="{left + step * len(columns)}" '
+                   f'y2="{y(e):.1f}" stroke="{"#888888" if e == 0 else "#e3e3e3"}" '
+                   'stroke-width="1"/>')
+        text(left - 7, y(e) + 3.5, f"{e:+d}%" if e else "0", anchor="end")
+    out.append(f'<text x="{left - 46}" y="{top + height / 2:.1f}" font-size="11" '
+               f'text-anchor="middle" fill="#222222" transform="rotate(-90 {left - 46} '
+               f'{top + height / 2:.1f})">predicted / measured − 1</text>')
+    out.append(f'<rect x="{left}" y="{top}" width="{step * len(columns)}" height="{height}" '
+               'fill="none" stroke="#888888" stroke-width="1"/>')
+    for c, (label, rows) in enumerate(columns):
+        centre = left + step * (c + 0.5)
+        text(centre, top + height + 16, label, anchor="middle")
+        for i, (backend, world, cap, error) in enumerate(rows):
+            if error is None:
+                continue
+            x = centre + ((i * 37) % 71 - 35) * step / 90
+            colour = PALETTE[kinds.index(kind(backend))]
+            miss = abs(error) > 15
+            if abs(error) > SHOWN:  # clipped: a triangle at the edge, its value beside it
+                tip = y(error)
+                d = 7 if error > 0 else -7
+                out.append(f'<path d="M{x - 4:.1f},{tip + d:.1f} L{x + 4:.1f},{tip + d:.1f} '
+                           f'L{x:.1f},{tip:.1f} Z" fill="{colour}" stroke="#222222"/>')
+                text(x + 6, tip + d, f"{error:+.0f}%", 9, fill="#222222")
+                continue
+            out.append(f'<circle cx="{x:.1f}" cy="{y(error):.1f}" r="3.2" fill="{colour}" '
+                       f'stroke="{"#222222" if miss else colour}" stroke-width="1">'
+                       f'<title>{html.escape(f"{label}: {backend}, {world} ranks, cap {cap}: {error:+.1f}%")}'
+                       '</title></circle>')
+    legend_x = left
+    for k, name in enumerate(kinds):
+        out.append(f'<circle cx="{legend_x + 5}" cy="{top + height + 40}" r="4" '
+                   f'fill="{PALETTE[k]}"/>')
+        text(legend_x + 13, top + height + 44, name, 11, fill="#222222")
+        legend_x += 30 + 8 * len(name)
+    text(legend_x + 10, top + height + 44, "outlined: outside ±15%", 11, fill="#222222")
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def main(args):
+    svg_path = None
+    if args[:1] == ["--svg"] and len(args) > 1:
+        svg_path, args = args[1], args[2:]
     if not args or any("=" not in a for a in args):
         sys.exit(__doc__)
-    everything, per_file, failed_all = [], [], 0
+    everything, per_file, failed_all, columns = [], [], 0, []
     for arg in args:
         label, path = arg.split("=", 1)
         errors, failed = [], 0
+        columns.append((label, []))
         print(f"\n{label}\n")
         print("| backend | ranks | bucket_cap_mb | measured ms | predicted ms | error |")
         print("|---|---|---|---|---|---|")
@@ -71,11 +148,13 @@ def main(args):
             note = f" ({g['failed']} failed)" if g["failed"] else ""
             if not g["predicted"]:
                 errors.append(None)
+                columns[-1][1].append((backend, world, cap, None))
                 print(f"| {backend} | {world} | {cap} | {cell(g['measured'])} | failed | — |")
                 continue
             m, p = statistics.median(g["measured"]), statistics.median(g["predicted"])
             error = 100 * (p / m - 1)
             errors.append(error)
+            columns[-1][1].append((backend, world, cap, error))
             print(f"| {backend} | {world} | {cap} | {cell(g['measured'])} | "
                   f"{cell(g['predicted'])}{note} | {error:+.0f}% |")
         print(f"\n{label}: {summary(errors, failed)}")
@@ -89,6 +168,10 @@ def main(args):
     print("\n".join(per_file))
     if everything:
         print(summary_row("**all**", everything))
+    if svg_path:
+        within = figures(everything)[1] if everything else 0
+        with open(svg_path, "w") as f:
+            f.write(strip_svg(columns, len(everything), within))
 
 
 if __name__ == "__main__":

@@ -4,11 +4,12 @@
 # (find_unused_parameters, static_graph, fp16, PowerSGD rank 1) at 2 ranks; then the questions'
 # table; and, as root, the cross-host rows (netns_simulate_validation.sh). Each part writes its
 # TSV into OUT and keeps its traces in OUT/traces; tools/scripts/simulate_table.py turns the TSVs
-# into the tables and the error over all rows. About 50 minutes on 2 cores; run it holding the
-# build lock, on a quiet machine. REUSE=1 runs nothing and predicts OUT/traces' runs again with
-# the simulator built now (the questions and cross-host rows are left as they were); QUESTIONS=0
-# leaves the questions' table out, ACROSS=0 the cross-host rows, and PARTS="fp16 powersgd" runs
-# only those loopback parts (the others' TSVs in OUT are kept: a batch resumed).
+# into the tables, the error over all rows and OUT/validation.svg (docs/simulate_validation.svg). About 50 minutes at 3 repeats on 2 cores, 75 at
+# 5; run it holding the build lock, on a quiet machine. REUSE=1 runs nothing and predicts
+# OUT/traces' runs again with the simulator built now (the questions and cross-host rows too,
+# where their traces were kept); QUESTIONS=0 leaves the questions' table out, ACROSS=0 the
+# cross-host rows, and PARTS="fp16 powersgd" runs only those loopback parts (the others' TSVs in
+# OUT are kept: a batch resumed).
 #   tools/scripts/simulate_validation_all.sh OUT [REPEATS]
 set -euo pipefail
 OUT=${1:?usage: simulate_validation_all.sh OUT [REPEATS]}
@@ -36,9 +37,11 @@ run find_unused MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" EXTRA=--f
 run static_graph MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" EXTRA=--static-graph
 run fp16 MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" HOOK=fp16
 run powersgd MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" HOOK=powersgd:1
-if [ -z "${REUSE:-}" ] && [ "${QUESTIONS:-1}" = 1 ]; then
+if [ "${QUESTIONS:-1}" = 1 ] && { [ -z "${REUSE:-}" ] || [ -d "$OUT/traces/questions" ]; }; then
   echo "$(date -u +%H:%M:%S) questions" >&2
-  STEPS=30 "$S/simulate_questions.sh" "$REPEATS" >"$OUT/questions.tsv"
+  KEEP="$OUT/traces/questions" STEPS=30 "$S/simulate_questions.sh" "$REPEATS" \
+    >"$OUT/questions.tsv.new"
+  mv "$OUT/questions.tsv.new" "$OUT/questions.tsv"
 fi
 if [ -n "${REUSE:-}" ] && [ -d "$OUT/traces/netns" ]; then
   KEEP="$OUT/traces/netns" "$S/netns_simulate_validation.sh" "$REPEATS" >"$OUT/netns.tsv"
@@ -50,7 +53,7 @@ else
 fi
 across=()
 [ ! -s "$OUT/netns.tsv" ] || across=("across hosts=$OUT/netns.tsv")
-python3 "$S/simulate_table.py" "MLP=$OUT/mlp.tsv" "ResNet=$OUT/resnet.tsv" "GPT=$OUT/gpt.tsv" \
+python3 "$S/simulate_table.py" --svg "$OUT/validation.svg" "MLP=$OUT/mlp.tsv" "ResNet=$OUT/resnet.tsv" "GPT=$OUT/gpt.tsv" \
   "find_unused_parameters=$OUT/find_unused.tsv" "static_graph=$OUT/static_graph.tsv" \
   "fp16 hook=$OUT/fp16.tsv" "PowerSGD rank 1=$OUT/powersgd.tsv" "${across[@]}" |
   tee "$OUT/tables.md"

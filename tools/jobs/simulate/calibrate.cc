@@ -543,7 +543,7 @@ std::optional<Hook> ReplayHook(const std::string& run_hook, const Hook& simulate
 // describe a run the model then does not reproduce: a ResNet on 3 mpi ranks measured a
 // collective at 0.01x beside backward and backward at 0.10x beside one, and replayed itself 38%
 // long. Those are refitted to the run's steps (RatesFromSteps; the caller rebuilds the replays);
-// the summary's note says so ("" when the rates stand). Refitted always, the 180 rows of
+// the summary's note says so ("" when the run agrees with them). Refitted always, the 180 rows of
 // docs/simulate.md's validation came out worse (6.1% against 5.8%): the gaps' rates are kept
 // wherever the run agrees with them.
 std::string RefitRatesTheRunContradicts(
@@ -555,12 +555,16 @@ std::string RefitRatesTheRunContradicts(
   if (std::abs(off) <= 0.10) return "";
   const Interference measured = c.interference;
   c.interference = RatesFromSteps(replays_at, c.network, world, *hook, measured);
-  return absl::StrFormat(
+  const std::string said = absl::StrFormat(
       "; the rates measured from its gaps and collectives (a collective at %.2fx beside "
-      "backward, backward at %.2fx beside one) replayed the run %+.1f%% off its measured step, "
-      "so they are refitted to its steps: %.2fx and %.2fx",
-      measured.comm_rate, measured.compute_rate, 100 * off, c.interference.comm_rate,
-      c.interference.compute_rate);
+      "backward, backward at %.2fx beside one) replayed the run %+.1f%% off its measured step",
+      measured.comm_rate, measured.compute_rate, 100 * off);
+  if (c.interference.comm_rate == measured.comm_rate &&
+      c.interference.compute_rate == measured.compute_rate) {
+    return StrCat(said, "; no rates replay it closer, so they stand");
+  }
+  return StrCat(said, absl::StrFormat(", so they are refitted to its steps: %.2fx and %.2fx",
+                                      c.interference.comm_rate, c.interference.compute_rate));
 }
 
 }  // namespace
@@ -583,9 +587,9 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
   Calibration c;
   c.world_size = view.world_size;
   // One size: the cost is taken as proportional to the bytes.
-  LinearFit alone = split.alone.size() > 1
-                        ? LeastSquares(split.alone)
-                        : LinearFit{0, split.alone[0].second / split.alone[0].first};
+  const LinearFit alone = split.alone.size() > 1
+                              ? LeastSquares(split.alone)
+                              : LinearFit{0, split.alone[0].second / split.alone[0].first};
   c.interference.comm_rate = CommRate(split, alone);
   c.network.name = "calibrated";
   c.network.measured[view.world_size] = alone;
@@ -622,9 +626,11 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
     return Replays(slowest, model, compute_rate, split, alone, !hook.empty());
   };
   c.replays = replays_at(c.interference.compute_rate);
+  const Interference rates = c.interference;
   const std::string refit = RefitRatesTheRunContradicts(
       c, replays_at, ReplayHook(hook, simulated_hook, model), view.world_size);
-  if (!refit.empty()) {  // each gradient's time alone, the speeds and the hook's at the new rates
+  if (c.interference.compute_rate != rates.compute_rate ||
+      c.interference.comm_rate != rates.comm_rate) {  // each gradient alone etc. at the new rates
     SetBackwardAlone(model, AloneTimes(gaps, n + 1, c.interference.compute_rate));
     SetMachineSpeeds(model);
     hook_samples = MeasureHook(samples, hook, c.interference, model);
