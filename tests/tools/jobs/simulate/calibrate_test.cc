@@ -60,6 +60,16 @@ void Record(const StepTimeline& s, int it, double t0, trace::RankView& rank) {
   }
 }
 
+// The same with finalize traced: from backward's end to `finalize_us` after the last collective.
+void RecordWithFinalize(const StepTimeline& s, int it, double t0, double finalize_us,
+                        trace::RankView& rank) {
+  Record(s, it, t0, rank);
+  rank.phases.push_back({.name = "finalize",
+                         .start_us = t0 + s.backward_end_us,
+                         .end_us = t0 + s.comm_end_us + finalize_us,
+                         .iteration = it});
+}
+
 // The network every synthetic run here has: 2 ranks, 50 µs + 0.01 µs per byte an allreduce.
 NetworkModel TwoRankNetwork() {
   NetworkModel network;
@@ -153,16 +163,23 @@ TEST(CalibrateTest, ACollectiveBesideAnotherRanksBackwardIsNotPricedAsAlone) {
 // ran after their own rank's backward, and the summary says so — not an error that leaves the
 // user with no profile (a static_graph calibration on 2 threads ranks had none in 19
 // iterations).
-TEST(CalibrateTest, WithNoAllreduceAfterEveryRanksBackwardTheirOwnRanksIsTaken) {
-  const SimModel truth = Truth();
+// `iterations` of the truth's one-bucket plan on two ranks, the second rank's backward running
+// on 5 ms past the collective in every iteration but `together` (-1: none).
+trace::TraceView BackwardsEndingApart(int iterations, int together) {
   trace::TraceView view = TwoRankView(2);
-  for (int it = 0; it < 5; ++it) {
-    const StepTimeline s = SimulateStep(truth, Plan({{3, 2, 1, 0}}), TwoRankNetwork(), 2, {});
+  for (int it = 0; it < iterations; ++it) {
+    const StepTimeline s = SimulateStep(Truth(), Plan({{3, 2, 1, 0}}), TwoRankNetwork(), 2, {});
     for (int r = 0; r < 2; ++r) Record(s, it, 10000.0 * it, view.ranks[r]);
   }
   for (trace::TraceItem& phase : view.ranks[1].phases) {
-    if (phase.name == "backward") phase.end_us += 5000;
+    if (phase.name == "backward" && phase.iteration != together) phase.end_us += 5000;
   }
+  return view;
+}
+
+TEST(CalibrateTest, WithNoAllreduceAfterEveryRanksBackwardTheirOwnRanksIsTaken) {
+  const SimModel truth = Truth();
+  trace::TraceView view = BackwardsEndingApart(5, -1);
   SimModel model = Truth();
   absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -178,14 +195,7 @@ TEST(CalibrateTest, WithNoAllreduceAfterEveryRanksBackwardTheirOwnRanksIsTaken) 
 // backward (and that one) price it: their median is the truth's.
 TEST(CalibrateTest, APriceFromFewerThanHalfTheIterationsIsNotTaken) {
   const SimModel truth = Truth();
-  trace::TraceView view = TwoRankView(2);
-  for (int it = 0; it < 7; ++it) {
-    const StepTimeline s = SimulateStep(truth, Plan({{3, 2, 1, 0}}), TwoRankNetwork(), 2, {});
-    for (int r = 0; r < 2; ++r) Record(s, it, 10000.0 * it, view.ranks[r]);
-  }
-  for (trace::TraceItem& phase : view.ranks[1].phases) {
-    if (phase.name == "backward" && phase.iteration != 4) phase.end_us += 5000;
-  }
+  trace::TraceView view = BackwardsEndingApart(7, 4);
   for (trace::RankView& rank : view.ranks) rank.collectives[4].end_us += 2000;
   SimModel model = Truth();
   absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
@@ -211,12 +221,7 @@ TEST(CalibrateTest, RatesTheRunContradictsAreRefittedToItsSteps) {
   for (int it = 0; it < 8; ++it) {
     const StepTimeline s = SimulateStep(truth, plans[it % 4 == 3], TwoRankNetwork(), 2, {},
                                         {.comm_rate = 0.5, .compute_rate = 0.8});
-    const double t0 = 10000.0 * it;
-    Record(s, it, t0, view.ranks[0]);
-    view.ranks[0].phases.push_back({.name = "finalize",
-                                    .start_us = t0 + s.backward_end_us,
-                                    .end_us = t0 + s.comm_end_us + truth.finalize_us,
-                                    .iteration = it});
+    RecordWithFinalize(s, it, 10000.0 * it, truth.finalize_us, view.ranks[0]);
   }
   for (trace::TraceItem& a : view.ranks[0].collectives) {
     if (a.iteration % 4 != 3 && a.bucket < 3) a.start_us -= 600;
@@ -439,11 +444,7 @@ TEST(CalibrateTest, TheCalibrationRunReplayedAtItsOwnPlansGivesItsStepsBack) {
   for (int it = 0; it < 8; ++it) {
     const StepTimeline s = SimulateStep(truth, plans[it % 2], network, 2, {}, rates);
     const double t0 = 10000.0 * it;
-    Record(s, it, t0, view.ranks[0]);
-    view.ranks[0].phases.push_back({.name = "finalize",
-                                    .start_us = t0 + s.backward_end_us,
-                                    .end_us = t0 + s.comm_end_us + truth.finalize_us,
-                                    .iteration = it});
+    RecordWithFinalize(s, it, t0, truth.finalize_us, view.ranks[0]);
     // The optimizer after it is not part of a step as measured.
     view.ranks[0].phases.push_back({.name = "optimizer",
                                     .start_us = t0 + s.comm_end_us + truth.finalize_us,
