@@ -67,8 +67,12 @@ std::string DdpOptionsNote(const SimulateConfig& c) {
             : "find_unused_parameters: its graph search is NOT PRICED (no \"unused search\" in a "
               "calibration trace: calibrate from a run with find_unused_parameters on)");
     notes.push_back(
-        "its used-map allreduce (4 bytes per parameter) is left out: launched after the last "
-        "bucket, it is waited for only when some parameter went unused");
+        m.unused_search_us > 0
+            ? "its used-map allreduce (4 bytes per parameter), launched after the last bucket "
+              "and waited for at finalize's end, is not simulated on its own: its wait is in "
+              "finalize's time as the calibration run (with the option on) measured it"
+            : "its used-map allreduce (4 bytes per parameter), launched after the last bucket "
+              "and waited for at finalize's end, is left out");
   }
   if (c.ddp.static_graph) {
     notes.push_back("static_graph: no graph search after the first iteration");
