@@ -196,8 +196,11 @@ std::string InterferenceLine(const jobs::SimulateReport& r) {
     line += absl::StrFormat(
         "  the calibration run predicted again (its %d iterations at the bucket plans they ran, "
         "optimizer left out): %.3f ms against %.3f ms measured, %+.1f%% — the model's error on "
-        "the run it learned from\n",
-        r.replay_iterations(), r.replay_predicted_ms(), r.replay_measured_ms(), error);
+        "the run it learned from; its steps spread %.1f%% from one iteration to the next "
+        "(interquartile range over the median): the noisier the run, the less close a "
+        "prediction from it (docs/simulate.md, the validation by spread)\n",
+        r.replay_iterations(), r.replay_predicted_ms(), r.replay_measured_ms(), error,
+        100 * r.replay_spread());
   } else if (!r.replay_note().empty()) {
     line += StrCat("  the calibration run predicted again: ", r.replay_note(), "\n");
   }

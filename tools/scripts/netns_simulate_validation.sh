@@ -61,7 +61,7 @@ measure_case() {
   " >&2
 }
 
-echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_ms\tcomm_rate\tcompute_rate"
+echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_ms\tcomm_rate\tcompute_rate\tcalibration_spread"
 for r in $(seq 1 "$REPEATS"); do
   for rate in $RATES; do
     for delay in ${DELAYS//,/ }; do
@@ -80,9 +80,10 @@ for r in $(seq 1 "$REPEATS"); do
           "${flags[@]}" --calibrate "$kept/calibration.json" --json >"$OUT/s.json"; then
           echo -e "$r\t$label\t$HOSTS\t$cap\t$measured\t$(field "$OUT/s.json" \
             "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field "$OUT/s.json" \
-            "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")"
+            "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")\t$(
+          field "$OUT/s.json" "d.get('replay_spread', 0)")"
         else  # a failed prediction is a row that says so (simulate's error on stderr)
-          echo -e "$r\t$label\t$HOSTS\t$cap\t$measured\tfailed\t\t"
+          echo -e "$r\t$label\t$HOSTS\t$cap\t$measured\tfailed\t\t\t"
         fi
       done
       rm -f "$OUT"/*.json

@@ -5,7 +5,9 @@
 
 Per file: one markdown row per (backend, ranks, bucket cap), the medians over the repeats with
 their range, and the error of the predicted median against the measured one; then the file's
-mean absolute error; at the end one summary table, a row per file and one over all rows. A
+mean absolute error; at the end one summary table, a row per file and one over all rows, and,
+where the rows have a calibration_spread column (simulate's "steps spread" of the calibration
+run), the rows again by that spread: how close a prediction came, by how noisy its run was. A
 prediction that failed (predicted_ms "failed") is left out of its row's median and counted: a
 row whose every prediction failed has no error and counts as outside ±15%. --svg FILE also
 draws every row's error, a column of dots per file, with the ±15% band (docs/simulate.md's
@@ -26,8 +28,11 @@ def rows_of(path):
     with open(path) as f:
         for r in csv.DictReader(f, delimiter="\t"):
             key = (r["backend"], r["world"], r["cap_mb"])
-            g = groups.setdefault(key, {"measured": [], "predicted": [], "failed": 0})
+            g = groups.setdefault(key, {"measured": [], "predicted": [], "failed": 0,
+                                        "spread": []})
             g["measured"].append(float(r["measured_ms"]))
+            if r.get("calibration_spread"):  # rows written before the column had none
+                g["spread"].append(float(r["calibration_spread"]))
             if r["predicted_ms"] == "failed":
                 g["failed"] += 1
             else:
@@ -61,6 +66,24 @@ def summary(errors, failed):
     return (f"mean absolute error {mape:.1f}% over {len(errors) - none} rows; {within} of "
             f"{len(errors)} within ±15%, the worst {worst:+.0f}%; mean signed error "
             f"{signed:+.1f}%; {failed} prediction(s) failed")
+
+
+SPREAD_BANDS = [(0, 10), (10, 20), (20, None)]  # percent: the calibration runs' spread
+
+
+def spread_table(spread_rows):
+    """spread_rows: [(median spread %, error % or None)] -> markdown lines, a row per band."""
+    lines = ["| calibration runs' spread | rows | mean absolute error | within ±15% | worst |",
+             "|---|---|---|---|---|"]
+    for lo, hi in SPREAD_BANDS:
+        errors = [e for s, e in spread_rows if s >= lo and (hi is None or s < hi)]
+        if not errors:
+            continue
+        mape, within, worst, _ = figures(errors)
+        band = f"{lo}–{hi}%" if hi is not None else f"{lo}% and more"
+        lines.append(f"| {band} | {len(errors)} | {mape:.1f}% | {within} of {len(errors)} | "
+                     f"{worst:+.0f}% |")
+    return lines
 
 
 def kind(backend):
@@ -136,6 +159,7 @@ def main(args):
     if not args or any("=" not in a for a in args):
         sys.exit(__doc__)
     everything, per_file, failed_all, columns = [], [], 0, []
+    spread_rows = []  # (the median of a row's calibration spreads, %; its error)
     for arg in args:
         label, path = arg.split("=", 1)
         errors, failed = [], 0
@@ -154,6 +178,8 @@ def main(args):
             m, p = statistics.median(g["measured"]), statistics.median(g["predicted"])
             error = 100 * (p / m - 1)
             errors.append(error)
+            if g["spread"]:
+                spread_rows.append((100 * statistics.median(g["spread"]), error))
             columns[-1][1].append((backend, world, cap, error))
             print(f"| {backend} | {world} | {cap} | {cell(g['measured'])} | "
                   f"{cell(g['predicted'])}{note} | {error:+.0f}% |")
@@ -168,6 +194,10 @@ def main(args):
     print("\n".join(per_file))
     if everything:
         print(summary_row("**all**", everything))
+    if spread_rows:
+        print("\nBy the spread of the calibration runs' steps (each row's median over its repeats; "
+              "simulate's \"steps spread\"):\n")
+        print("\n".join(spread_table(spread_rows)))
     if svg_path:
         within = figures(everything)[1] if everything else 0
         with open(svg_path, "w") as f:

@@ -48,7 +48,7 @@ field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)
 trace_of() { echo "${KEEP:-$OUT}/$1-$2-$3-$4.json"; }
 [ -z "${REUSE:-}" ] || [ -n "${KEEP:-}" ] || { echo "REUSE needs KEEP, the traces' folder" >&2; exit 2; }
 [ -z "${KEEP:-}" ] || mkdir -p "$KEEP"
-echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_ms\tcomm_rate\tcompute_rate"
+echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_ms\tcomm_rate\tcompute_rate\tcalibration_spread"
 for r in $(seq 1 "$REPEATS"); do
   for spec in $SPECS; do
     be=${spec%%:*} n=${spec##*:}
@@ -65,9 +65,10 @@ for r in $(seq 1 "$REPEATS"); do
         $EXTRA "${sim_hook[@]}" --calibrate "$calibration" --json >"$OUT/s.json"; then
         echo -e "$r\t$be\t$n\t$cap\t$(measured "$measured_trace")\t$(field "$OUT/s.json" \
           "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field "$OUT/s.json" \
-          "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")"
+          "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")\t$(
+          field "$OUT/s.json" "d.get('replay_spread', 0)")"
       else
-        echo -e "$r\t$be\t$n\t$cap\t$(measured "$measured_trace")\tfailed\t\t"
+        echo -e "$r\t$be\t$n\t$cap\t$(measured "$measured_trace")\tfailed\t\t\t"
       fi
     done
     [ -n "${KEEP:-}" ] || rm -f "$OUT"/*.json

@@ -158,6 +158,7 @@ TEST(SimulateCliTest, CalibratesFromATrainRunAndFromPyTorchProfilerTraces) {
   EXPECT_GT(j["replay_iterations"].get<int>(), 0) << r.out;
   EXPECT_GT(j["replay_measured_ms"].get<double>(), 0);
   EXPECT_GT(j["replay_predicted_ms"].get<double>(), 0);
+  EXPECT_GE(j.value("replay_spread", 0.0), 0);
   // --interference replaces what was measured; the text shows what was used.
   r = Simulate("--model mlp:64,256,256,10 --batch-size 32 --world-size 2 --calibrate " + trace +
                " --interference comm=0.25,compute=0.5");

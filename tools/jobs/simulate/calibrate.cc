@@ -681,7 +681,7 @@ SelfCheck ReplayItself(const std::vector<Replay>& replays, const NetworkModel& n
     measured.push_back(r.measured_step_us);
     replayed.push_back(step.step_us - model.optimizer_us);
   }
-  return {static_cast<int>(measured.size()), Median(measured), Median(replayed)};
+  return {static_cast<int>(measured.size()), Median(measured), Median(replayed), Spread(measured)};
 }
 
 }  // namespace ddpkit::jobs::sim

@@ -66,10 +66,12 @@ SimModel WithExcess(const Replay& r);
 // The calibration run predicted again: each replayed iteration simulated at the bucket plan it
 // ran, beside its step as measured — the model's error on the very run it learned from, which
 // bounds how close a prediction of another run can be. Medians over the iterations that have
-// both; `iterations` 0 when none has.
+// both; `iterations` 0 when none has. `spread`: the measured steps' interquartile range over
+// their median (Spread), the run's own noise.
 struct SelfCheck {
   int iterations = 0;
   double measured_us = 0, replayed_us = 0;
+  double spread = 0;
 };
 SelfCheck ReplayItself(const std::vector<Replay>& replays, const NetworkModel& network, int world,
                        const Hook& hook, const Interference& interference);

@@ -221,6 +221,7 @@ void ReplayCalibration(const SimulateConfig& c, SimulateReport& r) {
   r.set_replay_iterations(check.iterations);
   r.set_replay_measured_ms(check.measured_us / 1e3);
   r.set_replay_predicted_ms(check.replayed_us / 1e3);
+  r.set_replay_spread(check.spread);
 }
 
 void Describe(const SimulateConfig& c, SimulateReport& r) {

@@ -104,6 +104,14 @@ double Median(std::vector<double> v) {
   return jobs::Median(std::move(v));
 }
 
+double Spread(std::vector<double> v) {
+  std::erase_if(v, [](double x) { return !std::isfinite(x); });
+  if (v.size() < 4) return 0;
+  std::sort(v.begin(), v.end());
+  const double median = v[v.size() / 2];
+  return median != 0 ? (v[v.size() * 3 / 4] - v[v.size() / 4]) / median : 0;
+}
+
 absl::StatusOr<std::vector<IterationSample>> IterationSamples(const trace::TraceView& view,
                                                               size_t params, int rank,
                                                               const std::string& what) {

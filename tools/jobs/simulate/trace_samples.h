@@ -66,4 +66,8 @@ absl::StatusOr<std::vector<IterationSample>> IterationSamples(const trace::Trace
 // jobs::Median (the upper median; 0 for none) of the finite ones.
 double Median(std::vector<double> values);
 
+// The finite ones' interquartile range over their median (nearest-rank quartiles; 0 for fewer
+// than 4 or a median of 0): how much a noisy series varies, its outliers left out.
+double Spread(std::vector<double> values);
+
 }  // namespace ddpkit::jobs::sim

@@ -464,12 +464,25 @@ TEST(CalibrateTest, TheCalibrationRunReplayedAtItsOwnPlansGivesItsStepsBack) {
   EXPECT_EQ(check.iterations, 7);
   EXPECT_NEAR(check.measured_us, Median(steps), 1e-6);
   EXPECT_NEAR(check.replayed_us, check.measured_us, 1e-6);
+  // The two plans' steps differ, so the run's steps spread, as Spread measures it.
+  EXPECT_GT(check.spread, 0.01);
+  EXPECT_NEAR(check.spread, Spread(steps), 1e-12);
   // Every iteration at the bucket-per-gradient plan: not the steps measured.
   std::vector<Replay> one_plan = c->replays;
   for (Replay& r : one_plan) r.plan = plans[0];
   EXPECT_GT(std::abs(ReplayItself(one_plan, c->network, 2, {}, c->interference).replayed_us -
                      check.measured_us),
             1);
+}
+
+// A noisy series' spread: its interquartile range over its median (nearest ranks), NaNs and
+// outliers left out, none for fewer than four.
+TEST(CalibrateTest, ASpreadIsTheInterquartileRangeOverTheMedian) {
+  EXPECT_DOUBLE_EQ(Spread({8, 1, 7, 2, 6, 3, 5, 4}), (7.0 - 3.0) / 5.0);
+  EXPECT_DOUBLE_EQ(Spread({10, 10, 10, 10, 10, 1000}), 0);  // one outlier: no spread
+  EXPECT_DOUBLE_EQ(Spread({1, 2, 3, std::nan(""), 4}), (4.0 - 2.0) / 3.0);
+  EXPECT_EQ(Spread({1, 2, 3}), 0);
+  EXPECT_EQ(Spread({0, 0, 0, 0}), 0);
 }
 
 // Without each gradient's bucket (a PyTorch profiler trace without its plan) nothing is
