@@ -29,7 +29,8 @@ ABSL_FLAG(std::string, compute, "a100",
           "gflops=X, a device preset (v100, a100, h100), or trace=FILE (a ddpkit --trace)");
 ABSL_FLAG(std::string, calibrate, "",
           "FILE[,FILE...]: measure the compute profile, the allreduce alone and how much the two "
-          "slow each other when they overlap from one traced run: a ddpkit --trace, or PyTorch "
+          "slow each other when they overlap from one traced run: a ddpkit --trace (or several, "
+          "runs of one job at different bucket caps, to price more bucket sizes), or PyTorch "
           "profiler traces (one per rank, or their folder; with --torch-plan). --compute, "
           "--network and --interference given beside it replace their part");
 ABSL_FLAG(std::string, interference, "",
@@ -114,6 +115,7 @@ absl::Status ProfilesFromFlags(jobs::SimulateConfig& c) {
     c.network = std::move(cal.network), c.interference = cal.interference;
     c.replays = std::move(cal.replays), c.calibration_world = cal.world_size;
     c.calibration = std::move(cal.summary);
+    c.priced_min_bytes = cal.priced_min_bytes, c.priced_max_bytes = cal.priced_max_bytes;
   }
   // A compute profile given replaces the replayed iterations' compute; a network given has no
   // pace of its own to replay.
@@ -124,6 +126,7 @@ absl::Status ProfilesFromFlags(jobs::SimulateConfig& c) {
   if (calibrate.empty() || FlagGiven("network")) {
     DDPKIT_ASSIGN_OR_RETURN(c.network, jobs::sim::ParseNetwork(absl::GetFlag(FLAGS_network)));
     for (jobs::sim::Replay& r : c.replays) r.comm_excess_us = 0;  // it was over the fit replaced
+    c.priced_min_bytes = c.priced_max_bytes = 0;
   }
   if (FlagGiven("interference")) DDPKIT_RETURN_IF_ERROR(InterferenceFromFlag(c.interference));
   // The run predicted again is the run as measured: not with a network or rates it did not have.
@@ -204,6 +207,7 @@ std::string InterferenceLine(const jobs::SimulateReport& r) {
   } else if (!r.replay_note().empty()) {
     line += StrCat("  the calibration run predicted again: ", r.replay_note(), "\n");
   }
+  if (!r.price_note().empty()) line += StrCat("  price: ", r.price_note(), "\n");
   if (!r.ddp_options().empty()) line += StrCat("  DDP options: ", r.ddp_options(), "\n");
   return line;
 }

@@ -10,7 +10,9 @@
 #   tools/scripts/netns_simulate_validation.sh [REPEATS] > rows.tsv
 # Environment: RATES (1gbit 10gbit 25gbit), DELAYS (none,2: "none" is no relay), HOSTS (2),
 # MODEL, BATCH (64), STEPS (20), CAPS (1,5,25), DDPKIT (build/bin/ddpkit), KEEP (a folder that
-# keeps every trace), REUSE=1 (run nothing: predict KEEP's traces again; no root needed).
+# keeps every trace), REUSE=1 (run nothing: predict KEEP's traces again; no root needed),
+# TWO_RUNS=1 with REUSE (calibrate from the calibration run and the largest cap's together,
+# `--calibrate A.json,B.json`, and print only the other caps' rows).
 set -euo pipefail
 B=$(realpath "${DDPKIT:-build/bin/ddpkit}")
 S=$(realpath "$(dirname "$0")")
@@ -24,6 +26,9 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 [ -z "${REUSE:-}" ] || [ -n "${KEEP:-}" ] || { echo "REUSE needs KEEP, the traces' folder" >&2; exit 2; }
 [ -z "${KEEP:-}" ] || mkdir -p "$KEEP"
+[ -z "${TWO_RUNS:-}" ] || [ -n "${REUSE:-}" ] ||
+  { echo "TWO_RUNS predicts kept runs (REUSE=1, KEEP): the second is the largest cap's" >&2; exit 2; }
+LARGEST=${CAPS##*,}
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 # Inside the hosts: `ddpkit train` on one gloo rank per host, each rank's trace merged into
@@ -72,12 +77,17 @@ for r in $(seq 1 "$REPEATS"); do
       fi
       [ -n "${KEEP:-}" ] || kept=$OUT
       label="gloo $rate$([ "$delay" = none ] || echo " +${delay}ms")"
+      calibrate=$kept/calibration.json
+      [ -z "${TWO_RUNS:-}" ] || calibrate="$calibrate,$kept/cap$LARGEST.json"
       for cap in default ${CAPS//,/ }; do
+        if [ -n "${TWO_RUNS:-}" ] && { [ "$cap" = default ] || [ "$cap" = "$LARGEST" ]; }; then
+          continue  # a run calibrated from
+        fi
         flags=() trace=$kept/cap$cap.json
         [ "$cap" = default ] && trace=$kept/calibration.json || flags=(--bucket-cap-mb "$cap")
         measured=$(python3 "$S/trace_step_ms.py" "$trace")
         if "$B" simulate --model "$MODEL" --batch-size "$BATCH" --world-size "$HOSTS" \
-          "${flags[@]}" --calibrate "$kept/calibration.json" --json >"$OUT/s.json"; then
+          "${flags[@]}" --calibrate "$calibrate" --json >"$OUT/s.json"; then
           echo -e "$r\t$label\t$HOSTS\t$cap\t$measured\t$(field "$OUT/s.json" \
             "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field "$OUT/s.json" \
             "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")\t$(

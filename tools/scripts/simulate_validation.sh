@@ -12,6 +12,9 @@
 #   SPECS="threads:2 gloo:2" CAPS=1,25 KEEP=dir tools/scripts/simulate_validation.sh 1
 #   REUSE=1 KEEP=dir tools/scripts/simulate_validation.sh 1   (the same runs, predicted again)
 #   HOOK=fp16 SPECS=gloo:2 tools/scripts/simulate_validation.sh 3   (the hook in every run)
+#   REUSE=1 TWO_RUNS=1 KEEP=dir tools/scripts/simulate_validation.sh 1   (each calibrated from its
+#     calibration run and its largest cap's run together, `--calibrate A.json,B.json`: only the
+#     rows neither run is, the other caps)
 set -euo pipefail
 B=${DDPKIT:-build/bin/ddpkit}
 MODEL=${MODEL:-mlp:784,1024,1024,1024,10}
@@ -48,13 +51,21 @@ field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)
 trace_of() { echo "${KEEP:-$OUT}/$1-$2-$3-$4.json"; }
 [ -z "${REUSE:-}" ] || [ -n "${KEEP:-}" ] || { echo "REUSE needs KEEP, the traces' folder" >&2; exit 2; }
 [ -z "${KEEP:-}" ] || mkdir -p "$KEEP"
+[ -z "${TWO_RUNS:-}" ] || [ -n "${REUSE:-}" ] ||
+  { echo "TWO_RUNS predicts kept runs (REUSE=1, KEEP): the second is the largest cap's" >&2; exit 2; }
+LARGEST=${CAPS##*,}
 echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_ms\tcomm_rate\tcompute_rate\tcalibration_spread"
 for r in $(seq 1 "$REPEATS"); do
   for spec in $SPECS; do
     be=${spec%%:*} n=${spec##*:}
     calibration=$(trace_of calibration "$be" "$n" "$r")
     [ -n "${REUSE:-}" ] || train "$be" "$n" "$calibration"
+    calibrate=$calibration
+    [ -z "${TWO_RUNS:-}" ] || calibrate="$calibration,$(trace_of "cap$LARGEST" "$be" "$n" "$r")"
     for cap in default ${CAPS//,/ }; do
+      if [ -n "${TWO_RUNS:-}" ] && { [ "$cap" = default ] || [ "$cap" = "$LARGEST" ]; }; then
+        continue  # a run calibrated from
+      fi
       flags=() measured_trace=$calibration  # the default row: the calibration run itself
       if [ "$cap" != default ]; then
         flags=(--bucket-cap-mb "$cap") measured_trace=$(trace_of "cap$cap" "$be" "$n" "$r")
@@ -62,7 +73,7 @@ for r in $(seq 1 "$REPEATS"); do
       fi
       # A prediction that fails (its error on stderr) is a row that says so, not the end of the batch.
       if $B simulate --model "$MODEL" --batch-size "$BATCH" --world-size "$n" "${flags[@]}" \
-        $EXTRA "${sim_hook[@]}" --calibrate "$calibration" --json >"$OUT/s.json"; then
+        $EXTRA "${sim_hook[@]}" --calibrate "$calibrate" --json >"$OUT/s.json"; then
         echo -e "$r\t$be\t$n\t$cap\t$(measured "$measured_trace")\t$(field "$OUT/s.json" \
           "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field "$OUT/s.json" \
           "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")\t$(

@@ -9,13 +9,17 @@
 # OUT/traces' runs again with the simulator built now (the questions and cross-host rows too,
 # where their traces were kept); QUESTIONS=0 leaves the questions' table out, ACROSS=0 the
 # cross-host rows, and PARTS="fp16 powersgd" runs only those loopback parts (the others' TSVs in
-# OUT are kept: a batch resumed).
+# OUT are kept: a batch resumed). REUSE=1 TWO_RUNS=1 calibrates each row from its calibration run
+# and its largest cap's run together (`--calibrate A.json,B.json`) and writes only the rows
+# neither run is into OUT/two_runs (the questions left out).
 #   tools/scripts/simulate_validation_all.sh OUT [REPEATS]
 set -euo pipefail
 OUT=${1:?usage: simulate_validation_all.sh OUT [REPEATS]}
 REPEATS=${2:-3}
 S=$(dirname "$0")
 mkdir -p "$OUT"
+RESULTS=$OUT${TWO_RUNS:+/two_runs}  # where the TSVs and tables go
+mkdir -p "$RESULTS"
 export STEPS=${STEPS:-20}
 MLP=mlp:784,1024,1024,1024,10
 RESNET=resnet:1,1,1,1,width=32,in=3,classes=10,stem=small
@@ -27,8 +31,8 @@ run() {  # NAME, then VAR=value settings for simulate_validation.sh
   shift
   [[ " $PARTS " == *" $name "* ]] || return 0
   echo "$(date -u +%H:%M:%S) $name" >&2
-  env KEEP="$OUT/traces/$name" "$@" "$S/simulate_validation.sh" "$REPEATS" >"$OUT/$name.tsv.new"
-  mv "$OUT/$name.tsv.new" "$OUT/$name.tsv"
+  env KEEP="$OUT/traces/$name" "$@" "$S/simulate_validation.sh" "$REPEATS" >"$RESULTS/$name.tsv.new"
+  mv "$RESULTS/$name.tsv.new" "$RESULTS/$name.tsv"
 }
 run mlp MODEL=$MLP BATCH=64 CAPS=1,5,25
 run resnet MODEL=$RESNET BATCH=32 CAPS=1,2,5
@@ -37,23 +41,25 @@ run find_unused MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" EXTRA=--f
 run static_graph MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" EXTRA=--static-graph
 run fp16 MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" HOOK=fp16
 run powersgd MODEL=$MLP BATCH=64 CAPS=1,5,25 SPECS="$VARIANT_SPECS" HOOK=powersgd:1
-if [ "${QUESTIONS:-1}" = 1 ] && { [ -z "${REUSE:-}" ] || [ -d "$OUT/traces/questions" ]; }; then
+if [ "${QUESTIONS:-1}" = 1 ] && [ -z "${TWO_RUNS:-}" ] &&
+  { [ -z "${REUSE:-}" ] || [ -d "$OUT/traces/questions" ]; }; then
   echo "$(date -u +%H:%M:%S) questions" >&2
   KEEP="$OUT/traces/questions" STEPS=30 "$S/simulate_questions.sh" "$REPEATS" \
     >"$OUT/questions.tsv.new"
   mv "$OUT/questions.tsv.new" "$OUT/questions.tsv"
 fi
 if [ -n "${REUSE:-}" ] && [ -d "$OUT/traces/netns" ]; then
-  KEEP="$OUT/traces/netns" "$S/netns_simulate_validation.sh" "$REPEATS" >"$OUT/netns.tsv"
+  KEEP="$OUT/traces/netns" "$S/netns_simulate_validation.sh" "$REPEATS" >"$RESULTS/netns.tsv"
 elif [ -z "${REUSE:-}" ] && [ "$(id -u)" = 0 ] && [ "${ACROSS:-1}" = 1 ]; then
   echo "$(date -u +%H:%M:%S) across hosts" >&2
-  KEEP="$OUT/traces/netns" "$S/netns_simulate_validation.sh" "$REPEATS" >"$OUT/netns.tsv"
+  KEEP="$OUT/traces/netns" "$S/netns_simulate_validation.sh" "$REPEATS" >"$RESULTS/netns.tsv"
 else
   echo "the cross-host rows left out (they need root; ACROSS=0 skips them)" >&2
 fi
 across=()
-[ ! -s "$OUT/netns.tsv" ] || across=("across hosts=$OUT/netns.tsv")
-python3 "$S/simulate_table.py" --svg "$OUT/validation.svg" "MLP=$OUT/mlp.tsv" "ResNet=$OUT/resnet.tsv" "GPT=$OUT/gpt.tsv" \
-  "find_unused_parameters=$OUT/find_unused.tsv" "static_graph=$OUT/static_graph.tsv" \
-  "fp16 hook=$OUT/fp16.tsv" "PowerSGD rank 1=$OUT/powersgd.tsv" "${across[@]}" |
-  tee "$OUT/tables.md"
+[ ! -s "$RESULTS/netns.tsv" ] || across=("across hosts=$RESULTS/netns.tsv")
+R=$RESULTS
+python3 "$S/simulate_table.py" --svg "$R/validation.svg" "MLP=$R/mlp.tsv" "ResNet=$R/resnet.tsv" \
+  "GPT=$R/gpt.tsv" "find_unused_parameters=$R/find_unused.tsv" \
+  "static_graph=$R/static_graph.tsv" "fp16 hook=$R/fp16.tsv" "PowerSGD rank 1=$R/powersgd.tsv" \
+  "${across[@]}" | tee "$R/tables.md"

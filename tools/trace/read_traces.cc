@@ -5,6 +5,7 @@
 
 #include "autograd/base/error.h"
 #include "autograd/base/file_util.h"
+#include "tools/trace/runs.h"
 #include "tools/trace/trace_file.h"
 
 namespace ddpkit::trace {
@@ -44,6 +45,11 @@ absl::StatusOr<std::vector<TorchTraceJson>> FolderTraces(const std::string& dir)
   return traces;
 }
 
+// ddpkit's own trace (trace_file.h), not a Chrome trace from elsewhere.
+bool IsDdpkitTrace(const json& j) {
+  return !IsForeignChromeTrace(j) && j.is_object() && j.contains("otherData");
+}
+
 }  // namespace
 
 absl::StatusOr<TraceView> ReadTraces(const std::vector<std::string>& paths, const TorchPlan* plan) {
@@ -57,9 +63,15 @@ absl::StatusOr<TraceView> ReadTraces(const std::vector<std::string>& paths, cons
     DDPKIT_ASSIGN_OR_RETURN(json parsed, ReadJson(path));
     traces.push_back({path, std::move(parsed)});
   }
-  if (traces.size() == 1 && !IsForeignChromeTrace(traces[0].json) && traces[0].json.is_object() &&
-      traces[0].json.contains("otherData")) {
-    return ParseTrace(traces[0].json, paths[0]);  // ddpkit's own
+  const auto ddpkits = [](const TorchTraceJson& t) { return IsDdpkitTrace(t.json); };
+  if (traces.size() == 1 && ddpkits(traces[0])) return ParseTrace(traces[0].json, paths[0]);
+  if (std::all_of(traces.begin(), traces.end(), ddpkits)) {  // separate runs, one after another
+    std::vector<TraceView> runs;
+    for (const TorchTraceJson& t : traces) {
+      DDPKIT_ASSIGN_OR_RETURN(TraceView run, ParseTrace(t.json, t.name));
+      runs.push_back(std::move(run));
+    }
+    return RunsOneAfterAnother(std::move(runs), paths);
   }
   return TorchTracesView(traces, plan);
 }

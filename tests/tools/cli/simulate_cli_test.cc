@@ -260,6 +260,44 @@ TEST(SimulateCliTest, AHooksWorkIsMeasuredFromARunWithIt) {
             std::string::npos);
 }
 
+// One run prices the allreduce at its own buckets' sizes only: a cap whose buckets lie beyond
+// them is said to be extrapolated, and a second run at that cap, calibrated from beside the
+// first, measures those sizes too.
+TEST(SimulateCliTest, ASecondRunAtAnotherCapPricesTheSizesTheFirstLacks) {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  const std::string a = dir + "/ddpkit_sim_runs_a.json", b = dir + "/ddpkit_sim_runs_b.json";
+  const std::string model = "--model mlp:784,1024,1024,10 --batch-size 8 --world-size 2 ";
+  auto train = [&](const std::string& trace, const std::string& flags) {
+    return ddpkit::testing_util::RunCommand(std::string(DDPKIT_BINARY_DIR) + "/bin/ddpkit train " +
+                                            model + "--steps 8 --backend threads --trace " + trace +
+                                            flags);
+  };
+  auto run = train(a, "");  // buckets of 4.24 and 3.21 MB
+  ASSERT_EQ(run.status, 0) << run.err;
+  run = train(b, " --bucket-cap-mb 25");  // one bucket of 7.45 MB
+  ASSERT_EQ(run.status, 0) << run.err;
+  auto r = Simulate(model + "--bucket-cap-mb 25 --calibrate " + a + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j.value("price_note", "").find("bucket_cap_mb 25 plans buckets of 7.45 MB"),
+            std::string::npos)
+      << j.value("price_note", "");
+  r = Simulate(model + "--bucket-cap-mb 25 --calibrate " + a + "," + b + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.value("price_note", ""), "");
+  EXPECT_GT(j["replay_iterations"].get<int>(), 7) << r.out;  // both runs' iterations replayed
+  // The text says it too.
+  r = Simulate(model + "--bucket-cap-mb 25 --calibrate " + a);
+  EXPECT_NE(r.out.find("  price: bucket_cap_mb 25 plans"), std::string::npos) << r.out;
+  // A run of another job is refused, naming what differs.
+  run = train(b, " --find-unused-parameters");
+  ASSERT_EQ(run.status, 0) << run.err;
+  r = Simulate(model + "--calibrate " + a + "," + b);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("find_unused_parameters true against false"), std::string::npos) << r.err;
+}
+
 // A ResNet (or GPT) spec has no FLOP count: its times come from a trace of it, and without one
 // the error says how to make one.
 TEST(SimulateCliTest, AResNetSpecIsSimulatedFromItsOwnTrace) {

@@ -591,6 +591,7 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
                               ? LeastSquares(split.alone)
                               : LinearFit{0, split.alone[0].second / split.alone[0].first};
   c.interference.comm_rate = CommRate(split, alone);
+  c.priced_min_bytes = split.alone.front().first, c.priced_max_bytes = split.alone.back().first;
   c.network.name = "calibrated";
   c.network.measured[view.world_size] = alone;
   c.network.source = StrCat("calibrated: ", what, " (", split.alone_count,

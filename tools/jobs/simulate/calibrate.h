@@ -50,6 +50,9 @@ struct Calibration {
   Interference interference;
   std::vector<Replay> replays;  // one per iteration learned from
   std::string summary;          // what was measured, and from how many samples, in words
+  // The smallest and largest allreduce the price alone was fitted to, in bytes: beyond them the
+  // price is the line's extrapolation (simulate.cc, PriceRangeNote).
+  double priced_min_bytes = 0, priced_max_bytes = 0;
 };
 
 // Sets `model`'s compute profile (medians over the iterations) (each gradient's backward alone, the

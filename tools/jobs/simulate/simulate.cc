@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -224,6 +225,58 @@ void ReplayCalibration(const SimulateConfig& c, SimulateReport& r) {
   r.set_replay_spread(check.spread);
 }
 
+// Sizes in MB, zero-padded so that they sort by size: at most the two smallest and the two
+// largest, joined ("3.22, 8.44", "0.10, 0.20, ..., 5.00, 9.00").
+std::string SomeSizes(const std::set<std::string>& padded) {
+  std::string out;
+  size_t k = 0;
+  for (const std::string& size : padded) {
+    if (k < 2 || k + 2 >= padded.size()) {
+      absl::StrAppend(&out, out.empty() ? "" : ", ", absl::StrFormat("%.2f", std::stod(size)));
+    } else if (k == 2) {
+      absl::StrAppend(&out, ", ...");
+    }
+    ++k;
+  }
+  return out;
+}
+
+// The caps asked about (the one simulated, and the sweep's) whose plans have a bucket whose
+// payload lies more than 10% outside the sizes the calibration priced its allreduce at: there
+// the price extends the fitted line, which a link's cost need not follow.
+std::string PriceRangeNote(const SimulateConfig& c) {
+  if (c.priced_max_bytes <= 0) return "";
+  std::vector<reducer::DdpOptions> asked = {c.ddp};
+  if (c.sweep_caps) {
+    for (double cap : c.caps) asked.push_back(WithCap(c.ddp, cap));
+  }
+  std::set<std::string> sizes;
+  std::set<double> caps;
+  for (const reducer::DdpOptions& options : asked) {
+    for (const std::vector<size_t>& bucket : SteadyPlan(c.model, options).buckets) {
+      for (double bytes : sim::BucketPayloads(c.model, bucket, c.hook)) {
+        if (bytes <= c.priced_max_bytes * 1.1 && bytes >= c.priced_min_bytes / 1.1) continue;
+        sizes.insert(absl::StrFormat("%08.2f", bytes / 1e6));
+        caps.insert(static_cast<double>(reducer::LimitsOf(options).bucket_cap_bytes) / kMiB);
+      }
+    }
+  }
+  if (caps.empty()) return "";
+  const std::string priced =
+      c.priced_min_bytes == c.priced_max_bytes
+          ? absl::StrFormat("the one size, %.2f MB,", c.priced_max_bytes / 1e6)
+          : absl::StrFormat("the %.2f-%.2f MB", c.priced_min_bytes / 1e6, c.priced_max_bytes / 1e6);
+  return absl::StrFormat(
+      "bucket_cap_mb %s plan%s buckets of %s MB, outside %s the calibration priced its "
+      "allreduce at: there the price extends the fitted line, which a link's cost need not "
+      "follow; to measure those sizes, calibrate from a run at such a cap too (--calibrate "
+      "A.json,B.json)",
+      absl::StrJoin(
+          caps, ", ",
+          [](std::string* out, double cap) { absl::StrAppend(out, absl::StrFormat("%g", cap)); }),
+      caps.size() == 1 ? "s" : "", SomeSizes(sizes), priced);
+}
+
 void Describe(const SimulateConfig& c, SimulateReport& r) {
   r.set_model(c.model.name);
   r.set_parameter_tensors(static_cast<int>(c.model.params.size()));
@@ -254,6 +307,7 @@ void Describe(const SimulateConfig& c, SimulateReport& r) {
   r.set_unused_search_ms((as_run.forward_us - c.model.forward_us) / 1e3);
   r.set_start_skew_ms(c.model.start_skew_us / 1e3);
   ReplayCalibration(c, r);
+  r.set_price_note(PriceRangeNote(c));
   r.set_ddp_options(DdpOptionsNote(c));
   r.set_first_bucket_mb(static_cast<double>(reducer::LimitsOf(c.ddp).first_bucket_bytes) / kMiB);
   r.set_pytorch_rules(reducer::RulesFollowed(c.ddp.pytorch_version));

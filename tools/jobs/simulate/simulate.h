@@ -25,6 +25,9 @@ struct SimulateConfig {
   std::vector<sim::Replay> replays;
   int calibration_world = 0;  // the calibration run's world size (0: not replayed as measured)
   std::string calibration;    // what --calibrate measured, for the report ("" without)
+  // From --calibrate: the sizes of the allreduces its price was fitted to (0: none, or a
+  // --network replaced it), to say where a plan's buckets lie beyond them.
+  double priced_min_bytes = 0, priced_max_bytes = 0;
   std::vector<int> world_sizes = {2, 8, 64, 1024};
   // Whose DDP plans the buckets, and the caps (only these fields of the options are read).
   reducer::DdpOptions ddp;
