@@ -1,6 +1,7 @@
 #include "tools/jobs/simulate/simulate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <set>
 
@@ -225,14 +226,14 @@ void ReplayCalibration(const SimulateConfig& c, SimulateReport& r) {
   r.set_replay_spread(check.spread);
 }
 
-// Sizes in MB, zero-padded so that they sort by size: at most the two smallest and the two
-// largest, joined ("3.22, 8.44", "0.10, 0.20, ..., 5.00, 9.00").
-std::string SomeSizes(const std::set<std::string>& padded) {
+// Sizes in MB: at most the two smallest and the two largest, joined ("3.22, 8.44", "0.10, 0.20,
+// ..., 5.00, 9.00").
+std::string SomeSizes(const std::set<double>& mb) {
   std::string out;
   size_t k = 0;
-  for (const std::string& size : padded) {
-    if (k < 2 || k + 2 >= padded.size()) {
-      absl::StrAppend(&out, out.empty() ? "" : ", ", absl::StrFormat("%.2f", std::stod(size)));
+  for (double size : mb) {
+    if (k < 2 || k + 2 >= mb.size()) {
+      absl::StrAppend(&out, out.empty() ? "" : ", ", absl::StrFormat("%.2f", size));
     } else if (k == 2) {
       absl::StrAppend(&out, ", ...");
     }
@@ -250,13 +251,13 @@ std::string PriceRangeNote(const SimulateConfig& c) {
   if (c.sweep_caps) {
     for (double cap : c.caps) asked.push_back(WithCap(c.ddp, cap));
   }
-  std::set<std::string> sizes;
+  std::set<double> sizes;  // MB, to the hundredth: one size of several buckets said once
   std::set<double> caps;
   for (const reducer::DdpOptions& options : asked) {
     for (const std::vector<size_t>& bucket : SteadyPlan(c.model, options).buckets) {
       for (double bytes : sim::BucketPayloads(c.model, bucket, c.hook)) {
         if (bytes <= c.priced_max_bytes * 1.1 && bytes >= c.priced_min_bytes / 1.1) continue;
-        sizes.insert(absl::StrFormat("%08.2f", bytes / 1e6));
+        sizes.insert(std::round(bytes / 1e4) / 100);
         caps.insert(static_cast<double>(reducer::LimitsOf(options).bucket_cap_bytes) / kMiB);
       }
     }
