@@ -10,7 +10,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 seconds="${1:-30}"
 build_dir="$root/build-fuzz"
-harnesses=(safetensors store_frame checkpoint_manifest checkpoint_state model_spec flags plan_file torch_profiler torch_fr)
+harnesses=(safetensors store_frame checkpoint_manifest checkpoint_state model_spec flags plan_file torch_profiler torch_fr
+           ddpkit_trace)
 
 bash "$root/tools/scripts/setup_deps.sh"
 CC=clang CXX=clang++ cmake -S "$root" -B "$build_dir" -G Ninja -DDDPKIT_FUZZ=ON \

@@ -8,8 +8,8 @@
 #include "autograd/base/error.h"
 #include "autograd/base/file_util.h"
 #include "nlohmann/json.hpp"
+#include "tools/trace/parse_trace.h"
 #include "tools/trace/session.h"
-#include "tools/trace/trace_file.h"
 
 namespace ddpkit::trace {
 

@@ -5,8 +5,8 @@
 
 #include "autograd/base/error.h"
 #include "autograd/base/file_util.h"
+#include "tools/trace/parse_trace.h"
 #include "tools/trace/runs.h"
-#include "tools/trace/trace_file.h"
 
 namespace ddpkit::trace {
 namespace {

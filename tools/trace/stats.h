@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tools/trace/trace_file.h"
 #include "tools/trace/trace_report.pb.h"
+#include "tools/trace/trace_view.h"
 
 namespace ddpkit::trace {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "tools/trace/trace_file.h"
+#include "tools/trace/trace_view.h"
 
 namespace ddpkit::trace {
 

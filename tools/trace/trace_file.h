@@ -1,5 +1,5 @@
 // A job's trace as a file: the Chrome trace event JSON that Perfetto (ui.perfetto.dev) and
-// chrome://tracing open, and ddpkit's own reading of it back (for `ddpkit trace stats|svg|merge`).
+// chrome://tracing open (parse_trace.h reads it back, for `ddpkit trace stats|svg|merge`).
 //
 // Layout (docs/inspect.md has a picture):
 //  * pid = rank ("rank r"); tid 0 "compute", tid 1 "communication"; ts and dur in microseconds
@@ -20,12 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "absl/status/status.h"
 #include "nlohmann/json.hpp"
 #include "reducer/ddp_logging.pb.h"
 #include "tools/trace/clock_sync.h"
 #include "tools/trace/recorder.h"
-#include "tools/trace/trace_view.h"
 
 namespace ddpkit::trace {
 
@@ -49,14 +48,5 @@ nlohmann::json ChromeTraceJson(const TraceFile& file, bool distributed_info);
 
 // Writes ChromeTraceJson atomically.
 absl::Status WriteTraceFile(const TraceFile& file, const std::string& path, bool distributed_info);
-
-// --- Reading ---------------------------------------------------------------------------------
-
-// Parses a trace written by WriteTraceFile (one rank's or every rank's). InvalidArgument naming
-// the file for anything else.
-absl::StatusOr<TraceView> ReadTraceFile(const std::string& path);
-// The file's JSON as written, after checking it is a ddpkit trace (for merging files whole).
-absl::StatusOr<nlohmann::json> ReadTraceJson(const std::string& path);
-absl::StatusOr<TraceView> ParseTrace(const nlohmann::json& json, const std::string& what);
 
 }  // namespace ddpkit::trace

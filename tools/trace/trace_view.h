@@ -1,6 +1,6 @@
 // A trace as `ddpkit trace stats|svg` read it: per rank, the phases, gradient hooks, collectives
 // and instants of each iteration, on one clock, in microseconds. ddpkit's own trace files
-// (trace_file.h) and PyTorch's profiler traces (torch_profiler.h) are both read into this form,
+// (parse_trace.h) and PyTorch's profiler traces (torch_profiler.h) are both read into this form,
 // so the same figures and pictures come out of either.
 #pragma once
 

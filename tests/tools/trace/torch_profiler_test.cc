@@ -11,6 +11,7 @@
 #include <map>
 
 #include "absl/strings/match.h"
+#include "autograd/base/error.h"
 #include "autograd/base/file_util.h"
 #include "gtest/gtest.h"
 #include "tools/trace/read_traces.h"

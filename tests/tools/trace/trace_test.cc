@@ -11,9 +11,9 @@
 #include "gtest/gtest.h"
 #include "tools/jobs/train/trainer.h"
 #include "tools/trace/merge.h"
+#include "tools/trace/parse_trace.h"
 #include "tools/trace/stats.h"
 #include "tools/trace/timeline.h"
-#include "tools/trace/trace_file.h"
 
 namespace ddpkit::jobs::trace_test {
 namespace {
@@ -257,6 +257,30 @@ TEST(TraceTest, BadFilesAreNamed) {
   EXPECT_FALSE(trace::ReadTraceFile(path).ok());
   EXPECT_EQ(trace::ReadTraceFile(path + ".missing").status().code(), absl::StatusCode::kNotFound);
   std::filesystem::remove(path);
+}
+
+// Events no --trace run writes, which the readers after the parser would trip on, are refused
+// naming the event.
+TEST(TraceTest, EventsNoRunWritesAreRefusedNamingTheEvent) {
+  const auto parse = [](const std::string& event) {
+    const nlohmann::json trace = nlohmann::json::parse(
+        R"({"otherData": {"ddpkit": {"world_size": 2}}, "traceEvents": [)" + event + "]}");
+    return trace::ParseTrace(trace, "t.json");
+  };
+  EXPECT_TRUE(parse(R"({"cat": "phase", "pid": 1, "name": "backward", "ts": 5, "dur": 2})").ok());
+  const std::pair<std::string, std::string> bad[] = {
+      {R"({"cat": "phase", "pid": 1, "name": "backward", "ts": 5, "dur": -2})",
+       R"(t.json: event 0 ("backward") has a negative duration)"},
+      {R"({"cat": "phase", "pid": 2, "name": "forward", "ts": 5, "dur": 2})",
+       R"(t.json: event 0 ("forward") is on rank 2, outside the job's world size 2)"},
+      {R"({"cat": "hook", "pid": 0, "name": "a\nb", "ts": 1.5e308, "dur": 1.5e308})",
+       R"(t.json: event 0 ("a\nb") has a time that is not a finite number)"},
+  };
+  for (const auto& [event, message] : bad) {
+    absl::StatusOr<trace::TraceView> view = parse(event);
+    ASSERT_FALSE(view.ok()) << event;
+    EXPECT_TRUE(absl::StartsWith(view.status().message(), message)) << view.status();
+  }
 }
 
 TEST(IntervalsTest, UnionAndOverlap) {

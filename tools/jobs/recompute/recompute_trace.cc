@@ -8,8 +8,8 @@
 #include "autograd/base/error.h"
 #include "autograd/base/file_util.h"
 #include "tools/plot/svg.h"
+#include "tools/trace/parse_trace.h"
 #include "tools/trace/timeline.h"
-#include "tools/trace/trace_file.h"
 
 namespace ddpkit::jobs {
 namespace {

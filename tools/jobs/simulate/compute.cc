@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "autograd/base/error.h"
 #include "tools/jobs/simulate/trace_samples.h"
-#include "tools/trace/trace_file.h"
+#include "tools/trace/parse_trace.h"
 
 namespace ddpkit::jobs::sim {
 namespace {

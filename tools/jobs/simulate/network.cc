@@ -10,7 +10,7 @@
 #include "autograd/base/error.h"
 #include "google/protobuf/util/json_util.h"
 #include "tools/jobs/allreduce_profile.pb.h"
-#include "tools/trace/trace_file.h"
+#include "tools/trace/parse_trace.h"
 
 namespace ddpkit::jobs::sim {
 namespace {
