@@ -95,10 +95,12 @@ absl::StatusOr<TraceView> RunsOneAfterAnother(std::vector<TraceView> runs,
     DDPKIT_RETURN_IF_ERROR(CheckSameRun(out, next, names[0], names[k]));
     double end = std::numeric_limits<double>::lowest(), start = std::numeric_limits<double>::max();
     int last_iteration = -1;
+    int64_t last_seq = -1;
     for (RankView& r : out.ranks) {
       ForEachItem(r, [&](TraceItem& i) {
         end = std::max(end, i.end_us), last_iteration = std::max(last_iteration, i.iteration);
       });
+      for (const TraceItem& c : r.collectives) last_seq = std::max(last_seq, c.seq);
     }
     for (RankView& r : next.ranks) {
       ForEachItem(r, [&](TraceItem& i) { start = std::min(start, i.start_us); });
@@ -112,8 +114,13 @@ absl::StatusOr<TraceView> RunsOneAfterAnother(std::vector<TraceView> runs,
                                [&](const RankView& o) { return o.rank == r.rank; });
       ForEachItem(r, [&](TraceItem& i) {
         i.start_us += shift, i.end_us += shift;
+        if (i.queued_us > 0) i.queued_us += shift;  // 0: the trace did not say
         if (i.iteration >= 0) i.iteration += last_iteration + 1;
       });
+      // Its collectives after the earlier runs' in sequence too (a view keeps them in order).
+      for (TraceItem& c : r.collectives) {
+        if (c.seq >= 0) c.seq += last_seq + 1;
+      }
       for (auto [from, to] : {std::pair{&r.phases, &into->phases},
                               {&r.hooks, &into->hooks},
                               {&r.collectives, &into->collectives},

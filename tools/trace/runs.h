@@ -12,9 +12,10 @@
 
 namespace ddpkit::trace {
 
-// `runs[k]` read from `names[k]`. Each later run's times are moved to start a second after the
-// runs before it ended, and its iteration numbers to follow theirs, so every iteration stays its
-// own (and each run's first, the initial plan's, is still the one before its rebuild). The runs
+// `runs[k]` read from `names[k]`. Each later run's times (its collectives' queueing too) are moved
+// to start a second after the runs before it ended, and its iteration numbers to follow theirs,
+// so every iteration stays its own (and each run's first, the initial plan's, is still the one
+// before its rebuild), and its collectives' sequence numbers follow theirs. The runs
 // must be of one job kind, backend and world size, hold the same ranks, and train the same
 // parameters with the same DDP options, the bucket cap aside; InvalidArgument names the run and
 // what differs.

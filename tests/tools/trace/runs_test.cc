@@ -9,8 +9,9 @@
 namespace ddpkit::trace {
 namespace {
 
-// A run of `iterations` iterations on ranks 0 and 1, each a forward from t0 + 100·i, with the
-// given bucket cap and find_unused_parameters in its otherData.
+// A run of `iterations` iterations on ranks 0 and 1, each a forward from t0 + 100·i and an
+// allreduce (sequence number i) queued 5 µs in, with the given bucket cap and
+// find_unused_parameters in its otherData.
 TraceView ARun(double t0, int iterations, int64_t cap, bool find_unused = false) {
   TraceView v;
   v.job = "train", v.backend = "gloo", v.world_size = 2;
@@ -22,6 +23,12 @@ TraceView ARun(double t0, int iterations, int64_t cap, bool find_unused = false)
                              .start_us = t0 + 100 * i,
                              .end_us = t0 + 100 * i + 50,
                              .iteration = i});
+      rank.collectives.push_back({.name = "allreduce",
+                                  .start_us = t0 + 100 * i + 10,
+                                  .end_us = t0 + 100 * i + 40,
+                                  .iteration = i,
+                                  .seq = i,
+                                  .queued_us = t0 + 100 * i + 5});
     }
     rank.instants.push_back(
         {.name = "rebuild", .start_us = t0 + 100, .end_us = t0 + 100, .iteration = 1});
@@ -46,6 +53,11 @@ TEST(RunsTest, ALaterRunFollowsTheOnesBeforeItOnTheClockAndInIterations) {
     EXPECT_EQ(r.phases[4].iteration, 4);
     ASSERT_EQ(r.instants.size(), 2u);
     EXPECT_EQ(r.instants[1].iteration, 4);  // b's rebuild: its iteration 0 is still the one before
+    // b's collectives: queued on the moved clock, numbered after a's.
+    ASSERT_EQ(r.collectives.size(), 5u);
+    EXPECT_DOUBLE_EQ(r.collectives[3].queued_us, 5 + 250 + 1e6);
+    EXPECT_EQ(r.collectives[3].seq, 3);
+    EXPECT_EQ(r.collectives[4].seq, 4);
   }
   EXPECT_EQ(v->other_data["ranks"][0]["ddp_options"]["bucket_cap_bytes"], 25 << 20);  // a's
 }
