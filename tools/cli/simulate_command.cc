@@ -116,6 +116,7 @@ absl::Status ProfilesFromFlags(jobs::SimulateConfig& c) {
     c.replays = std::move(cal.replays), c.calibration_world = cal.world_size;
     c.calibration = std::move(cal.summary);
     c.priced_min_bytes = cal.priced_min_bytes, c.priced_max_bytes = cal.priced_max_bytes;
+    c.unpriced_bytes = std::move(cal.unpriced_bytes);
   }
   // A compute profile given replaces the replayed iterations' compute; a network given has no
   // pace of its own to replay.

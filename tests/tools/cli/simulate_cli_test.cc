@@ -261,8 +261,10 @@ TEST(SimulateCliTest, AHooksWorkIsMeasuredFromARunWithIt) {
 }
 
 // One run prices the allreduce at its own buckets' sizes only: a cap whose buckets lie beyond
-// them is said to be extrapolated, and a second run at that cap, calibrated from beside the
-// first, measures those sizes too.
+// them is said to be extrapolated, and a second run at that cap is read beside the first, every
+// iteration of both. (Whether the second run's bucket is then priced depends on its timing — on
+// busy cores its one allreduce can wait for a rank still in backward in every iteration — so
+// CalibrateTest.ASecondRunPricesItsSizesWhereTheyRanAfterEveryRanksBackward holds that part.)
 TEST(SimulateCliTest, ASecondRunAtAnotherCapPricesTheSizesTheFirstLacks) {
   const std::string dir = std::filesystem::temp_directory_path().string();
   const std::string a = dir + "/ddpkit_sim_runs_a.json", b = dir + "/ddpkit_sim_runs_b.json";
@@ -285,7 +287,6 @@ TEST(SimulateCliTest, ASecondRunAtAnotherCapPricesTheSizesTheFirstLacks) {
   r = Simulate(model + "--bucket-cap-mb 25 --calibrate " + a + "," + b + " --json");
   ASSERT_EQ(r.status, 0) << r.err;
   j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j.value("price_note", ""), "");
   EXPECT_GT(j["replay_iterations"].get<int>(), 7) << r.out;  // both runs' iterations replayed
   // The text says it too.
   r = Simulate(model + "--bucket-cap-mb 25 --calibrate " + a);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_format.h"
 #include "autograd/base/error.h"
@@ -81,6 +82,14 @@ AllreduceSplit SplitAllreduces(const std::vector<IterationSample>& samples, bool
   }
   for (const auto& [bytes, times] : by_size) split.alone.emplace_back(bytes, Median(times));
   return split;
+}
+
+// The sizes among `split.during` that no collective ran alone at.
+std::vector<double> UnpricedSizes(const AllreduceSplit& split) {
+  std::set<double> sizes;
+  for (const auto& [it, a] : split.during) sizes.insert(a->bytes);
+  for (const auto& [bytes, time] : split.alone) sizes.erase(bytes);
+  return {sizes.begin(), sizes.end()};
 }
 
 bool HasSizedAlone(const AllreduceSplit& split) {
@@ -592,6 +601,7 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
                               : LinearFit{0, split.alone[0].second / split.alone[0].first};
   c.interference.comm_rate = CommRate(split, alone);
   c.priced_min_bytes = split.alone.front().first, c.priced_max_bytes = split.alone.back().first;
+  c.unpriced_bytes = UnpricedSizes(split);
   c.network.name = "calibrated";
   c.network.measured[view.world_size] = alone;
   c.network.source = StrCat("calibrated: ", what, " (", split.alone_count,

@@ -53,6 +53,9 @@ struct Calibration {
   // The smallest and largest allreduce the price alone was fitted to, in bytes: beyond them the
   // price is the line's extrapolation (simulate.cc, PriceRangeNote).
   double priced_min_bytes = 0, priced_max_bytes = 0;
+  // Sizes the run's bucket allreduces had but none ran alone at: each beside some rank's
+  // backward (a rank that lagged in every iteration), so none priced them.
+  std::vector<double> unpriced_bytes;
 };
 
 // Sets `model`'s compute profile (medians over the iterations) (each gradient's backward alone, the

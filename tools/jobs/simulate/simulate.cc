@@ -242,6 +242,16 @@ std::string SomeSizes(const std::set<double>& mb) {
   return out;
 }
 
+// What to do about sizes outside the priced ones; `all_seen`: the calibration's runs had them,
+// but never alone (a second run at the cap, whose one allreduce waited for a lagging rank).
+std::string_view PriceAdvice(bool all_seen) {
+  return all_seen ? "the calibration's runs have buckets of that size, but each of their "
+                    "allreduces ran beside some rank's backward, so none measured it alone: "
+                    "calibrate from a run at such a cap on quieter cores"
+                  : "to measure those sizes, calibrate from a run at such a cap too (--calibrate "
+                    "A.json,B.json)";
+}
+
 // The caps asked about (the one simulated, and the sweep's) whose plans have a bucket whose
 // payload lies more than 10% outside the sizes the calibration priced its allreduce at: there
 // the price extends the fitted line, which a link's cost need not follow.
@@ -253,12 +263,18 @@ std::string PriceRangeNote(const SimulateConfig& c) {
   }
   std::set<double> sizes;  // MB, to the hundredth: one size of several buckets said once
   std::set<double> caps;
+  bool all_seen = true;  // every such size among the calibration's, none of them alone
+  const auto seen = [&](double bytes) {
+    return std::any_of(c.unpriced_bytes.begin(), c.unpriced_bytes.end(),
+                       [&](double b) { return std::abs(bytes - b) <= 0.1 * b; });
+  };
   for (const reducer::DdpOptions& options : asked) {
     for (const std::vector<size_t>& bucket : SteadyPlan(c.model, options).buckets) {
       for (double bytes : sim::BucketPayloads(c.model, bucket, c.hook)) {
         if (bytes <= c.priced_max_bytes * 1.1 && bytes >= c.priced_min_bytes / 1.1) continue;
         sizes.insert(std::round(bytes / 1e4) / 100);
         caps.insert(static_cast<double>(reducer::LimitsOf(options).bucket_cap_bytes) / kMiB);
+        all_seen = all_seen && seen(bytes);
       }
     }
   }
@@ -270,12 +286,11 @@ std::string PriceRangeNote(const SimulateConfig& c) {
   return absl::StrFormat(
       "bucket_cap_mb %s plan%s buckets of %s MB, outside %s the calibration priced its "
       "allreduce at: there the price extends the fitted line, which a link's cost need not "
-      "follow; to measure those sizes, calibrate from a run at such a cap too (--calibrate "
-      "A.json,B.json)",
+      "follow; %s",
       absl::StrJoin(
           caps, ", ",
           [](std::string* out, double cap) { absl::StrAppend(out, absl::StrFormat("%g", cap)); }),
-      caps.size() == 1 ? "s" : "", SomeSizes(sizes), priced);
+      caps.size() == 1 ? "s" : "", SomeSizes(sizes), priced, PriceAdvice(all_seen));
 }
 
 void Describe(const SimulateConfig& c, SimulateReport& r) {

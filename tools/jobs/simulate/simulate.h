@@ -28,6 +28,7 @@ struct SimulateConfig {
   // From --calibrate: the sizes of the allreduces its price was fitted to (0: none, or a
   // --network replaced it), to say where a plan's buckets lie beyond them.
   double priced_min_bytes = 0, priced_max_bytes = 0;
+  std::vector<double> unpriced_bytes;  // sizes the calibration's runs had but never alone
   std::vector<int> world_sizes = {2, 8, 64, 1024};
   // Whose DDP plans the buckets, and the caps (only these fields of the options are read).
   reducer::DdpOptions ddp;

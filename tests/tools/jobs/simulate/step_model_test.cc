@@ -119,6 +119,31 @@ TEST(StepModelTest, NoSyncMicroBatchesHaveNoCommunication) {
   EXPECT_NEAR(r->worlds(0).scaling_efficiency(), (150 + 55) / 213.0, 1e-12);
 }
 
+// A plan whose buckets lie outside the sizes the calibration priced is said to extrapolate, with
+// what to do: a run at such a cap, or, where the runs had that size but never alone, a quieter
+// one.
+TEST(StepModelTest, BucketsOutsideThePricedSizesAreNamedWithWhatToDo) {
+  SimulateConfig c;
+  c.model = Model({1000, 1000}, 20);  // one bucket of 8000 bytes
+  c.network = OneGbps();
+  c.world_sizes = {2};
+  c.priced_min_bytes = 100, c.priced_max_bytes = 200;
+  absl::StatusOr<SimulateReport> r = Simulate(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->price_note().find("buckets of 0.01 MB, outside the 0.00-0.00 MB"), std::string::npos)
+      << r->price_note();
+  EXPECT_NE(r->price_note().find("calibrate from a run at such a cap too"), std::string::npos);
+  c.unpriced_bytes = {8100};
+  r = Simulate(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->price_note().find("have buckets of that size, but each of their allreduces ran "
+                                 "beside some rank's backward"),
+            std::string::npos)
+      << r->price_note();
+  c.priced_max_bytes = 8000;
+  EXPECT_EQ(Simulate(c)->price_note(), "");
+}
+
 // Replayed iterations: each is simulated and the one with the median time reported, whole.
 TEST(StepModelTest, ReplaysReportTheMedianIteration) {
   SimulateConfig c;
