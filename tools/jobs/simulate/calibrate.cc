@@ -84,10 +84,15 @@ AllreduceSplit SplitAllreduces(const std::vector<IterationSample>& samples, bool
   return split;
 }
 
-// The sizes among `split.during` that no collective ran alone at.
+// The sizes that no collective ran alone at, though some ran after their own rank's backward:
+// beside another rank's, that rank lagging (not a bucket that is ready mid-backward, which a run
+// at another cap would send last).
 std::vector<double> UnpricedSizes(const AllreduceSplit& split) {
   std::set<double> sizes;
-  for (const auto& [it, a] : split.during) sizes.insert(a->bytes);
+  for (const auto& [it, a] : split.during) {
+    const double own = std::max(0.0, std::min(a->end_us, it->backward_end_us) - a->start_us);
+    if (own <= 0.1 * (a->end_us - a->start_us)) sizes.insert(a->bytes);
+  }
   for (const auto& [bytes, time] : split.alone) sizes.erase(bytes);
   return {sizes.begin(), sizes.end()};
 }

@@ -53,8 +53,8 @@ struct Calibration {
   // The smallest and largest allreduce the price alone was fitted to, in bytes: beyond them the
   // price is the line's extrapolation (simulate.cc, PriceRangeNote).
   double priced_min_bytes = 0, priced_max_bytes = 0;
-  // Sizes the run's bucket allreduces had but none ran alone at: each beside some rank's
-  // backward (a rank that lagged in every iteration), so none priced them.
+  // Sizes the run's bucket allreduces had but none ran alone at, though some ran after their own
+  // rank's backward: beside a lagging rank's, every time, so none priced them.
   std::vector<double> unpriced_bytes;
 };
 

@@ -246,8 +246,8 @@ std::string SomeSizes(const std::set<double>& mb) {
 // but never alone (a second run at the cap, whose one allreduce waited for a lagging rank).
 std::string_view PriceAdvice(bool all_seen) {
   return all_seen ? "the calibration's runs have buckets of that size, but each of their "
-                    "allreduces ran beside some rank's backward, so none measured it alone: "
-                    "calibrate from a run at such a cap on quieter cores"
+                    "allreduces waited for another rank still in backward, so none measured it "
+                    "alone: calibrate from a run at such a cap on quieter cores"
                   : "to measure those sizes, calibrate from a run at such a cap too (--calibrate "
                     "A.json,B.json)";
 }

@@ -229,6 +229,7 @@ TEST(CalibrateTest, ASecondRunPricesItsSizesWhereTheyRanAfterEveryRanksBackward)
   absl::StatusOr<Calibration> one = Calibrate(per_gradient, "a", model);
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_LT(one->priced_max_bytes, total);
+  EXPECT_EQ(one->unpriced_bytes, std::vector<double>{});  // its unpriced buckets overlap its own
   for (const bool lagging : {false, true}) {
     absl::StatusOr<trace::TraceView> both = trace::RunsOneAfterAnother(
         {per_gradient, lagging ? BackwardsEndingApart(8, -1) : one_bucket}, {"a", "b"});

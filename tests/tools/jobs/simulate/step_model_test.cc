@@ -136,8 +136,8 @@ TEST(StepModelTest, BucketsOutsideThePricedSizesAreNamedWithWhatToDo) {
   c.unpriced_bytes = {8100};
   r = Simulate(c);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_NE(r->price_note().find("have buckets of that size, but each of their allreduces ran "
-                                 "beside some rank's backward"),
+  EXPECT_NE(r->price_note().find("have buckets of that size, but each of their allreduces "
+                                 "waited for another rank still in backward"),
             std::string::npos)
       << r->price_note();
   c.priced_max_bytes = 8000;
