@@ -106,8 +106,11 @@ absl::StatusOr<TraceView> ParseTrace(const json& trace, const std::string& what)
       const int pid = e["pid"].get<int>();
       TraceItem item = ItemOf(e);
       const std::string bad = BadEvent(item, pid, view.world_size, index);
-      if (!bad.empty())
-        return invalid(StrCat(bad, "; --trace writes none such, so write the trace again"));
+      if (!bad.empty()) {
+        return invalid(StrCat(bad,
+                              "; no --trace run writes one (was the file edited?): write it "
+                              "again with --trace"));
+      }
       RankView& rank = RankOf(view, pid);
       if (cat == "phase") {
         rank.phases.push_back(std::move(item));
