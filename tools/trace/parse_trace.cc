@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <stdexcept>
 
 #include "absl/strings/escaping.h"
 #include "autograd/base/error.h"
@@ -20,6 +22,31 @@ T Get(const json& object, const char* key, T fallback) {
   return it->get<T>();
 }
 
+// Iterations, buckets, parameters, ranks and world sizes a trace may number, and its byte counts
+// and sequence numbers: far past any run's, and small enough that numbering several runs one
+// after another (runs.h) cannot overflow.
+constexpr int64_t kMaxNumber = int64_t{1} << 28, kMaxCount = int64_t{1} << 53;
+
+// An integer field, absent or null: `fallback`. Anything but an integer in [lo, hi] throws, for
+// ParseTrace to name: nlohmann's get<int>() of 1e20 is a float cast out of range, undefined.
+int64_t GetInt(const json& object, const char* key, int64_t fallback, int64_t lo, int64_t hi) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return fallback;
+  if (it->is_number_unsigned() && it->get<uint64_t>() <= static_cast<uint64_t>(hi)) {
+    const auto v = static_cast<int64_t>(it->get<uint64_t>());
+    if (v >= lo) return v;
+  } else if (it->is_number_integer() && !it->is_number_unsigned()) {
+    const auto v = it->get<int64_t>();
+    if (v >= lo && v <= hi) return v;
+  }
+  throw std::out_of_range(StrCat("\"", key, "\" is ", it->dump().substr(0, 40),
+                                 ", not an integer from ", lo, " to ", hi));
+}
+
+int GetNumber(const json& object, const char* key, int fallback) {
+  return static_cast<int>(GetInt(object, key, fallback, -1, kMaxNumber));
+}
+
 TraceItem ItemOf(const json& e) {
   const json empty = json::object();
   const json& args = e.contains("args") ? e["args"] : empty;
@@ -27,14 +54,14 @@ TraceItem ItemOf(const json& e) {
   item.name = Get<std::string>(e, "name", "");
   item.start_us = Get<double>(e, "ts", 0);
   item.end_us = item.start_us + Get<double>(e, "dur", 0);
-  item.iteration = Get<int>(args, "iteration", -1);
-  item.micro_batch = Get<int>(args, "micro_batch", -1);
-  item.bucket = Get<int>(args, "bucket", -1);
-  item.param = Get<int>(args, "index", -1);
+  item.iteration = GetNumber(args, "iteration", -1);
+  item.micro_batch = GetNumber(args, "micro_batch", -1);
+  item.bucket = GetNumber(args, "bucket", -1);
+  item.param = GetNumber(args, "index", -1);
   item.purpose = Get<std::string>(args, "purpose", "");
   item.op = Get<std::string>(args, "op", "");
-  item.bytes = Get<int64_t>(args, "bytes", 0);
-  item.seq = Get<int64_t>(args, "seq", -1);
+  item.bytes = GetInt(args, "bytes", 0, 0, kMaxCount);
+  item.seq = GetInt(args, "seq", -1, -1, kMaxCount);
   item.queued_us = Get<double>(args, "queued_us", item.start_us);
   item.shadow = Get<bool>(args, "shadow", false);
   item.ok = Get<bool>(args, "ok", true);
@@ -74,11 +101,36 @@ std::string BadEvent(const TraceItem& item, int pid, int world_size, size_t inde
   if (pid < 0 || pid >= world_size) {
     return StrCat(event, " is on rank ", pid, ", outside the job's world size ", world_size);
   }
-  if (!std::isfinite(item.start_us) || !std::isfinite(item.end_us) ||
-      !std::isfinite(item.queued_us)) {
-    return StrCat(event, " has a time that is not a finite number");
+  constexpr double kMaxUs = 1e15;  // 31 years from the job's epoch
+  for (double us : {item.start_us, item.end_us, item.queued_us}) {
+    if (!(std::abs(us) <= kMaxUs)) return StrCat(event, " has a time past 10^15 us, ", us);
   }
   if (item.end_us < item.start_us) return StrCat(event, " has a negative duration");
+  return "";
+}
+
+// One event into its rank's lists (metadata, with no cat or pid, skipped); "" or why not.
+std::string AddEvent(const json& e, size_t index, TraceView& view) {
+  const std::string cat = Get<std::string>(e, "cat", "");
+  if (cat.empty() || !e.contains("pid")) return "";
+  const int pid = static_cast<int>(GetInt(e, "pid", 0, -1, kMaxNumber));
+  TraceItem item = ItemOf(e);
+  const std::string bad = BadEvent(item, pid, view.world_size, index);
+  if (!bad.empty()) {
+    return StrCat(bad,
+                  "; no --trace run writes one (was the file edited?): write it again with "
+                  "--trace");
+  }
+  RankView& rank = RankOf(view, pid);
+  if (cat == "phase") {
+    rank.phases.push_back(std::move(item));
+  } else if (cat == "hook") {
+    rank.hooks.push_back(std::move(item));
+  } else if (cat == "collective") {
+    rank.collectives.push_back(std::move(item));
+  } else {
+    rank.instants.push_back(std::move(item));
+  }
   return "";
 }
 
@@ -89,43 +141,23 @@ absl::StatusOr<TraceView> ParseTrace(const json& trace, const std::string& what)
     return absl::InvalidArgumentError(StrCat(what, ": ", why));
   };
   DDPKIT_RETURN_IF_ERROR(CheckIsDdpkitTrace(trace, what));
-  const json* ddpkit = &trace["otherData"]["ddpkit"];
+  const json& ddpkit = trace["otherData"]["ddpkit"];
+  const json& events = trace["traceEvents"];
   TraceView view;
+  size_t index = 0;  // the event read, for the error
   try {
-    view.job = Get<std::string>(*ddpkit, "job", "");
-    view.backend = Get<std::string>(*ddpkit, "backend", "");
-    view.world_size = Get<int>(*ddpkit, "world_size", 1);
-    view.job_id = std::stoull(Get<std::string>(*ddpkit, "job_id", "0"));
-    if (view.world_size < 1) return invalid(StrCat("world size ", view.world_size, " is below 1"));
-    view.other_data = *ddpkit;
-    const json& events = trace["traceEvents"];
-    for (size_t index = 0; index < events.size(); ++index) {
-      const json& e = events[index];
-      const std::string cat = Get<std::string>(e, "cat", "");
-      if (cat.empty() || !e.contains("pid")) continue;  // metadata
-      const int pid = e["pid"].get<int>();
-      TraceItem item = ItemOf(e);
-      const std::string bad = BadEvent(item, pid, view.world_size, index);
-      if (!bad.empty()) {
-        return invalid(StrCat(bad,
-                              "; no --trace run writes one (was the file edited?): write it "
-                              "again with --trace"));
-      }
-      RankView& rank = RankOf(view, pid);
-      if (cat == "phase") {
-        rank.phases.push_back(std::move(item));
-      } else if (cat == "hook") {
-        rank.hooks.push_back(std::move(item));
-      } else if (cat == "collective") {
-        rank.collectives.push_back(std::move(item));
-      } else {
-        rank.instants.push_back(std::move(item));
-      }
+    view.job = Get<std::string>(ddpkit, "job", "");
+    view.backend = Get<std::string>(ddpkit, "backend", "");
+    view.world_size = static_cast<int>(GetInt(ddpkit, "world_size", 1, 1, kMaxNumber));
+    view.job_id = std::stoull(Get<std::string>(ddpkit, "job_id", "0"));
+    view.other_data = ddpkit;
+    for (; index < events.size(); ++index) {
+      const std::string bad = AddEvent(events[index], index, view);
+      if (!bad.empty()) return invalid(bad);
     }
-  } catch (const json::exception& e) {
-    return invalid(StrCat("malformed trace event: ", e.what()));
-  } catch (const std::exception& e) {
-    return invalid(StrCat("malformed trace: ", e.what()));
+  } catch (const std::exception& e) {  // nlohmann's, GetInt's and stoull's
+    return invalid(index < events.size() ? StrCat("malformed event ", index, ": ", e.what())
+                                         : StrCat("malformed otherData.ddpkit: ", e.what()));
   }
   std::sort(view.ranks.begin(), view.ranks.end(),
             [](const RankView& a, const RankView& b) { return a.rank < b.rank; });

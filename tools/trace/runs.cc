@@ -102,8 +102,20 @@ absl::StatusOr<TraceView> RunsOneAfterAnother(std::vector<TraceView> runs,
       });
       for (const TraceItem& c : r.collectives) last_seq = std::max(last_seq, c.seq);
     }
+    int next_iteration = -1;
+    int64_t next_seq = -1;
     for (RankView& r : next.ranks) {
-      ForEachItem(r, [&](TraceItem& i) { start = std::min(start, i.start_us); });
+      ForEachItem(r, [&](TraceItem& i) {
+        start = std::min(start, i.start_us), next_iteration = std::max(next_iteration, i.iteration);
+      });
+      for (const TraceItem& c : r.collectives) next_seq = std::max(next_seq, c.seq);
+    }
+    if (int64_t{last_iteration} + 1 + next_iteration > std::numeric_limits<int>::max() ||
+        (next_seq >= 0 && last_seq + 1 > std::numeric_limits<int64_t>::max() - next_seq)) {
+      return absl::InvalidArgumentError(
+          StrCat(names[k],
+                 ": after the runs before it, its iteration or sequence numbers pass "
+                 "the largest a trace can hold; calibrate from fewer runs"));
     }
     const double shift =
         end == std::numeric_limits<double>::lowest() || start == std::numeric_limits<double>::max()

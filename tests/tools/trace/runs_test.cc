@@ -3,6 +3,8 @@
 // of one job at different bucket caps.
 #include "tools/trace/runs.h"
 
+#include <limits>
+
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
@@ -83,6 +85,16 @@ TEST(RunsTest, RunsThatDifferInMoreThanTheirBucketCapAreRefusedNamingWhat) {
   v = RunsOneAfterAnother({ARun(0, 3, 25 << 20), rank1}, {"a.json", "a.rank1.json"});
   ASSERT_FALSE(v.ok());
   EXPECT_TRUE(absl::StrContains(v.status().message(), "ddpkit trace merge")) << v.status();
+}
+
+// Numbering a run after the ones before it must not overflow: refused, naming the run.
+TEST(RunsTest, IterationNumbersPastWhatATraceHoldsAreRefused) {
+  TraceView a = ARun(0, 2, 25 << 20);
+  for (RankView& r : a.ranks) r.phases.back().iteration = std::numeric_limits<int>::max() - 2;
+  absl::StatusOr<TraceView> v = RunsOneAfterAnother({a, ARun(0, 3, 1 << 20)}, {"a.json", "b.json"});
+  ASSERT_FALSE(v.ok());
+  EXPECT_TRUE(absl::StartsWith(v.status().message(), "b.json: after the runs before it"))
+      << v.status();
 }
 
 }  // namespace
