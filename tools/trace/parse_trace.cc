@@ -23,8 +23,8 @@ T Get(const json& object, const char* key, T fallback) {
 }
 
 // Iterations, buckets, parameters, ranks and world sizes a trace may number, and its byte counts
-// and sequence numbers: far past any run's, and small enough that numbering several runs one
-// after another (runs.h) cannot overflow.
+// and sequence numbers: far past any run's, and small enough that a few runs numbered one after
+// another (runs.h, which checks) stay inside an int.
 constexpr int64_t kMaxNumber = int64_t{1} << 28, kMaxCount = int64_t{1} << 53;
 
 // An integer field, absent or null: `fallback`. Anything but an integer in [lo, hi] throws, for
