@@ -3,12 +3,12 @@
 // does with the view: a view or an InvalidArgument of one line, never a crash; an accepted view
 // has ranks in order, each once and inside the world, and every span and instant with finite
 // times that do not run backwards.
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "tests/fuzz/trace_view_checks.h"
 #include "tools/trace/parse_trace.h"
 #include "tools/trace/runs.h"
 #include "tools/trace/stats.h"
@@ -16,30 +16,17 @@
 
 namespace {
 
-using ddpkit::trace::TraceItem;
 using ddpkit::trace::TraceView;
 
 void CheckOneLine(const absl::Status& status) {
   if (status.message().find('\n') != std::string::npos) std::abort();
 }
 
-void CheckItems(const std::vector<TraceItem>& items) {
-  for (const TraceItem& i : items) {
-    if (!std::isfinite(i.start_us) || !std::isfinite(i.end_us) || i.end_us < i.start_us) {
-      std::abort();
-    }
-  }
-}
-
+// The shared checks, and every rank inside the job's world.
 void CheckView(const TraceView& view) {
-  for (size_t r = 0; r < view.ranks.size(); ++r) {
-    const int rank = view.ranks[r].rank;
-    if (rank < 0 || rank >= view.world_size) std::abort();
-    if (r > 0 && rank <= view.ranks[r - 1].rank) std::abort();
-    CheckItems(view.ranks[r].phases);
-    CheckItems(view.ranks[r].hooks);
-    CheckItems(view.ranks[r].collectives);
-    CheckItems(view.ranks[r].instants);
+  ddpkit::fuzz::CheckView(view);
+  for (const ddpkit::trace::RankView& r : view.ranks) {
+    if (r.rank < 0 || r.rank >= view.world_size) std::abort();
   }
 }
 

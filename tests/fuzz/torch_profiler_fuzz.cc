@@ -1,25 +1,13 @@
 // Any bytes as PyTorch profiler traces (split at NUL bytes into up to four rank files): a view or
 // an InvalidArgument of one line, never a crash; an accepted view has ranks in order, each once,
 // and every span and instant with finite times that do not run backwards.
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "tests/fuzz/trace_view_checks.h"
 #include "tools/trace/torch_profiler.h"
-
-namespace {
-
-void CheckItems(const std::vector<ddpkit::trace::TraceItem>& items) {
-  for (const ddpkit::trace::TraceItem& i : items) {
-    if (!std::isfinite(i.start_us) || !std::isfinite(i.end_us) || i.end_us < i.start_us) {
-      std::abort();
-    }
-  }
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<ddpkit::trace::TorchTraceText> files;
@@ -40,12 +28,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (view.status().message().find('\n') != std::string::npos) std::abort();
     return 0;
   }
-  for (size_t r = 0; r < view->ranks.size(); ++r) {
-    if (r > 0 && view->ranks[r].rank <= view->ranks[r - 1].rank) std::abort();
-    CheckItems(view->ranks[r].phases);
-    CheckItems(view->ranks[r].hooks);
-    CheckItems(view->ranks[r].collectives);
-    CheckItems(view->ranks[r].instants);
-  }
+  ddpkit::fuzz::CheckView(*view);
   return 0;
 }

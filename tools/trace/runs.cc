@@ -83,6 +83,25 @@ absl::Status CheckSameRun(const TraceView& first, const TraceView& next, const s
   return absl::OkStatus();
 }
 
+// Where a view lies on the clock and in its numbering (start > end: it holds no item).
+struct Extent {
+  double start = std::numeric_limits<double>::max(), end = std::numeric_limits<double>::lowest();
+  int last_iteration = -1;
+  int64_t last_seq = -1;
+};
+
+Extent ExtentOf(TraceView& view) {
+  Extent e;
+  for (RankView& r : view.ranks) {
+    ForEachItem(r, [&](TraceItem& i) {
+      e.start = std::min(e.start, i.start_us), e.end = std::max(e.end, i.end_us);
+      e.last_iteration = std::max(e.last_iteration, i.iteration);
+    });
+    for (const TraceItem& c : r.collectives) e.last_seq = std::max(e.last_seq, c.seq);
+  }
+  return e;
+}
+
 }  // namespace
 
 absl::StatusOr<TraceView> RunsOneAfterAnother(std::vector<TraceView> runs,
@@ -93,45 +112,29 @@ absl::StatusOr<TraceView> RunsOneAfterAnother(std::vector<TraceView> runs,
   for (size_t k = 1; k < runs.size(); ++k) {
     TraceView& next = runs[k];
     DDPKIT_RETURN_IF_ERROR(CheckSameRun(out, next, names[0], names[k]));
-    double end = std::numeric_limits<double>::lowest(), start = std::numeric_limits<double>::max();
-    int last_iteration = -1;
-    int64_t last_seq = -1;
-    for (RankView& r : out.ranks) {
-      ForEachItem(r, [&](TraceItem& i) {
-        end = std::max(end, i.end_us), last_iteration = std::max(last_iteration, i.iteration);
-      });
-      for (const TraceItem& c : r.collectives) last_seq = std::max(last_seq, c.seq);
-    }
-    int next_iteration = -1;
-    int64_t next_seq = -1;
-    for (RankView& r : next.ranks) {
-      ForEachItem(r, [&](TraceItem& i) {
-        start = std::min(start, i.start_us), next_iteration = std::max(next_iteration, i.iteration);
-      });
-      for (const TraceItem& c : r.collectives) next_seq = std::max(next_seq, c.seq);
-    }
-    if (int64_t{last_iteration} + 1 + next_iteration > std::numeric_limits<int>::max() ||
-        (next_seq >= 0 && last_seq + 1 > std::numeric_limits<int64_t>::max() - next_seq)) {
+    const Extent before = ExtentOf(out), after = ExtentOf(next);
+    if (int64_t{before.last_iteration} + 1 + after.last_iteration >
+            std::numeric_limits<int>::max() ||
+        (after.last_seq >= 0 &&
+         before.last_seq + 1 > std::numeric_limits<int64_t>::max() - after.last_seq)) {
       return absl::InvalidArgumentError(
           StrCat(names[k],
                  ": after the runs before it, its iteration or sequence numbers pass "
                  "the largest a trace can hold; calibrate from fewer runs"));
     }
     const double shift =
-        end == std::numeric_limits<double>::lowest() || start == std::numeric_limits<double>::max()
-            ? 0
-            : end - start + 1e6;
+        before.start <= before.end && after.start <= after.end ? before.end - after.start + 1e6 : 0;
     for (RankView& r : next.ranks) {
       auto into = std::find_if(out.ranks.begin(), out.ranks.end(),
                                [&](const RankView& o) { return o.rank == r.rank; });
       ForEachItem(r, [&](TraceItem& i) {
         i.start_us += shift, i.end_us += shift;
         if (i.queued_us > 0) i.queued_us += shift;  // 0: the trace did not say
-        if (i.iteration >= 0) i.iteration += last_iteration + 1;
+        if (i.iteration >= 0) i.iteration += before.last_iteration + 1;
       });
       // Its collectives after the earlier runs' in sequence too (a view keeps them in order).
       for (TraceItem& c : r.collectives) {
-        if (c.seq >= 0) c.seq += last_seq + 1;
+        if (c.seq >= 0) c.seq += before.last_seq + 1;
       }
       for (auto [from, to] : {std::pair{&r.phases, &into->phases},
                               {&r.hooks, &into->hooks},
