@@ -65,8 +65,11 @@ absl::StatusOr<jobs::RelayConfig> ConfigFromFlags() {
 }
 
 void PrintDirection(const std::string& name, const jobs::RelayDirection& d) {
-  std::cout << absl::StrFormat("  %s: %d frames (%d bytes) forwarded, %d dropped, %d refused\n",
-                               name, d.frames, d.bytes, d.dropped, d.send_errors);
+  std::cout << absl::StrFormat(
+      "  %s: %d frames (%d bytes) forwarded, %d dropped (%d queue full, %d the socket's buffer "
+      "full: the relay fell behind), %d refused\n",
+      name, d.frames, d.bytes, d.dropped + d.socket_dropped, d.dropped, d.socket_dropped,
+      d.send_errors);
 }
 
 int RunRelayCommand(const std::vector<std::string>&) {

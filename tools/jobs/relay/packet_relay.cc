@@ -73,9 +73,24 @@ absl::Status SetOption(int fd, int option, const void* value, socklen_t size,
   return SocketError(StrCat("setsockopt(SOL_PACKET, ", option, ")"), name);
 }
 
+// Room for `bytes` of frames waiting to be read: SO_RCVBUFFORCE past the system's limit
+// (net.core.rmem_max) where the relay may (CAP_NET_ADMIN), else as much as SO_RCVBUF gives.
+void SetReceiveBuffer(int fd, int bytes) {
+  if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) == 0) return;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}
+
+// The frames the kernel dropped on `side` since the socket opened: its buffer was full.
+int64_t SocketDrops(const Side& side) {
+  tpacket_stats stats{};
+  socklen_t size = sizeof(stats);
+  if (::getsockopt(side.fd, SOL_PACKET, PACKET_STATISTICS, &stats, &size) != 0) return 0;
+  return stats.tp_drops;
+}
+
 // A raw socket on interface `name` that sees every frame arriving there (promiscuous: a veth
 // frame for another host's address is still the relay's to pass on), never its own sends.
-absl::Status OpenSide(Side& side) {
+absl::Status OpenSide(Side& side, int buffer_bytes) {
   const int ifindex = static_cast<int>(::if_nametoindex(side.name.c_str()));
   if (ifindex == 0) {
     return absl::NotFoundError(StrCat("no interface '", side.name, "' in this network namespace"));
@@ -86,6 +101,7 @@ absl::Status OpenSide(Side& side) {
   const int one = 1;
   DDPKIT_RETURN_IF_ERROR(SetOption(side.fd, PACKET_VNET_HDR, &one, sizeof(one), side.name));
   DDPKIT_RETURN_IF_ERROR(SetOption(side.fd, PACKET_IGNORE_OUTGOING, &one, sizeof(one), side.name));
+  SetReceiveBuffer(side.fd, buffer_bytes);
   sockaddr_ll address{};
   address.sll_family = AF_PACKET;
   address.sll_protocol = htons(ETH_P_ALL);
@@ -220,13 +236,14 @@ absl::StatusOr<RelayStats> RunRelay(const RelayConfig& config, const std::functi
         StrCat("the relay needs two different interfaces, got '", config.side_a, "' twice"));
   }
   Side a{.name = config.side_a}, b{.name = config.side_b};
-  absl::Status opened = OpenSide(a);
-  if (opened.ok()) opened = OpenSide(b);
+  absl::Status opened = OpenSide(a, config.socket_buffer_bytes);
+  if (opened.ok()) opened = OpenSide(b, config.socket_buffer_bytes);
   Direction ab{.from = &a, .to = &b}, ba{.from = &b, .to = &a};
   absl::Status forwarded = opened;
   if (opened.ok()) {
     if (ready) ready();
     forwarded = Forward(config, ab, ba);
+    ab.stats.socket_dropped = SocketDrops(a), ba.stats.socket_dropped = SocketDrops(b);
   }
   for (const Side* side : {&a, &b}) {
     if (side->fd >= 0) ::close(side->fd);
