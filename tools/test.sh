@@ -17,7 +17,7 @@
 #      libgloo is not TSan-instrumented and its own threads would be misreported (what the
 #      tests reach of two other uninstrumented libraries, oneDNN's primitive cache and
 #      absl::Status's reference count, is suppressed: tools/scripts/tsan_suppressions.txt);
-#   4. the fuzzers: the parsers of untrusted bytes under libFuzzer, 20 s each, one per core
+#   4. the fuzzers: the parsers of untrusted bytes under libFuzzer, 15 s each, one per core
 #      (tools/scripts/fuzz.sh; a clang build of only what they need, in build-fuzz/).
 # The test builds keep line tables only (a backtrace's file:line, at a fraction of full debug
 # information's build time), precompile GoogleTest's headers and compile the larger test
@@ -66,7 +66,7 @@ if [ "${DDPKIT_SKIP_SANITIZERS:-0}" != 1 ]; then
 fi
 
 if [ "${DDPKIT_SKIP_FUZZ:-0}" != 1 ]; then
-  phase "fuzz the parsers (build-fuzz/, 20 s per harness)"
-  bash "$root/tools/scripts/fuzz.sh" 20
+  phase "fuzz the parsers (build-fuzz/, 15 s per harness)"
+  bash "$root/tools/scripts/fuzz.sh" 15
 fi
 phase "done"
