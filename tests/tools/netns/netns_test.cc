@@ -48,13 +48,19 @@ std::string TempDir(const std::string& name) {
   return dir;
 }
 
+// Host $k's node of a `ddpkit launch --nnodes hosts` job running `ddpkit <job>` (a shell's
+// loop over k starts them all).
+std::string NodeOnHostK(int hosts, const std::string& job) {
+  return kHosts + " exec h$k " + kDdpkit + " launch --nnodes " + std::to_string(hosts) +
+         " --node-rank $k --master-addr 10.77.0.1 --master-port 29500 --local-addr "
+         "10.77.0.$((k+1)) -- " +
+         kDdpkit + job;
+}
+
 // `ddpkit launch` inside each of `hosts` test hosts, one rank each; rank 0 saves its weights.
 Result RunAcrossHosts(int hosts, const std::string& job, const std::string& weights) {
   const std::string node =
-      kHosts + " exec h$k " + kDdpkit + " launch --nnodes " + std::to_string(hosts) +
-      " --node-rank $k --master-addr 10.77.0.1 --master-port 29500 --local-addr 10.77.0.$((k+1))"
-      " -- " +
-      kDdpkit + job + " --backend gloo --timeout 20 --save-weights " + weights;
+      NodeOnHostK(hosts, job + " --backend gloo --timeout 20 --save-weights " + weights);
   // Nodes started apart share the job's store token, as a user's would.
   return RunShell("DDPKIT_STORE_TOKEN=netns-test-" + std::to_string(::getpid()) + " " + kHosts +
                   " run " + std::to_string(hosts) + " --rate 1gbit -- bash -c '" +
@@ -229,12 +235,11 @@ TEST(NetnsTest, TheRelayHoldsEachFrameItsDelay) {
 TEST(NetnsTest, TheRelayDropsNoFrameOfATraining) {
   SKIP_WITHOUT_HOSTS();
   const std::string script = TempDir("relay_loss") + "/train.sh";
-  std::ofstream(script) << "for k in 0 1; do " << kHosts << " exec h$k " << kDdpkit
-                        << " launch --nnodes 2 --node-rank $k --master-addr 10.77.0.1"
-                           " --master-port 29520 --local-addr 10.77.0.$((k+1)) -- "
-                        << kDdpkit
-                        << " train --model mlp:784,1024,1024,1024,10 --batch-size 64 --steps 10"
-                           " --backend gloo --timeout 30 >/dev/null & done\n"
+  std::ofstream(script) << "for k in 0 1; do "
+                        << NodeOnHostK(2,
+                                       " train --model mlp:784,1024,1024,1024,10 --batch-size 64"
+                                       " --steps 10 --backend gloo --timeout 30")
+                        << " >/dev/null & done\n"
                            "status=0; for j in $(jobs -p); do wait $j || status=1; done\n"
                         << kHosts << " exec h1 nstat -as\nexit $status\n";
   const Result r = RunShell("DDPKIT_STORE_TOKEN=netns-loss-" + std::to_string(::getpid()) +
