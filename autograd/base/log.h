@@ -1,5 +1,6 @@
 // One-line diagnostics on stderr, "ddpkit[<prefix>] <LEVEL> <message>", safe from any thread.
-// The prefix is per thread ("rank 3"), so lines from an in-process world say which rank spoke.
+// The prefix is per thread ("rank 3"), so a line says which rank spoke: each rank thread of an
+// in-process world, and the main thread of a gloo, mpi or nccl rank (comm/world/world.cc).
 #pragma once
 
 #include <string>

@@ -1,5 +1,6 @@
 #include "comm/world/world.h"
 
+#include "autograd/base/log.h"
 #include "autograd/compute_threads.h"
 #include "comm/mpi/mpi_runtime.h"
 #include "comm/nccl/process_group_nccl.h"
@@ -90,6 +91,9 @@ absl::Status RunOnWorld(const WorldSpec& world,
     return RunThreadsWorld(world.world_size, body, world.options, world.round_robin_groups);
   }
   DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> distributed, JoinWorld(world));
+  // As a threads world's rank threads do: a line says which rank spoke, whoever started the
+  // process (mpirun does not tag its ranks' stderr; `ddpkit launch` tags every line of output).
+  SetThreadLogPrefix(StrCat("rank ", distributed->group().rank()));
   return RunBody(body, distributed->group());
 }
 
