@@ -100,9 +100,9 @@ TEST(MpiDdpTest, TrainUnderMpirunMatchesTheThreadsWorld) {
 // A warning from an mpi rank says which rank it is, as a threads rank's does ("ddpkit[rank 0]"):
 // mpirun passes the ranks' stderr through untagged unless asked.
 TEST(MpiDdpTest, ARanksWarningNamesTheRank) {
-  Result m = ddpkit::testing_util::RunCommandMerged(MpiRun(
-      2, DDPKIT_BINARY_DIR "/bin/ddpkit train --steps 2 --batch-size 8 --backend mpi "
-                           "--find-unused-parameters"));
+  Result m = ddpkit::testing_util::RunCommandMerged(
+      MpiRun(2, DDPKIT_BINARY_DIR "/bin/ddpkit train --steps 2 --batch-size 8 --backend mpi "
+                                  "--find-unused-parameters"));
   ASSERT_EQ(m.status, 0) << m.out;
   EXPECT_TRUE(absl::StrContains(m.out, "ddpkit[rank 0] WARNING find_unused_parameters is on"))
       << m.out;
