@@ -12,6 +12,7 @@
 #include <random>
 #include <regex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "autograd/base/error.h"
@@ -100,9 +101,19 @@ bool FromRank(const std::string& line, int rank) {
   return line.starts_with(StrCat("[rank ", rank, "] "));
 }
 
+// Whether a survivor's line names a rank 0 stopped before it served the rendezvous store: all a
+// survivor can see is the store not answering, and its error asks whether rank 0 is running
+// (comm/store/tcp_store.cc), which is the stopped rank named.
+bool NamesTheStoreHost(const std::string& line, int victim) {
+  return victim == 0 && absl::StrContains(line, "could not connect to the rendezvous store") &&
+         absl::StrContains(line, "is rank 0 running");
+}
+
+}  // namespace
+
 // Whether the log shows what a user needs: the launcher's failure line, no crash, and — for a
 // stopped rank, which cannot speak for itself — a survivor naming it.
-void Judge(const std::string& log_text, ChaosTrial& row) {
+void JudgeTrial(const std::string& log_text, ChaosTrial& row) {
   std::vector<std::string> lines = absl::StrSplit(log_text, '\n');
   const std::regex names_victim(StrCat("ranks? ([0-9]+, )*", row.victim(), "(, [0-9]+)* did not"));
   bool launcher_line = false, crash = false, named = false;
@@ -113,7 +124,10 @@ void Judge(const std::string& log_text, ChaosTrial& row) {
                              "runtime error:", "core dumped", "by signal 6 ", "by signal 11 "}) {
       if (line.find(sign) != std::string::npos) crash = true;
     }
-    if (!FromRank(line, row.victim()) && std::regex_search(line, names_victim)) named = true;
+    if (!FromRank(line, row.victim()) &&
+        (std::regex_search(line, names_victim) || NamesTheStoreHost(line, row.victim()))) {
+      named = true;
+    }
     const bool error_line =
         line.find(StrCat("ddpkit ", row.job(), ": ")) != std::string::npos &&
         (line.find("fail") != std::string::npos || line.find("timed out") != std::string::npos ||
@@ -133,6 +147,8 @@ void Judge(const std::string& log_text, ChaosTrial& row) {
     row.set_diagnosis(StrCat("no survivor named the stopped rank: ", row.diagnosis()));
   }
 }
+
+namespace {
 
 ChaosTrial RunTrial(const ChaosConfig& config, const TrialPlan& plan, int index,
                     std::mt19937_64& rng) {
@@ -177,7 +193,7 @@ ChaosTrial RunTrial(const ChaosConfig& config, const TrialPlan& plan, int index,
   row.set_exit_code(status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1);
   row.set_left_over(SweepLeftovers(mark));
   absl::StatusOr<std::string> log_text = ReadFileToString(row.log());
-  Judge(log_text.ok() ? *log_text : "", row);
+  JudgeTrial(log_text.ok() ? *log_text : "", row);
   if (row.victim() < 0) row.set_diagnosis("no rank to signal: the job ended or never started");
   if (row.hung()) row.set_diagnosis(StrCat("hung; killed: ", row.diagnosis()));
   return row;

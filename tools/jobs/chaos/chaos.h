@@ -57,4 +57,8 @@ using ChaosObserver = std::function<void(const ChaosTrial&)>;
 // (bad config, cannot spawn); a trial that goes wrong is a row of the report.
 absl::StatusOr<ChaosReport> RunChaos(const ChaosConfig& config, const ChaosObserver& observer);
 
+// Judges one trial from its log (each rank's lines tagged "[rank N] ", the launcher's untagged)
+// into `row`, whose job, signal, victim and exit code are set: clear_error and diagnosis.
+void JudgeTrial(const std::string& log_text, ChaosTrial& row);
+
 }  // namespace ddpkit::jobs
