@@ -115,7 +115,8 @@ bool NamesTheStoreHost(const std::string& line, int victim) {
 // stopped rank, which cannot speak for itself — a survivor naming it.
 void JudgeTrial(const std::string& log_text, ChaosTrial& row) {
   std::vector<std::string> lines = absl::StrSplit(log_text, '\n');
-  const std::regex names_victim(StrCat("ranks? ([0-9]+, )*", row.victim(), "(, [0-9]+)* did not"));
+  const std::regex names_victim(
+      StrCat("ranks? ([0-9]+, )*", row.victim(), "(, [0-9]+)*(, which hosts the store,)? did not"));
   bool launcher_line = false, crash = false, named = false;
   std::string first_error;
   for (const std::string& line : lines) {
@@ -131,7 +132,7 @@ void JudgeTrial(const std::string& log_text, ChaosTrial& row) {
     const bool error_line =
         line.find(StrCat("ddpkit ", row.job(), ": ")) != std::string::npos &&
         (line.find("fail") != std::string::npos || line.find("timed out") != std::string::npos ||
-         line.find("did not") != std::string::npos);
+         line.find("did not") != std::string::npos || line.find("could not") != std::string::npos);
     if (first_error.empty() && error_line && !FromRank(line, row.victim())) first_error = line;
   }
   if (first_error.empty()) {

@@ -55,6 +55,14 @@ TEST(ChaosJudgeTest, ARankZeroStoppedBeforeItsStoreIsNamedByTheStoreError) {
   ChaosTrial two = Stopped(2);  // the store's error does not name any other rank
   JudgeTrial(store_error + kLauncherFailed, two);
   EXPECT_FALSE(two.clear_error());
+
+  ChaosTrial silent = Stopped(0);  // stopped once the store served: its requests go unanswered
+  JudgeTrial(absl::StrCat("[rank 2] ddpkit join: store: no reply before the deadline (store at "
+                          "127.0.0.1:47143); rank 0, which hosts the store, did not answer (dead, "
+                          "stuck, or not started)\n",
+                          kLauncherFailed),
+             silent);
+  EXPECT_TRUE(silent.clear_error()) << silent.diagnosis();
 }
 
 TEST(ChaosJudgeTest, ACrashIsNeverClear) {
