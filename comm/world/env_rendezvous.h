@@ -9,6 +9,10 @@
 
 namespace ddpkit::comm {
 
+// Set by `ddpkit launch` for its ranks: the launcher tags every line they write ("[rank N] "),
+// so a rank's own log lines leave the rank out rather than say it twice.
+inline constexpr char kLauncherTagsLinesEnv[] = "DDPKIT_LAUNCHER_TAGS_LINES";
+
 struct EnvRendezvous {
   std::string master_addr;
   int master_port = 0;

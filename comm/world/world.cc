@@ -1,11 +1,14 @@
 #include "comm/world/world.h"
 
+#include <cstdlib>
+
 #include "autograd/base/log.h"
 #include "autograd/compute_threads.h"
 #include "comm/mpi/mpi_runtime.h"
 #include "comm/nccl/process_group_nccl.h"
 #include "comm/round_robin.h"
 #include "comm/threads/threads_world.h"
+#include "comm/world/env_rendezvous.h"
 #include "comm/world/rendezvous.h"
 #include "comm/world/thread_budget.h"
 
@@ -91,9 +94,11 @@ absl::Status RunOnWorld(const WorldSpec& world,
     return RunThreadsWorld(world.world_size, body, world.options, world.round_robin_groups);
   }
   DDPKIT_ASSIGN_OR_RETURN(std::unique_ptr<DistributedWorld> distributed, JoinWorld(world));
-  // As a threads world's rank threads do: a line says which rank spoke, whoever started the
-  // process (mpirun does not tag its ranks' stderr; `ddpkit launch` tags every line of output).
-  SetThreadLogPrefix(StrCat("rank ", distributed->group().rank()));
+  // As a threads world's rank threads do: a line says which rank spoke (mpirun and torchrun do
+  // not tag their ranks' stderr), unless `ddpkit launch` already tags every line.
+  if (std::getenv(kLauncherTagsLinesEnv) == nullptr) {
+    SetThreadLogPrefix(StrCat("rank ", distributed->group().rank()));
+  }
   return RunBody(body, distributed->group());
 }
 

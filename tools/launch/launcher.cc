@@ -18,6 +18,7 @@
 
 #include "autograd/base/error.h"
 #include "comm/store/token.h"
+#include "comm/world/env_rendezvous.h"
 #include "comm/world/thread_budget.h"
 #include "tools/launch/proc_stat.h"
 #include "tools/launch/restart_round.h"
@@ -176,6 +177,7 @@ absl::StatusOr<Rendezvous> ResolveRendezvous(const LaunchOptions& options) {
   ::setenv("DDPKIT_RESTART_COUNT", std::to_string(restart).c_str(), 1);
   if (!options.local_addr.empty()) ::setenv("DDPKIT_LOCAL_ADDR", options.local_addr.c_str(), 1);
   ::setenv(comm::kStoreTokenEnv, rendezvous.store_token.c_str(), 1);
+  ::setenv(comm::kLauncherTagsLinesEnv, "1", 1);
   // As torchrun does: each rank's BLAS pool gets its share of this host's cores, unless the
   // user chose (comm/world/thread_budget.h).
   ::setenv("OMP_NUM_THREADS",

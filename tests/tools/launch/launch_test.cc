@@ -103,6 +103,17 @@ TEST(LaunchTest, EachRankGetsItsShareOfTheCoresUnlessTheUserChose) {
   EXPECT_TRUE(absl::StrContains(r.out, "[rank 0] threads 7")) << r.out;
 }
 
+// The launcher tags every line a rank writes; the rank's own log lines then leave the rank out
+// rather than say it twice ("[rank 0] ddpkit[rank 0] WARNING").
+TEST(LaunchTest, ARanksWarningNamesItsRankOnce) {
+  Result r = RunShell(kDdpkit + " launch --standalone --nproc-per-node 2 -- " + kDdpkit +
+                      " train --backend gloo --steps 2 --batch-size 8 --find-unused-parameters");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "[rank 0] ddpkit WARNING find_unused_parameters is on"))
+      << r.out;
+  EXPECT_FALSE(absl::StrContains(r.out, "ddpkit[rank 0] WARNING")) << r.out;
+}
+
 // The whole story: a rank dies mid-training (after step 3), the launcher restarts every rank,
 // they resume from the last checkpoint, and the job ends with exactly the weights of a run that
 // was never interrupted.
