@@ -1,7 +1,9 @@
 #include "comm/mpi/mpi_runtime.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <thread>
 
 #include "autograd/base/error.h"
 
@@ -9,7 +11,8 @@ namespace ddpkit::comm::mpi {
 namespace {
 
 std::atomic<bool> g_abandoned{false};
-int g_ranks_on_this_host = 1;  // set once, by Initialize
+int g_ranks_on_this_host = 1;         // set once, by Initialize
+bool g_every_rank_has_a_core = true;  // likewise
 
 void FinalizeAtExit() {
   int finalized = 0;
@@ -44,6 +47,12 @@ absl::Status Initialize() {
     MPI_Comm_size(local, &g_ranks_on_this_host);
     MPI_Comm_free(&local);
   }
+  // Whether any host has more ranks than cores, agreed by every rank: choices made from it
+  // (allreduce_algorithm.h) must be the same on every host.
+  int fits = g_ranks_on_this_host <= CoresOnThisHost() ? 1 : 0, everywhere = fits;
+  if (MPI_Allreduce(&fits, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) == MPI_SUCCESS) {
+    g_every_rank_has_a_core = everywhere == 1;
+  }
   if (provided < MPI_THREAD_MULTIPLE) {
     return absl::FailedPreconditionError(
         StrCat("mpi: the MPI library gives thread level ", provided,
@@ -74,6 +83,10 @@ int WorldSize() {
 }
 
 int RanksOnThisHost() { return g_ranks_on_this_host; }
+
+int CoresOnThisHost() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+bool EveryRankHasACore() { return g_every_rank_has_a_core; }
 
 absl::Status Check(int code, std::string_view what) {
   if (code == MPI_SUCCESS) return absl::OkStatus();

@@ -21,6 +21,9 @@ absl::Status EnsureInitialized();
 int WorldRank();
 int WorldSize();
 int RanksOnThisHost();
+int CoresOnThisHost();  // online CPUs
+// No host has more ranks than cores: the same answer on every rank (one allreduce at start).
+bool EveryRankHasACore();
 
 // OK, or an Unavailable error with MPI's own description of `code`, prefixed by `what`.
 absl::Status Check(int code, std::string_view what);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/failure_diagnosis.h"
+#include "comm/mpi/allreduce_algorithm.h"
 #include "comm/mpi/mpi_runtime.h"
 #include "comm/widen.h"
 
@@ -116,17 +117,25 @@ class ProcessGroupMpi final : public ProcessGroup {
     return NotHandled(c);
   }
 
-  // In place, in pieces of at most INT_MAX elements; AVG sums (ReduceWidened divides).
+  // In place, in pieces of at most INT_MAX elements; AVG sums (ReduceWidened divides). Each
+  // piece at the algorithm its size gets (allreduce_algorithm.h).
   absl::Status Allreduce(const Collective& c, const Tensor& t) {
     const int64_t n = t.numel();
     const size_t element = ElementSize(t.dtype());
     for (int64_t begin = 0; begin < n; begin += INT_MAX) {
       const int count = static_cast<int>(std::min<int64_t>(INT_MAX, n - begin));
       void* data = static_cast<std::byte*>(t.raw_data()) + begin * element;
-      DDPKIT_RETURN_IF_ERROR(Await(c, [&](MPI_Request* r) {
+      absl::Status chosen;
+      const absl::Status done = Await(c, [&](MPI_Request* r) {
+        const auto lock = mpi::ChooseAllreduceAlgorithm(int64_t{count} * element, chosen);
+        if (!chosen.ok()) return MPI_ERR_OTHER;
         return MPI_Iallreduce(MPI_IN_PLACE, data, count, MpiType(t.dtype()), MpiOp(c.reduce_op),
                               comm_, r);
-      }));
+      });
+      if (!chosen.ok()) {
+        return absl::Status(chosen.code(), StrCat(Describe(c), ": ", chosen.message()));
+      }
+      DDPKIT_RETURN_IF_ERROR(done);
     }
     return absl::OkStatus();
   }

@@ -1,8 +1,10 @@
 // MPI jobs started with `mpirun`, as a user would (label mpi): the collectives, a stuck rank,
 // mismatched calls, and DDP training against the threads world.
 #include <string>
+#include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/run_command.h"
 #include "tests/state_dict_compare.h"
@@ -42,6 +44,49 @@ TEST(MpiRoundRobinTest, EveryCollectiveMatchesOverTwoCommunicators) {
   Result r = ddpkit::testing_util::RunCommandMerged(MpiRun(2, Worker("check_round_robin")));
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, RankLine(1, "all collectives match"))) << r.out;
+}
+
+// Open MPI's nonblocking allreduce runs the ring from 512 KiB, its own choice below
+// (comm/mpi/allreduce_algorithm.h); on a host with more ranks than cores its own at every size;
+// and the user's setting, where there is one, at every size. What each call left the variable
+// at is read back: 1 ring, 0 libnbc's own choice.
+TEST(MpiAllreduceAlgorithmTest, LargeCallsRunTheRingUnlessTheUserChose) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  Result r = ddpkit::testing_util::RunCommandMerged(MpiRun(2, Worker("algorithm")));
+  EXPECT_EQ(r.status, 0) << r.out;
+  if (cores >= 2) {
+    EXPECT_TRUE(absl::StrContains(
+        r.out, RankLine(1,
+                        "allreduce algorithm: ring from 512 KiB, libnbc's own choice below; "
+                        "1 KiB: libnbc's own, 4 MiB: ring")))
+        << r.out;
+    EXPECT_TRUE(absl::StrContains(r.out, RankLine(1, "after 4194304 bytes: 1"))) << r.out;
+    EXPECT_TRUE(absl::StrContains(r.out, RankLine(1, "after 1024 bytes: 0"))) << r.out;
+    EXPECT_TRUE(absl::StrContains(r.out, RankLine(1, "after 524288 bytes: 1"))) << r.out;
+  }
+  EXPECT_TRUE(absl::StrContains(r.out, RankLine(1, "all collectives match"))) << r.out;
+
+  if (const int oversubscribed = cores + 1; oversubscribed <= 9) {  // a few ranks more, not 65
+    r = ddpkit::testing_util::RunCommandMerged(MpiRun(oversubscribed, Worker("algorithm")));
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_TRUE(absl::StrContains(
+        r.out, RankLine(0, absl::StrCat("allreduce algorithm: libnbc's own at every size: a host's "
+                                        "ranks outnumber its cores (here ",
+                                        oversubscribed, " on ", cores,
+                                        "); 1 KiB: libnbc's own, 4 MiB: libnbc's own"))))
+        << r.out;
+    EXPECT_TRUE(absl::StrContains(r.out, RankLine(0, "after 4194304 bytes: 0"))) << r.out;
+  }
+
+  r = ddpkit::testing_util::RunCommandMerged(
+      MpiRun(2, Worker("algorithm"), "OMPI_MCA_coll_libnbc_iallreduce_algorithm=2"));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(
+      r.out, RankLine(1,
+                      "allreduce algorithm: the user's coll_libnbc_iallreduce_algorithm=2, "
+                      "every size; 1 KiB: the user's, 4 MiB: the user's")))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, RankLine(1, "after 4194304 bytes: 2"))) << r.out;
 }
 
 TEST(MpiSampleSortTest, PropertiesHoldAcrossProcesses) {
