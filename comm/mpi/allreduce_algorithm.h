@@ -7,13 +7,13 @@
 // rank 0 adds every rank's copy. Its ring moves 2(N-1)/N of the buffer per rank and shares the
 // adding out. Measured here (2-core VM, OpenMPI 4.1, shared memory, `bench allreduce`, medians
 // of 6 runs): 2 ranks, 8 MiB 4.3 -> 2.7 ms, level with the blocking MPI_Allreduce from 1 MiB;
-// below 512 KiB the ring's extra steps cost 3 and 4 ranks 20-70 us (docs/comm.md, docs/performance.md).
-// So calls of at least kRingFromBytes run the ring and smaller ones libnbc's own choice — where
-// every rank on the host has a core. Beyond that the ring's 2(N-1) steps each wait for a peer
-// the cores left descheduled: 4 ranks on 2 cores took a DDP step from 47 to 55 ms (medians of 8
-// runs each, an MLP of 11.7 MB), so there libnbc chooses at every size — on every host when any
-// host is oversubscribed (mpi_runtime.h, EveryRankHasACore): the ranks must agree, and the
-// call's size and that one flag are the same on all of them.
+// below 512 KiB the ring's extra steps cost 3 and 4 ranks 20-70 us (docs/comm.md,
+// docs/performance.md). So calls of at least kRingFromBytes run the ring and smaller ones libnbc's
+// own choice — where every rank on the host has a core. Beyond that the ring's 2(N-1) steps each
+// wait for a peer the cores left descheduled: 4 ranks on 2 cores took a DDP step from 47 to 55 ms
+// (medians of 8 runs each, an MLP of 11.7 MB), so there libnbc chooses at every size — on every
+// host when any host is oversubscribed (mpi_runtime.h, EveryRankHasACore): the ranks must agree,
+// and the call's size and that one flag are the same on all of them.
 //
 // A user who set the algorithm (mpirun --mca coll_libnbc_iallreduce_algorithm, an OMPI_MCA_
 // variable, a parameter file) keeps it for every call. Another MPI, or an Open MPI without the

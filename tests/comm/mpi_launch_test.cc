@@ -89,6 +89,19 @@ TEST(MpiAllreduceAlgorithmTest, LargeCallsRunTheRingUnlessTheUserChose) {
   EXPECT_TRUE(absl::StrContains(r.out, RankLine(1, "after 4194304 bytes: 2"))) << r.out;
 }
 
+// `bench allreduce` says which algorithm its mpi calls ran, beside its figures.
+TEST(MpiAllreduceAlgorithmTest, TheBenchmarkNamesTheAlgorithm) {
+  Result r = ddpkit::testing_util::RunCommandMerged(
+      MpiRun(2,
+             DDPKIT_BINARY_DIR "/bin/ddpkit bench allreduce --backend mpi --min-bytes 1024 "
+                               "--max-bytes 1024 --iters 2 --warmup-iters 1",
+             "OMPI_MCA_coll_libnbc_iallreduce_algorithm=1"));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(
+      r.out, "# mpi allreduce: the user's coll_libnbc_iallreduce_algorithm=1, every size"))
+      << r.out;
+}
+
 TEST(MpiSampleSortTest, PropertiesHoldAcrossProcesses) {
   Result r = ddpkit::testing_util::RunCommandMerged(MpiRun(3, Worker("sample_sort")));
   EXPECT_EQ(r.status, 0) << r.out;

@@ -94,6 +94,8 @@ void PrintAllreduce(const jobs::BenchAllreduceReport& r) {
       r.backend(), r.world_size(), r.device(), r.iters(), r.warmup_iters(),
       r.device() == "cpu" ? "memcpy" : "device-to-device copy", r.memcpy_bytes(), r.memcpy_us(),
       r.memcpy_bytes() / r.memcpy_us() / 1e3);
+  if (!r.algorithm().empty())
+    std::cout << "# " << r.backend() << " allreduce: " << r.algorithm() << "\n#\n";
   std::cout << absl::StrFormat("# %10s  %12s  %6s  %5s  %10s  %11s  %11s  %6s", "size", "count",
                                "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   const bool raw = !r.raw_reference().empty();

@@ -6,6 +6,7 @@
 
 #include "autograd/cuda/runtime.h"
 #include "comm/gloo/process_group_gloo.h"
+#include "comm/mpi/allreduce_algorithm.h"
 #include "comm/mpi/process_group_mpi.h"
 #include "tools/jobs/bench/bench.h"
 #include "tools/jobs/training.h"
@@ -131,6 +132,9 @@ absl::StatusOr<BenchAllreduceReport> SweepOnRank(const BenchAllreduceConfig& con
     report.set_raw_reference(std::string(comm::BackendName(config.world.backend)));
   }
   report.set_device(RankDevice(config.device, group).ToString());
+  if (config.world.backend == comm::Backend::kMpi) {
+    report.set_algorithm(comm::mpi::DescribeAllreduceAlgorithms());
+  }
   const int64_t min_bytes = std::max<int64_t>(4, config.min_bytes);
   double busbw_sum = 0;
   for (int64_t bytes = min_bytes; bytes <= config.max_bytes; bytes *= 2) {
