@@ -2,7 +2,7 @@
 // slow each other when they overlap, all measured from one short traced run on the user's
 // machine — a ddpkit --trace, or a PyTorch DDP job's profiler traces (trace/read_traces.h).
 //
-// From the iterations after DDP's first (trace_samples.h), every rank pooled:
+// From the iterations after DDP's first two, its warm-up (trace_samples.h), every rank pooled:
 //  * an allreduce alone: time = a + b·bytes fitted to the medians, per size, of the bucket
 //    allreduces that started after backward ended (nothing computes beside them);
 //  * a collective's speed during backward: the ones that started before backward's end did

@@ -55,8 +55,8 @@ struct IterationSample {
 };
 
 // The iterations of `view` a step can be learned from: a backward pass with one hook per
-// parameter of a model of `params`, after the first iteration of each DDP (it runs the initial
-// plan and pays the rebuild: the iteration before each "rebuild" instant, and iteration 0).
+// parameter of a model of `params`, after the first two iterations of each DDP (its warm-up:
+// the initial plan, then the first iteration on the rebuilt one, whose buckets are new).
 // `rank` >= 0 keeps that rank only. InvalidArgument naming `what` when a hook names a parameter
 // the model lacks, or when no iteration qualifies.
 absl::StatusOr<std::vector<IterationSample>> IterationSamples(const trace::TraceView& view,
