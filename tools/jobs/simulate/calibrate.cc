@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "autograd/base/error.h"
+#include "tools/jobs/simulate/handoff.h"
 #include "tools/jobs/simulate/trace_samples.h"
 
 namespace ddpkit::jobs::sim {
@@ -628,6 +629,8 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
   model.unused_search_us = Median(search);
   model.start_skew_us = Median(skew);
   SetMachineSpeeds(model);
+  const Handoffs handoffs = MeasureHandoffs(samples);
+  model.handoff_us_per_byte = handoffs.us_per_byte;
   HookSamples hook_samples = MeasureHook(samples, hook, c.interference, model);
   model.grad_ready_order.clear();
   for (const GradientSample& g : samples.back().gradients) {
@@ -666,6 +669,12 @@ absl::StatusOr<Calibration> Calibrate(const trace::TraceView& view, const std::s
                       "gaps are taken as measured",
       model.copy_us_per_byte > 0 ? 1e-3 / model.copy_us_per_byte : 0.0,
       SkewWords(model.start_skew_us), static_cast<int>(slowest.size()));
+  if (handoffs.samples > 0) {
+    absl::StrAppendFormat(&c.summary,
+                          "; after backward, a bucket's collective started %.3f ms per MB of the "
+                          "one before it after that one ended (%d hand-offs, median)",
+                          handoffs.us_per_byte * 1e3, handoffs.samples);
+  }
   if (!hook.empty()) {
     absl::StrAppendFormat(
         &c.summary,

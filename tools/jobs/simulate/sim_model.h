@@ -53,6 +53,9 @@ struct SimModel {
   // than their fitted cost its allreduces took, as the rank whose step is measured saw them
   // (negative: shorter). That rank waits for it after the last collective, once. Else 0.
   double comm_wait_us = 0;
+  // Once backward is over, how long after a bucket's collectives end the next bucket's starts,
+  // per byte of the one that ended (handoff.h; --calibrate measures it, else 0).
+  double handoff_us_per_byte = 0;
   // The machine's speed at the work a comm hook adds (--calibrate measures both; 0: unknown, and
   // the hook's own compute is not priced): a copy, from finalize's copies out of the buckets,
   // and FLOPs, from the model's FLOPs over its measured forward and backward.

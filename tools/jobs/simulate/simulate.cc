@@ -107,7 +107,7 @@ reducer::DdpOptions WithCap(reducer::DdpOptions options, double cap_mb) {
 sim::SimModel AsDdpRunsIt(const sim::SimModel& model, const reducer::DdpOptions& options) {
   sim::SimModel m = model;
   if (options.find_unused_parameters && !options.static_graph) m.forward_us += m.unused_search_us;
-  if (options.gradient_as_bucket_view) m.finalize_us = 0;
+  if (options.gradient_as_bucket_view) m.finalize_us = 0, m.handoff_us_per_byte = 0;  // no copies
   return m;
 }
 

@@ -35,11 +35,12 @@ std::vector<double> BucketPayloads(const SimModel& model, const std::vector<size
 
 namespace {
 
-// The collectives to run, in launch order, each with its cost alone (the network's price) and
-// the hook's work after it (a bucket's last collective carries its bucket's).
+// The collectives to run, in launch order, each with its cost alone (the network's price), the
+// hook's work after it and the hand-off to the next bucket's once backward is over (a bucket's
+// last collective carries its bucket's).
 struct Pending {
   int bucket;
-  double bytes, alone_us, callback_us;
+  double bytes, alone_us, callback_us, handoff_us;
 };
 
 std::vector<Pending> PlanCollectives(const SimModel& model, const reducer::BucketAssignment& plan,
@@ -48,10 +49,11 @@ std::vector<Pending> PlanCollectives(const SimModel& model, const reducer::Bucke
   for (size_t b = 0; b < plan.buckets.size(); ++b) {
     const size_t first = out.size();
     for (double bytes : BucketPayloads(model, plan.buckets[b], hook)) {
-      out.push_back({static_cast<int>(b), bytes, network.AllreduceUs(bytes, world), 0});
+      out.push_back({static_cast<int>(b), bytes, network.AllreduceUs(bytes, world), 0, 0});
     }
     if (out.size() > first) {
       out.back().callback_us = HookWorkUs(model, plan.buckets[b], hook).callback_us;
+      out.back().handoff_us = model.handoff_us_per_byte * out.back().bytes;
     }
   }
   return out;
@@ -143,13 +145,20 @@ class StepRun {
     t_.collectives.push_back({queue_[running_].bucket, now_, now_, now_, queue_[running_].bytes});
   }
 
-  // The collective is done (its hook's work after it starts), or that work is.
+  // The collective is done: its hook's work after it starts (at its own speed, so it ends
+  // callback_us on), then, where backward is over and another bucket's collective follows, the
+  // hand-off to it. Or that work is done.
   void FinishComm() {
+    if (in_callback_) {
+      running_ = -1;
+      return;
+    }
+    const Pending& p = queue_[running_];
     Collective& c = t_.collectives.back();
-    if (!in_callback_) c.end_us = now_;
-    c.callback_end_us = now_;
-    if (!in_callback_ && queue_[running_].callback_us > 0) {
-      in_callback_ = true, comm_left_ = queue_[running_].callback_us;
+    c.end_us = now_, c.callback_end_us = now_ + p.callback_us;
+    const double handoff = backward_running() || next_ >= queue_.size() ? 0 : p.handoff_us;
+    if (p.callback_us + handoff > 0) {
+      in_callback_ = true, comm_left_ = p.callback_us + handoff;
       return;
     }
     running_ = -1;

@@ -330,6 +330,39 @@ TEST(CalibrateTest, DdpsWarmUpDoesNotPriceTheAllreduce) {
   EXPECT_NE(c->summary.find("1 size(s)"), std::string::npos) << c->summary;
 }
 
+// Once backward is over, the next bucket's collective started late after each one, per byte of
+// the one that ended (2 mpi ranks bound to their cores: 0.83 ms after an 8.44 MB one): measured
+// from the run, and replayed, the run's steps come back; a stream that starts the next one at
+// once would replay them 0.56 ms short here.
+TEST(CalibrateTest, TheHandOffBetweenBucketsAfterBackwardIsMeasuredAndReplayed) {
+  SimModel truth = Truth();
+  truth.handoff_us_per_byte = 0.02;  // 20 ms per MB
+  NetworkModel network;
+  network.measured[2] = {.a_us = 50, .b_us_per_byte = 0.05};  // bucket {3, 2} ends after backward
+  const std::vector<reducer::BucketAssignment> plans = {Plan({{3, 2}, {1, 0}}),
+                                                        Plan({{3, 2, 1, 0}})};
+  trace::TraceView view = TwoRankView(1);
+  for (int it = 0; it < 8; ++it) {
+    const StepTimeline s = SimulateStep(truth, plans[it % 2], network, 2, {});
+    RecordWithFinalize(s, it, 20000.0 * it, 0, view.ranks[0]);
+  }
+  SimModel model = Truth();
+  absl::StatusOr<Calibration> c = Calibrate(view, "synthetic", model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NEAR(model.handoff_us_per_byte, 0.02, 1e-9);
+  EXPECT_NE(c->summary.find("20.000 ms per MB of the one before it after that one ended (3 "
+                            "hand-offs, median)"),
+            std::string::npos)
+      << c->summary;
+  const SelfCheck check = ReplayItself(c->replays, c->network, 2, {}, c->interference);
+  EXPECT_NEAR(check.replayed_us, check.measured_us, 1e-6);
+  const double bucket0 = (4000 + 3000) * 4;
+  const StepTimeline with = SimulateStep(model, plans[0], c->network, 2, {});
+  model.handoff_us_per_byte = 0;
+  const StepTimeline without = SimulateStep(model, plans[0], c->network, 2, {});
+  EXPECT_NEAR(with.step_us - without.step_us, 0.02 * bucket0, 1e-6);
+}
+
 // A run with a comm hook: its work at each bucket's launch is taken out of the gradients' times
 // and measured per byte, and so is its work after the collectives (up to the bucket's
 // completion); simulating the same hook again gives the traced steps back.
