@@ -302,13 +302,12 @@ void AddHookSamples(const IterationSample& it, const SimModel& model, const Inte
       after[c.bucket] += std::max(0.0, to - c.end_us);
       continue;
     }
-    const bool known = c.bucket >= 0 && static_cast<size_t>(c.bucket) < it.buckets.size() &&
-                       it.buckets[c.bucket].reduced_us >= c.end_us;
-    if (!known) {
+    const double completed = BucketCompletedUs(it, c);
+    if (completed < 0) {
       after.erase(c.bucket);
       continue;
     }
-    const double us = after[c.bucket] + it.buckets[c.bucket].reduced_us - c.end_us;
+    const double us = after[c.bucket] + completed - c.end_us;
     if (const double r = per_byte(c.bucket, us); r >= 0) out.callback.push_back(r);
   }
 }

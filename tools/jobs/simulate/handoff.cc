@@ -3,17 +3,6 @@
 #include <algorithm>
 
 namespace ddpkit::jobs::sim {
-namespace {
-
-// When bucket `b`'s result was complete on this rank: after a comm hook's work that follows its
-// collectives, which the hook's own price covers (AddHookSamples), not the hand-off.
-double CompletedUs(const IterationSample& it, const AllreduceSample& a) {
-  const bool known = a.bucket >= 0 && static_cast<size_t>(a.bucket) < it.buckets.size() &&
-                     it.buckets[a.bucket].reduced_us >= a.end_us;
-  return known ? it.buckets[a.bucket].reduced_us : a.end_us;
-}
-
-}  // namespace
 
 Handoffs MeasureHandoffs(const std::vector<IterationSample>& samples) {
   std::vector<double> per_byte;
@@ -26,7 +15,10 @@ Handoffs MeasureHandoffs(const std::vector<IterationSample>& samples) {
           done.end_us <= it.backward_end_us) {
         continue;  // within a bucket, nothing waiting, or backward still running beside it
       }
-      per_byte.push_back(std::max(0.0, next.start_us - CompletedUs(it, done)) / done.bytes);
+      // From its bucket's completion where the trace has it: a comm hook's work there is the
+      // hook's own price (AddHookSamples), not the hand-off.
+      const double from = std::max(done.end_us, BucketCompletedUs(it, done));
+      per_byte.push_back(std::max(0.0, next.start_us - from) / done.bytes);
     }
   }
   return {.us_per_byte = Median(per_byte), .samples = static_cast<int>(per_byte.size())};

@@ -105,6 +105,12 @@ bool EachOnce(const std::vector<GradientSample>& gradients, size_t params) {
 
 }  // namespace
 
+double BucketCompletedUs(const IterationSample& it, const AllreduceSample& a) {
+  const bool known = a.bucket >= 0 && static_cast<size_t>(a.bucket) < it.buckets.size() &&
+                     it.buckets[a.bucket].reduced_us >= a.end_us;
+  return known ? it.buckets[a.bucket].reduced_us : -1;
+}
+
 double Median(std::vector<double> v) {
   std::erase_if(v, [](double x) { return !std::isfinite(x); });  // a NaN would break the sort
   return jobs::Median(std::move(v));

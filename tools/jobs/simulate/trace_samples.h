@@ -63,6 +63,10 @@ absl::StatusOr<std::vector<IterationSample>> IterationSamples(const trace::Trace
                                                               size_t params, int rank,
                                                               const std::string& what);
 
+// When allreduce `a`'s bucket was complete on `it`'s rank (after a comm hook's work that follows
+// its collectives); -1 where the trace does not say, or says so before `a` ended.
+double BucketCompletedUs(const IterationSample& it, const AllreduceSample& a);
+
 // jobs::Median (the upper median; 0 for none) of the finite ones.
 double Median(std::vector<double> values);
 
