@@ -4,8 +4,9 @@
 # ways on every host's link; with a delay, h1's link runs through the relay, which holds each
 # frame D ms each way). Per case and repeat, as simulate_validation.sh does on loopback: one
 # `ddpkit train --trace` at DDP's default options (the calibration), one per bucket cap (the
-# measured steps), then `simulate --calibrate` with the first run's trace for each cap. Prints
-# the same TSV rows, the backend column naming the link ("gloo 1gbit", "gloo 10gbit +2ms").
+# measured steps) and the calibration's options once more (the "again" row), then `simulate
+# --calibrate` with the first run's trace for each. Prints the same TSV rows, the backend column
+# naming the link ("gloo 1gbit", "gloo 10gbit +2ms"); AGAIN=0 leaves the "again" run out.
 # Needs root (namespaces); run it holding the build lock, nothing else measuring.
 #   tools/scripts/netns_simulate_validation.sh [REPEATS] > rows.tsv
 # Environment: RATES (1gbit 10gbit 25gbit), DELAYS (none,2: "none" is no relay), HOSTS (2),
@@ -63,37 +64,45 @@ measure_case() {
     across_train calibration 29610
     port=29611
     for cap in ${CAPS//,/ }; do across_train cap\$cap \$port --bucket-cap-mb \$cap; port=\$((port + 1)); done
+    [ '${AGAIN:-1}' = 0 ] || across_train again \$port
   " >&2
 }
 
-echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_ms\tcomm_rate\tcompute_rate\tcalibration_spread"
+echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_ms\tcomm_rate\tcompute_rate\tcalibration_spread\tcalibration_ms"
 for r in $(seq 1 "$REPEATS"); do
   for rate in $RATES; do
     for delay in ${DELAYS//,/ }; do
       kept=${KEEP:-$OUT}/$rate-$delay-$r
       if [ -z "${REUSE:-}" ]; then
         measure_case "$rate" "$delay"
-        [ -z "${KEEP:-}" ] || { mkdir -p "$kept" && cp "$OUT"/calibration.json "$OUT"/cap*.json "$kept"; }
+        [ -z "${KEEP:-}" ] || { mkdir -p "$kept" && cp "$OUT"/calibration.json "$OUT"/cap*.json "$OUT"/again*.json "$kept" 2>/dev/null || true; }
       fi
       [ -n "${KEEP:-}" ] || kept=$OUT
       label="gloo $rate$([ "$delay" = none ] || echo " +${delay}ms")"
       calibrate=$kept/calibration.json
       [ -z "${TWO_RUNS:-}" ] || calibrate="$calibrate,$kept/cap$LARGEST.json"
-      for cap in default ${CAPS//,/ }; do
+      calibration_ms=$(python3 "$S/trace_step_ms.py" "$kept/calibration.json")
+      again=again
+      [ "${AGAIN:-1}" != 0 ] && [ -z "${TWO_RUNS:-}" ] && [ -f "$kept/again.json" ] || again=
+      for cap in default ${CAPS//,/ } $again; do
         if [ -n "${TWO_RUNS:-}" ] && { [ "$cap" = default ] || [ "$cap" = "$LARGEST" ]; }; then
           continue  # a run calibrated from
         fi
         flags=() trace=$kept/cap$cap.json
-        [ "$cap" = default ] && trace=$kept/calibration.json || flags=(--bucket-cap-mb "$cap")
+        case $cap in
+          default) trace=$kept/calibration.json ;;
+          again) trace=$kept/again.json ;;  # the calibration's options, run after the caps'
+          *) flags=(--bucket-cap-mb "$cap") ;;
+        esac
         measured=$(python3 "$S/trace_step_ms.py" "$trace")
         if "$B" simulate --model "$MODEL" --batch-size "$BATCH" --world-size "$HOSTS" \
           "${flags[@]}" --calibrate "$calibrate" --json >"$OUT/s.json"; then
           echo -e "$r\t$label\t$HOSTS\t$cap\t$measured\t$(field "$OUT/s.json" \
             "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field "$OUT/s.json" \
             "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")\t$(
-          field "$OUT/s.json" "d.get('replay_spread', 0)")"
+          field "$OUT/s.json" "d.get('replay_spread', 0)")\t$calibration_ms"
         else  # a failed prediction is a row that says so (simulate's error on stderr)
-          echo -e "$r\t$label\t$HOSTS\t$cap\t$measured\tfailed\t\t\t"
+          echo -e "$r\t$label\t$HOSTS\t$cap\t$measured\tfailed\t\t\t\t$calibration_ms"
         fi
       done
       rm -f "$OUT"/*.json

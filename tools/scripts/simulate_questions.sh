@@ -5,7 +5,8 @@
 # options; find_unused_parameters on, whose trace times the graph search; each comm hook at
 # another bucket cap, whose trace times the hook's own work), then one run per variant. Prints
 # one TSV row per (repeat, question): predicted and measured step in ms, the optimizer left out
-# (tools/scripts/trace_step_ms.py; per micro-batch for no_sync).
+# (tools/scripts/trace_step_ms.py; per micro-batch for no_sync), and the calibration run's own
+# step beside them; `simulate_table.py --questions rows.tsv` makes docs/simulate.md's table.
 # Run it holding the build lock.
 #   tools/scripts/simulate_questions.sh [REPEATS] > rows.tsv
 #   BACKEND=gloo WORLD=2 tools/scripts/simulate_questions.sh 1
@@ -39,7 +40,9 @@ predict() {
 print(d['worlds'][0]['iteration_ms'] - d.get('optimizer_ms', 0) / k)" "$OUT/s.json"
 }
 measured() { python3 "$(dirname "$0")/trace_step_ms.py" "$OUT/$1.json"; }
-row() { echo -e "$r\t$1\t$(predict "${@:3}")\t$(measured "$2")"; }
+# A question's row: its prediction from the calibration run ($3), its measured run ($2), and
+# that calibration run's own step (the guess that the variant changes nothing).
+row() { echo -e "$r\t$1\t$(predict "${@:3}")\t$(measured "$2")\t$(measured "$3")"; }
 # One repeat's runs: the calibrations and one per variant (kept in $KEEP/R when KEEP is set).
 runs() {
   train base
@@ -71,7 +74,7 @@ rows() {
   row "no_sync, synced every 4th micro-batch" accum base --no-sync-every 4
 }
 [ -z "${REUSE:-}" ] || [ -n "${KEEP:-}" ] || { echo "REUSE needs KEEP, the traces' folder" >&2; exit 2; }
-echo -e "repeat\tquestion\tpredicted_ms\tmeasured_ms"
+echo -e "repeat\tquestion\tpredicted_ms\tmeasured_ms\tcalibration_ms"
 for r in $(seq 1 "$REPEATS"); do
   if [ -n "${REUSE:-}" ]; then
     cp "$KEEP/$r"/*.json "$OUT"

@@ -2,17 +2,23 @@
 """docs/simulate.md's validation tables from the rows of tools/scripts/simulate_validation.sh.
 
     simulate_table.py [--svg FILE] LABEL=rows.tsv [LABEL=rows.tsv ...]
+    simulate_table.py --questions questions.tsv     (simulate_questions.sh's rows)
+    simulate_table.py --round-robin rows.tsv        (netns_round_robin.sh's rows)
 
 Per file: one markdown row per (backend, ranks, bucket cap), the medians over the repeats with
 their range, and the error of the predicted median against the measured one; then the file's
 mean absolute error; at the end one summary table, a row per file and one over all rows, and,
 where the rows have a calibration_spread column (simulate's "steps spread" of the calibration
-run), the rows again by that spread: how close a prediction came, by how noisy its run was. A
+run), the rows again by that spread: how close a prediction came, by how noisy its run was.
+Where the rows have a calibration_ms column (the calibration run's own step), what bounds the
+error: the cap rows beside a guess that the step does not change with the cap (the calibration
+run's step), every row paired by repeat, and the "again" rows — the calibration's options run
+once more after the caps' runs: how far two runs of one job move apart here. A
 prediction that failed (predicted_ms "failed") is left out of its row's median and counted: a
 row whose every prediction failed has no error and counts as outside ±15%. --svg FILE also
 draws every row's error, a column of dots per file, with the ±15% band (docs/simulate.md's
-picture), in the palette and type of ddpkit's own pictures (tools/plot/svg.cc). Standard library
-only.
+picture), the "again" rows hollow in a column of their own, in the palette and type of ddpkit's
+own pictures (tools/plot/svg.cc). Standard library only.
 """
 import csv
 import html
@@ -24,20 +30,37 @@ SHOWN = 40  # the picture's error axis runs from -SHOWN% to +SHOWN%; beyond, a c
 
 
 def rows_of(path):
+    """(backend, world, cap) -> the row's repeats; "pairs" keeps each repeat's (predicted,
+    measured) for the paired error, "calibration" each repeat's calibration run's own step."""
     groups = {}
     with open(path) as f:
         for r in csv.DictReader(f, delimiter="\t"):
             key = (r["backend"], r["world"], r["cap_mb"])
             g = groups.setdefault(key, {"measured": [], "predicted": [], "failed": 0,
-                                        "spread": []})
-            g["measured"].append(float(r["measured_ms"]))
+                                        "spread": [], "pairs": [], "calibration": []})
+            measured = float(r["measured_ms"])
+            g["measured"].append(measured)
             if r.get("calibration_spread"):  # rows written before the column had none
                 g["spread"].append(float(r["calibration_spread"]))
+            if r.get("calibration_ms"):  # nor this one
+                g["calibration"].append(float(r["calibration_ms"]))
             if r["predicted_ms"] == "failed":
                 g["failed"] += 1
             else:
                 g["predicted"].append(float(r["predicted_ms"]))
+                g["pairs"].append((float(r["predicted_ms"]), measured))
     return groups
+
+
+def error_of(predicted, measured):
+    """Percent: the median prediction against the median measured step."""
+    return 100 * (statistics.median(predicted) / statistics.median(measured) - 1)
+
+
+def paired_error(pairs):
+    """Percent: the median of each repeat's own error (a calibration against the runs measured
+    right after it), which leaves out the machine's drift between repeats."""
+    return statistics.median(100 * (p / m - 1) for p, m in pairs)
 
 
 def cell(values):
@@ -91,8 +114,12 @@ def kind(backend):
     return "across hosts" if " " in backend else backend
 
 
-def strip_svg(columns, total, within):
-    """columns: [(label, [(backend, world, cap, error or None), ...])] -> an SVG document."""
+def strip_svg(columns, total, within, again=None):
+    """columns: [(label, [(backend, world, cap, error or None), ...])] -> an SVG document.
+    again: the "measured again" rows, drawn hollow in a last column of their own, apart: two
+    runs of one job, the machine's own spread beside the simulator's."""
+    if again:
+        columns = columns + [("measured again", again)]
     kinds = ["threads", "gloo", "mpi", "across hosts"]
     step, left, top, height = 126, 64, 74, 330
     width = left + step * len(columns) + 24
@@ -123,7 +150,13 @@ def strip_svg(columns, total, within):
                'fill="none" stroke="#888888" stroke-width="1"/>')
     for c, (label, rows) in enumerate(columns):
         centre = left + step * (c + 0.5)
-        text(centre, top + height + 16, label, anchor="middle")
+        hollow = bool(again) and c == len(columns) - 1
+        text(centre, top + height + 16, label, anchor="middle",
+             extra=' font-style="italic"' if hollow else "")
+        if hollow:  # a dashed rule sets the machine's column apart from the simulator's
+            out.append(f'<line x1="{centre - step / 2:.1f}" y1="{top}" x2="{centre - step / 2:.1f}" '
+                       f'y2="{top + height}" stroke="#888888" stroke-dasharray="4 3"/>')
+            text(centre, top + height + 29, "(no model: run vs run)", 9, anchor="middle")
         for i, (backend, world, cap, error) in enumerate(rows):
             if error is None:
                 continue
@@ -137,7 +170,8 @@ def strip_svg(columns, total, within):
                            f'L{x:.1f},{tip:.1f} Z" fill="{colour}" stroke="#222222"/>')
                 text(x + 6, tip + d, f"{error:+.0f}%", 9, fill="#222222")
                 continue
-            out.append(f'<circle cx="{x:.1f}" cy="{y(error):.1f}" r="3.2" fill="{colour}" '
+            fill = "white" if hollow else colour
+            out.append(f'<circle cx="{x:.1f}" cy="{y(error):.1f}" r="3.2" fill="{fill}" '
                        f'stroke="{"#222222" if miss else colour}" stroke-width="1">'
                        f'<title>{html.escape(f"{label}: {backend}, {world} ranks, cap {cap}: {error:+.1f}%")}'
                        '</title></circle>')
@@ -148,42 +182,195 @@ def strip_svg(columns, total, within):
         text(legend_x + 13, top + height + 44, name, 11, fill="#222222")
         legend_x += 30 + 8 * len(name)
     text(legend_x + 10, top + height + 44, "outlined: outside ±15%", 11, fill="#222222")
+    if again:
+        text(left, top + height + 62, "hollow: the calibration run's step against the same "
+             "options run again after the caps' runs, as if it were the prediction", 11,
+             fill="#222222")
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
 
+AGAIN = "again"  # the cap column of the calibration's options run once more (simulate_validation.sh)
+KINDS = ["caps", "unchanged", "paired", "again", "again_sim"]  # the comparisons, in the table's order
+
+
+def no_tallies():
+    """Errors (percent; None for a row whose every prediction failed) of each comparison."""
+    return {kind: [] for kind in KINDS}
+
+
+def print_rows(label, groups, columns, tallies):
+    """The file's table, a row per (backend, ranks, cap) but its "again" rows; tallies every
+    comparison and the spread. Returns the errors and the failed predictions' count."""
+    errors, failed = [], 0
+    print(f"\n{label}\n")
+    print("| backend | ranks | bucket_cap_mb | measured ms | predicted ms | error |")
+    print("|---|---|---|---|---|---|")
+    for (backend, world, cap), g in groups.items():
+        if cap == AGAIN:
+            continue
+        failed += g["failed"]
+        note = f" ({g['failed']} failed)" if g["failed"] else ""
+        if not g["predicted"]:
+            errors.append(None)
+            tallies["paired"].append(None)
+            if cap != "default":
+                tallies["caps"].append(None)
+            columns[-1][1].append((backend, world, cap, None))
+            print(f"| {backend} | {world} | {cap} | {cell(g['measured'])} | failed | — |")
+            continue
+        error = error_of(g["predicted"], g["measured"])
+        errors.append(error)
+        tallies["paired"].append(paired_error(g["pairs"]))
+        if cap != "default":
+            tallies["caps"].append(error)
+            if g["calibration"]:
+                tallies["unchanged"].append(error_of(g["calibration"], g["measured"]))
+        if g["spread"]:
+            tallies["spread"].append((100 * statistics.median(g["spread"]), error))
+        columns[-1][1].append((backend, world, cap, error))
+        print(f"| {backend} | {world} | {cap} | {cell(g['measured'])} | "
+              f"{cell(g['predicted'])}{note} | {error:+.0f}% |")
+    return errors, failed
+
+
+def print_again(label, groups, again_column, tallies):
+    """The file's "again" rows: the calibration's options run once more after the caps' runs,
+    against the calibration's own measured step and against the simulator's prediction."""
+    rows = [(k, g) for k, g in groups.items() if k[2] == AGAIN and g["calibration"]]
+    if not rows:
+        return
+    print(f"\n{label}, the calibration's options measured again after the caps' runs\n")
+    print("| backend | ranks | calibration run ms | measured again ms | difference | "
+          "simulator's error |")
+    print("|---|---|---|---|---|---|")
+    for (backend, world, _), g in rows:
+        drift = error_of(g["calibration"], g["measured"])
+        tallies["again"].append(drift)
+        again_column.append((backend, world, AGAIN, drift))
+        predicted = "failed"
+        if g["predicted"]:
+            sim = error_of(g["predicted"], g["measured"])
+            tallies["again_sim"].append(sim)
+            predicted = f"{sim:+.0f}%"
+        print(f"| {backend} | {world} | {cell(g['calibration'])} | {cell(g['measured'])} | "
+              f"{drift:+.0f}% | {predicted} |")
+
+
+def comparison_cell(errors):
+    if not errors:
+        return "—"
+    mape, within, _, _ = figures(errors)
+    return f"{mape:.1f}% ({within} of {len(errors)})"
+
+
+def print_comparisons(per_file):
+    """What the simulator's error means, per file and over all: its cap rows beside the guess
+    that the step does not change with the cap (the calibration run's step: its error is how
+    far the caps move the step), every row paired by repeat, and two runs of one job (the
+    calibration against its options run again, and the simulator against that run)."""
+    if not any(t["unchanged"] or t["again"] for _, t in per_file):
+        return
+    print("\nWhat bounds the error (mean absolute error, and rows within ±15%):\n")
+    print("| rows | the simulator, cap rows | the step guessed unchanged from the calibration "
+          "run, same rows | the simulator, every row paired by repeat | the calibration run "
+          "against its options run again | the simulator against that run |")
+    print("|---|---|---|---|---|---|")
+    everything = no_tallies()
+    for label, t in per_file:
+        print(f"| {label} | " + " | ".join(comparison_cell(t[k]) for k in KINDS) + " |")
+        for k in KINDS:
+            everything[k] += t[k]
+    print("| **all** | " + " | ".join(comparison_cell(everything[k]) for k in KINDS) + " |")
+
+
+def questions_table(path):
+    """simulate_questions.sh's rows as docs/simulate.md's table: per question, the medians of
+    its repeats (their range), the prediction's error and, where the rows have it, the error of
+    guessing the calibration run's own step (the variant changes nothing)."""
+    rows = {}
+    with open(path) as f:
+        for r in csv.DictReader(f, delimiter="\t"):
+            q = rows.setdefault(r["question"], {"predicted": [], "measured": [], "calibration": []})
+            q["predicted"].append(float(r["predicted_ms"]))
+            q["measured"].append(float(r["measured_ms"]))
+            if r.get("calibration_ms"):
+                q["calibration"].append(float(r["calibration_ms"]))
+    lines = ["| variant | predicted | measured | error | the calibration run's step | its error |",
+             "|---|---|---|---|---|---|"]
+    for question, q in rows.items():
+        unchanged = ("— | —" if not q["calibration"] else
+                     f"{cell(q['calibration'])} | "
+                     f"{error_of(q['calibration'], q['measured']):+.0f}%")
+        lines.append(f"| {question} | {cell(q['predicted'])} | {cell(q['measured'])} | "
+                     f"{error_of(q['predicted'], q['measured']):+.0f}% | {unchanged} |")
+    return "\n".join(lines)
+
+
+def round_robin_table(path):
+    """netns_round_robin.sh's rows as docs/simulate.md's table: per link and cap, one group and
+    K groups, measured and predicted (medians of the repeats, their range), and what K groups
+    saved, measured against predicted."""
+    rows = {}
+    with open(path) as f:
+        for r in csv.DictReader(f, delimiter="\t"):
+            g = rows.setdefault((r["link"], r["cap_mb"]), {}).setdefault(
+                int(r["groups"]), {"measured": [], "predicted": [], "share": []})
+            g["measured"].append(float(r["measured_ms"]))
+            if r["predicted_ms"] != "failed":
+                g["predicted"].append(float(r["predicted_ms"]))
+            g["share"].append(float(r["share"]))
+    lines = ["| link | bucket_cap_mb | one collective's share (bench) | groups | measured ms | "
+             "predicted ms | error | K groups save: measured | predicted |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    errors = []
+    for (link, cap), by_k in rows.items():
+        one = by_k.get(1)
+        for k, g in sorted(by_k.items()):
+            if not g["predicted"]:
+                lines.append(f"| {link} | {cap} | | {k} | {cell(g['measured'])} | failed | — | | |")
+                errors.append(None)
+                continue
+            error = error_of(g["predicted"], g["measured"])
+            errors.append(error)
+            saved = "| |"
+            if k > 1 and one and one["predicted"]:
+                saved_m = 100 * (1 - statistics.median(g["measured"]) /
+                                 statistics.median(one["measured"]))
+                saved_p = 100 * (1 - statistics.median(g["predicted"]) /
+                                 statistics.median(one["predicted"]))
+                saved = f"| {saved_m:+.0f}% | {saved_p:+.0f}% |"
+            lines.append(f"| {link} | {cap} | {statistics.median(g['share']):.2f} | {k} | "
+                         f"{cell(g['measured'])} | {cell(g['predicted'])} | {error:+.0f}% {saved}")
+    lines.append(f"\n{summary(errors, sum(1 for e in errors if e is None))}")
+    return "\n".join(lines)
+
+
 def main(args):
+    if args[:1] == ["--questions"] and len(args) == 2:
+        print(questions_table(args[1]))
+        return
+    if args[:1] == ["--round-robin"] and len(args) == 2:
+        print(round_robin_table(args[1]))
+        return
     svg_path = None
     if args[:1] == ["--svg"] and len(args) > 1:
         svg_path, args = args[1], args[2:]
     if not args or any("=" not in a for a in args):
         sys.exit(__doc__)
-    everything, per_file, failed_all, columns = [], [], 0, []
+    everything, per_file, failed_all, columns, again_column = [], [], 0, [], []
+    compared = []  # (label, that file's tallies)
     spread_rows = []  # (the median of a row's calibration spreads, %; its error)
     for arg in args:
         label, path = arg.split("=", 1)
-        errors, failed = [], 0
         columns.append((label, []))
-        print(f"\n{label}\n")
-        print("| backend | ranks | bucket_cap_mb | measured ms | predicted ms | error |")
-        print("|---|---|---|---|---|---|")
-        for (backend, world, cap), g in rows_of(path).items():
-            failed += g["failed"]
-            note = f" ({g['failed']} failed)" if g["failed"] else ""
-            if not g["predicted"]:
-                errors.append(None)
-                columns[-1][1].append((backend, world, cap, None))
-                print(f"| {backend} | {world} | {cap} | {cell(g['measured'])} | failed | — |")
-                continue
-            m, p = statistics.median(g["measured"]), statistics.median(g["predicted"])
-            error = 100 * (p / m - 1)
-            errors.append(error)
-            if g["spread"]:
-                spread_rows.append((100 * statistics.median(g["spread"]), error))
-            columns[-1][1].append((backend, world, cap, error))
-            print(f"| {backend} | {world} | {cap} | {cell(g['measured'])} | "
-                  f"{cell(g['predicted'])}{note} | {error:+.0f}% |")
+        groups = rows_of(path)
+        tallies = no_tallies()
+        tallies["spread"] = spread_rows
+        errors, failed = print_rows(label, groups, columns, tallies)
         print(f"\n{label}: {summary(errors, failed)}")
+        print_again(label, groups, again_column, tallies)
+        compared.append((label, tallies))
         everything += errors
         failed_all += failed
         if errors:
@@ -194,6 +381,7 @@ def main(args):
     print("\n".join(per_file))
     if everything:
         print(summary_row("**all**", everything))
+    print_comparisons(compared)
     if spread_rows:
         print("\nBy the spread of the calibration runs' steps (each row's median over its repeats; "
               "simulate's \"steps spread\"):\n")
@@ -201,7 +389,7 @@ def main(args):
     if svg_path:
         within = figures(everything)[1] if everything else 0
         with open(svg_path, "w") as f:
-            f.write(strip_svg(columns, len(everything), within))
+            f.write(strip_svg(columns, len(everything), within, again_column))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 # docs/simulate.md's validation table: `ddpkit simulate --calibrate` against steps measured
 # here. Per repeat, backend and world size: one short `ddpkit train --trace` at DDP's default
 # options (the run a user calibrates from), then one `ddpkit train --trace` per bucket cap (the
-# measured steps), then `simulate --calibrate` with the first run's trace for each cap. A
+# measured steps), then the calibration's options once more (the "again" row: how far the
+# machine moves between two runs of one job), then `simulate --calibrate` with the first run's
+# trace for each. Every row carries the calibration run's own measured step too. A
 # measured step is forward's start to finalize's end (the optimizer left out on both sides),
 # the slowest rank's per iteration, median over the iterations after DDP's rebuild. Threads
 # ranks share one process; gloo ranks are processes started by `ddpkit launch`, mpi ranks by
@@ -54,20 +56,30 @@ trace_of() { echo "${KEEP:-$OUT}/$1-$2-$3-$4.json"; }
 [ -z "${TWO_RUNS:-}" ] || [ -n "${REUSE:-}" ] ||
   { echo "TWO_RUNS predicts kept runs (REUSE=1, KEEP): the second is the largest cap's" >&2; exit 2; }
 LARGEST=${CAPS##*,}
-echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_ms\tcomm_rate\tcompute_rate\tcalibration_spread"
+# The "again" row: the calibration's own options run once more after the caps' runs, predicted
+# as the default row is. Beside the calibration's measured step (the calibration_ms column, in
+# every row) it is how far this machine moves between two runs of one job: the error a
+# prediction that knew the step exactly would show (simulate_table.py's "measured again").
+# AGAIN=0 leaves it out; two-run rows have none.
+again_row() { [ "${AGAIN:-1}" = 0 ] || [ -n "${TWO_RUNS:-}" ] || echo again; }
+echo -e "repeat\tbackend\tworld\tcap_mb\tmeasured_ms\tpredicted_ms\tcomm_rate\tcompute_rate\tcalibration_spread\tcalibration_ms"
 for r in $(seq 1 "$REPEATS"); do
   for spec in $SPECS; do
     be=${spec%%:*} n=${spec##*:}
     calibration=$(trace_of calibration "$be" "$n" "$r")
     [ -n "${REUSE:-}" ] || train "$be" "$n" "$calibration"
-    calibrate=$calibration
+    calibrate=$calibration calibration_ms=$(measured "$calibration")
     [ -z "${TWO_RUNS:-}" ] || calibrate="$calibration,$(trace_of "cap$LARGEST" "$be" "$n" "$r")"
-    for cap in default ${CAPS//,/ }; do
+    for cap in default ${CAPS//,/ } $(again_row); do
       if [ -n "${TWO_RUNS:-}" ] && { [ "$cap" = default ] || [ "$cap" = "$LARGEST" ]; }; then
         continue  # a run calibrated from
       fi
       flags=() measured_trace=$calibration  # the default row: the calibration run itself
-      if [ "$cap" != default ]; then
+      if [ "$cap" = again ]; then  # the calibration's options once more, after the caps' runs
+        measured_trace=$(trace_of again "$be" "$n" "$r")
+        [ -n "${REUSE:-}" ] || train "$be" "$n" "$measured_trace"
+        [ -f "$measured_trace" ] || continue  # a batch kept before the rerun was added
+      elif [ "$cap" != default ]; then
         flags=(--bucket-cap-mb "$cap") measured_trace=$(trace_of "cap$cap" "$be" "$n" "$r")
         [ -n "${REUSE:-}" ] || train "$be" "$n" "$measured_trace" "${flags[@]}"
       fi
@@ -77,9 +89,9 @@ for r in $(seq 1 "$REPEATS"); do
         echo -e "$r\t$be\t$n\t$cap\t$(measured "$measured_trace")\t$(field "$OUT/s.json" \
           "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")\t$(field "$OUT/s.json" \
           "d['interference_comm_rate']")\t$(field "$OUT/s.json" "d['interference_compute_rate']")\t$(
-          field "$OUT/s.json" "d.get('replay_spread', 0)")"
+          field "$OUT/s.json" "d.get('replay_spread', 0)")\t$calibration_ms"
       else
-        echo -e "$r\t$be\t$n\t$cap\t$(measured "$measured_trace")\tfailed\t\t\t"
+        echo -e "$r\t$be\t$n\t$cap\t$(measured "$measured_trace")\tfailed\t\t\t\t$calibration_ms"
       fi
     done
     [ -n "${KEEP:-}" ] || rm -f "$OUT"/*.json

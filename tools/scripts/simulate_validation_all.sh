@@ -4,8 +4,11 @@
 # (find_unused_parameters, static_graph, fp16, PowerSGD rank 1) at 2 ranks; then the questions'
 # table; and, as root, the cross-host rows (netns_simulate_validation.sh). Each part writes its
 # TSV into OUT and keeps its traces in OUT/traces; tools/scripts/simulate_table.py turns the TSVs
-# into the tables, the error over all rows and OUT/validation.svg (docs/simulate_validation.svg). About 50 minutes at 3 repeats on 2 cores, 75 at
-# 5; run it holding the build lock, on a quiet machine. REUSE=1 runs nothing and predicts
+# into the tables, the error over all rows and OUT/validation.svg (docs/simulate_validation.svg),
+# beside what bounds them: every row paired by repeat, the cap rows guessed unchanged from their
+# calibration run, and each calibration's options run once more after its caps' runs (the
+# "again" rows, AGAIN=0 leaves them out). About 60 minutes at 3 repeats on 2 cores, 95 at 5; run
+# it holding the build lock, on a quiet machine. REUSE=1 runs nothing and predicts
 # OUT/traces' runs again with the simulator built now (the questions and cross-host rows too,
 # where their traces were kept); QUESTIONS=0 leaves the questions' table out, ACROSS=0 the
 # cross-host rows, and PARTS="fp16 powersgd" runs only those loopback parts (the others' TSVs in
