@@ -101,15 +101,28 @@ void PrintAllreduce(const jobs::BenchAllreduceReport& r) {
   const bool raw = !r.raw_reference().empty();
   if (raw)
     std::cout << absl::StrFormat("  %12s  %9s", StrCat("raw_", r.raw_reference(), "(us)"), "ratio");
+  const int groups = r.round_robin_groups();
+  if (groups > 1)
+    std::cout << absl::StrFormat("  %14s  %6s", StrCat(groups, "_at_once(us)"), "share");
   std::cout << "\n";
   for (const jobs::AllreducePoint& p : r.points()) {
     std::cout << absl::StrFormat("  %10d  %12d  %6s  %5s  %10.1f  %11.3f  %11.3f  %6d", p.bytes(),
                                  p.count(), "float", "sum", p.time_us(), p.algbw_gbps(),
                                  p.busbw_gbps(), p.wrong());
     if (raw) std::cout << absl::StrFormat("  %12.1f  %9.2f", p.raw_us(), p.time_us() / p.raw_us());
+    if (groups > 1)
+      std::cout << absl::StrFormat("  %14.1f  %6.2f", p.concurrent_us(), p.collective_share());
     std::cout << "\n";
   }
   std::cout << absl::StrFormat("# Avg bus bandwidth    : %.3f GB/s\n", r.avg_busbw_gbps());
+  if (groups > 1) {
+    std::cout << absl::StrFormat(
+        "# %d_at_once = one allreduce on each of the %d round-robin groups at once, until the "
+        "last is done;\n# share = that time / (%d x time): the part of the link one collective "
+        "fills (1: they only split it),\n# for `ddpkit simulate --round-robin-groups %d "
+        "--collective-share X`\n",
+        groups, groups, groups, groups);
+  }
   if (raw) {
     std::cout << "# ratio = ddpkit time / the raw " << r.raw_reference()
               << " allreduce's at the same size (target <= 1.10); each the median of 5 blocks,\n"
@@ -257,25 +270,26 @@ int RunBench(const std::vector<std::string>& positionals) {
 }  // namespace
 
 Subcommand BenchSubcommand() {
-  return {.name = "bench",
-          .summary = "measure allreduce bandwidth, DDP's step cost, or the DDP paper's experiments",
-          .usage =
-              "ddpkit bench allreduce [--backend threads|gloo|mpi|nccl] [--device cpu|cuda] "
-              "[--world-size N] "
-              "[--min-bytes B] [--max-bytes B] [--json]\n       ddpkit bench ddp "
-              "[--model mlp:...|resnet:...|gpt:...] [--batch-size B] [--world-size N] "
-              "[--bucket-caps 0.5,1,...] "
-              "[--json]  (default model mlp:784,1024,1024,1024,1024,10)\n       ddpkit bench paper "
-              "[--model mlp:...|resnet:...|gpt:...] "
-              "[--batch-size B] "
-              "[--world-size N] [--bucket-caps 0,0.5,...] [--sync-every 1,2,4,8] [--out DIR] "
-              "[--json]  (defaults: mlp:784,2048,2048,2048,2048,10, batch 64, 10 steps, 3 "
-              "warm-up)",
-          .flag_names = {"backend", "world_size", "timeout", "device", "min_bytes", "max_bytes",
-                         "iters", "warmup_iters", "model", "batch_size", "bucket_caps",
-                         "sync_every", "out", "json", "trace", "pytorch_version"},
-          .takes_positionals = true,
-          .run = RunBench};
+  return {
+      .name = "bench",
+      .summary = "measure allreduce bandwidth, DDP's step cost, or the DDP paper's experiments",
+      .usage =
+          "ddpkit bench allreduce [--backend threads|gloo|mpi|nccl] [--device cpu|cuda] "
+          "[--world-size N] [--round-robin-groups K] "
+          "[--min-bytes B] [--max-bytes B] [--json]\n       ddpkit bench ddp "
+          "[--model mlp:...|resnet:...|gpt:...] [--batch-size B] [--world-size N] "
+          "[--bucket-caps 0.5,1,...] "
+          "[--json]  (default model mlp:784,1024,1024,1024,1024,10)\n       ddpkit bench paper "
+          "[--model mlp:...|resnet:...|gpt:...] "
+          "[--batch-size B] "
+          "[--world-size N] [--bucket-caps 0,0.5,...] [--sync-every 1,2,4,8] [--out DIR] "
+          "[--json]  (defaults: mlp:784,2048,2048,2048,2048,10, batch 64, 10 steps, 3 "
+          "warm-up)",
+      .flag_names = {"backend", "world_size", "timeout", "device", "min_bytes", "max_bytes",
+                     "iters", "warmup_iters", "model", "batch_size", "bucket_caps", "sync_every",
+                     "out", "json", "trace", "pytorch_version", "round_robin_groups"},
+      .takes_positionals = true,
+      .run = RunBench};
 }
 
 }  // namespace ddpkit::cli

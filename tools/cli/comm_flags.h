@@ -11,6 +11,7 @@
 ABSL_DECLARE_FLAG(std::string, backend);
 ABSL_DECLARE_FLAG(int32_t, world_size);
 ABSL_DECLARE_FLAG(double, timeout);
+ABSL_DECLARE_FLAG(int32_t, round_robin_groups);
 
 namespace ddpkit::cli {
 

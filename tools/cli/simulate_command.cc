@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "tools/cli/comm_flags.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/ddp_flags.h"
 #include "tools/cli/job_flags.h"
@@ -40,6 +41,11 @@ ABSL_FLAG(std::string, interference, "",
 ABSL_FLAG(bool, sweep_caps, false, "also sweep bucket_cap_mb 1..200 per world size");
 ABSL_FLAG(int32_t, no_sync_every, 1, "K: synchronise every K-th micro-batch (no_sync between)");
 ABSL_FLAG(std::string, hook, "none", "communication hook: none, fp16, powersgd:R");
+ABSL_FLAG(double, collective_share, 1,
+          "with --round-robin-groups K: the part of the link one collective alone fills, so that "
+          "collectives running at once each go at min(1, 1 / (running x share)) of their speed "
+          "alone (1: one fills it, the groups only split it; `bench allreduce "
+          "--round-robin-groups K` measures it)");
 ABSL_FLAG(std::string, svg, "", "write the largest world's simulated step as a timeline SVG");
 ABSL_DECLARE_FLAG(std::string, params);
 
@@ -147,6 +153,8 @@ absl::StatusOr<jobs::SimulateConfig> ConfigFromFlags() {
   c.ddp.gradient_as_bucket_view = absl::GetFlag(FLAGS_gradient_as_bucket_view);
   c.sweep_caps = absl::GetFlag(FLAGS_sweep_caps);
   c.no_sync_every = absl::GetFlag(FLAGS_no_sync_every);
+  c.streams = {.groups = absl::GetFlag(FLAGS_round_robin_groups),
+               .share = absl::GetFlag(FLAGS_collective_share)};
   c.svg_path = absl::GetFlag(FLAGS_svg);
   return c;
 }
@@ -193,6 +201,15 @@ std::string InterferenceLine(const jobs::SimulateReport& r) {
         "  interference: a collective beside backward at %.2fx its speed, backward beside a "
         "collective at %.2fx\n",
         r.interference_comm_rate(), r.interference_compute_rate());
+  }
+  if (r.round_robin_groups() > 1) {
+    line += absl::StrFormat(
+        "  streams: %d round-robin groups, collective i on group i mod %d; one collective fills "
+        "%.2f of the link, so %s\n",
+        r.round_robin_groups(), r.round_robin_groups(), r.collective_share(),
+        r.collective_share() >= 1
+            ? "collectives running at once only split it"
+            : absl::StrFormat("up to %.1f run at once at full speed", 1 / r.collective_share()));
   }
   if (!r.calibration().empty()) line += StrCat("  calibration: ", r.calibration(), "\n");
   if (r.replay_iterations() > 0 && r.replay_measured_ms() > 0) {
@@ -263,7 +280,8 @@ Subcommand SimulateSubcommand() {
               "[--network ...] [--compute ...] [--calibrate TRACE [--torch-plan PLAN]] "
               "[--interference comm=X,compute=Y] [--bucket-cap-mb X | --sweep-caps] "
               "[--find-unused-parameters] [--static-graph] [--gradient-as-bucket-view] "
-              "[--no-sync-every K] [--hook fp16|powersgd:R] [--svg FILE] [--json]",
+              "[--no-sync-every K] [--hook fp16|powersgd:R] "
+              "[--round-robin-groups K [--collective-share X]] [--svg FILE] [--json]",
           .flag_names = {"params",
                          "model",
                          "param_table",
@@ -284,6 +302,8 @@ Subcommand SimulateSubcommand() {
                          "sweep_caps",
                          "no_sync_every",
                          "hook",
+                         "round_robin_groups",
+                         "collective_share",
                          "svg",
                          "json"},
           .flag_aliases = {{"world_size", "simulate_world_sizes"}},

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/run_command.h"
@@ -329,6 +330,41 @@ TEST(SimulateCliTest, BadFlagsAreOneLineUsageErrors) {
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
   }
+  for (const auto& [args, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"--round-robin-groups 0", "--round-robin-groups"},
+           {"--round-robin-groups 17", "--round-robin-groups"},
+           {"--round-robin-groups 2 --collective-share 0", "--collective-share"},
+           {"--round-robin-groups 2 --collective-share 1.5", "--collective-share"}}) {
+    auto r = Simulate("--model mlp:8,8 --world-size 2 " + args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+// Round-robin groups (the DDP paper's §5.4): where one collective fills only part of the link,
+// K groups run K at once and shorten the exposed tail; where it fills the link, they only
+// split it, and the step is one group's.
+TEST(SimulateCliTest, RoundRobinGroupsHelpOnlyWhereOneCollectiveLeavesTheLinkIdle) {
+  const std::string job =
+      "--model mlp:784,2048,2048,2048,10 --batch-size 64 --compute gflops=100 --network eth10 "
+      "--world-size 8 --bucket-cap-mb 5 --json ";
+  auto step = [&](const std::string& extra) {
+    auto r = Simulate(job + extra);
+    EXPECT_EQ(r.status, 0) << extra << ": " << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["round_robin_groups"].get<int>(), extra.empty() ? 1 : 2) << extra;
+    return j["worlds"][0]["exposed_ms"].get<double>();
+  };
+  const double one = step("");
+  ASSERT_GT(one, 1) << "the case must leave a tail to shorten";
+  EXPECT_NEAR(step("--round-robin-groups 2"), one, 0.01 * one);
+  EXPECT_LT(step("--round-robin-groups 2 --collective-share 0.5"), 0.9 * one);
+  auto text = Simulate(
+      "--model mlp:784,2048,2048,2048,10 --world-size 8 --round-robin-groups 2 "
+      "--collective-share 0.5");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("streams: 2 round-robin groups"), std::string::npos) << text.out;
 }
 
 }  // namespace

@@ -72,6 +72,20 @@ absl::StatusOr<double> DdpkitSeconds(comm::ProcessGroup& group, const Tensor& t,
   return absl::ToDoubleSeconds(absl::Now() - start) / iters;
 }
 
+// Seconds per round over `iters` rounds of one allreduce on each of a round-robin composite's K
+// groups at once (`tensors`: K of them, so that no two share a buffer), each round waited for.
+absl::StatusOr<double> ConcurrentSeconds(comm::ProcessGroup& group, std::vector<Tensor>& tensors,
+                                         int iters) {
+  DDPKIT_RETURN_IF_ERROR(group.Barrier()->Wait());
+  const absl::Time start = absl::Now();
+  std::vector<std::shared_ptr<comm::Work>> works(tensors.size());
+  for (int i = 0; i < iters; ++i) {
+    for (size_t k = 0; k < tensors.size(); ++k) works[k] = group.Allreduce(tensors[k]);
+    for (auto& work : works) DDPKIT_RETURN_IF_ERROR(work->Wait());
+  }
+  return absl::ToDoubleSeconds(absl::Now() - start) / iters;
+}
+
 // Seconds per call over `iters` of the library's own allreduce on the same connections.
 absl::StatusOr<double> RawSeconds(const BenchAllreduceConfig& config, comm::ProcessGroup& group,
                                   int64_t count, int iters) {
@@ -100,10 +114,17 @@ absl::StatusOr<AllreducePoint> Measure(const BenchAllreduceConfig& config,
   for (int i = 0; i < config.warmup_iters; ++i) DDPKIT_RETURN_IF_ERROR(group.Allreduce(t)->Wait());
   const int rounds = std::min(kRounds, config.iters);
   const int per_round = (config.iters + rounds - 1) / rounds;
-  std::vector<double> ours, theirs;
+  std::vector<double> ours, theirs, together;
+  const int groups = config.world.round_robin_groups;
+  std::vector<Tensor> per_group;  // K buffers for the K allreduces at once
+  for (int k = 0; k < groups && groups > 1; ++k) per_group.push_back(t.Clone());
   for (int r = 0; r < rounds; ++r) {
     DDPKIT_ASSIGN_OR_RETURN(const double s, DdpkitSeconds(group, t, per_round));
     ours.push_back(s);
+    if (groups > 1) {
+      DDPKIT_ASSIGN_OR_RETURN(const double s_k, ConcurrentSeconds(group, per_group, per_round));
+      together.push_back(s_k);
+    }
     if (raw.empty()) continue;
     DDPKIT_ASSIGN_OR_RETURN(const double s_raw,
                             RawSeconds(config, group, point.count(), per_round));
@@ -117,6 +138,11 @@ absl::StatusOr<AllreducePoint> Measure(const BenchAllreduceConfig& config,
   if (!raw.empty()) {
     DDPKIT_ASSIGN_OR_RETURN(const double s_raw, Slowest(group, Median(theirs)));
     point.set_raw_us(s_raw * 1e6);
+  }
+  if (groups > 1) {
+    DDPKIT_ASSIGN_OR_RETURN(const double s_k, Slowest(group, Median(together)));
+    point.set_concurrent_us(s_k * 1e6);
+    point.set_collective_share(std::clamp(s_k / (groups * seconds), 1.0 / groups, 1.0));
   }
   return point;
 }
@@ -132,6 +158,7 @@ absl::StatusOr<BenchAllreduceReport> SweepOnRank(const BenchAllreduceConfig& con
     report.set_raw_reference(std::string(comm::BackendName(config.world.backend)));
   }
   report.set_device(RankDevice(config.device, group).ToString());
+  report.set_round_robin_groups(config.world.round_robin_groups);
   if (config.world.backend == comm::Backend::kMpi) {
     report.set_algorithm(comm::mpi::DescribeAllreduceAlgorithms());
   }

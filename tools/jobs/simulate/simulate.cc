@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "autograd/base/error.h"
+#include "comm/round_robin.h"
 #include "reducer/distributed_data_parallel.h"
 
 namespace ddpkit::jobs {
@@ -121,9 +122,9 @@ SimPoint PointOf(const SimulateConfig& config, const sim::SimModel& model,
   c.network = network;
   const reducer::BucketAssignment plan = SteadyPlan(c.model, options);
   const StepTimeline step =
-      sim::SimulateStep(c.model, plan, c.network, world, c.hook, c.interference);
+      sim::SimulateStep(c.model, plan, c.network, world, c.hook, c.interference, c.streams);
   const StepTimeline first = sim::SimulateStep(c.model, InitialPlan(c.model, options), c.network,
-                                               world, c.hook, c.interference);
+                                               world, c.hook, c.interference, c.streams);
   SimPoint p;
   p.set_world_size(world);
   p.set_bucket_cap_mb(static_cast<double>(reducer::LimitsOf(options).bucket_cap_bytes) / kMiB);
@@ -191,6 +192,17 @@ absl::Status CheckConfig(const SimulateConfig& c) {
         "give one or the other");
   }
   if (c.no_sync_every < 1) return absl::InvalidArgumentError("--no-sync-every must be >= 1");
+  if (c.streams.groups < 1 || c.streams.groups > comm::kMaxRoundRobinGroups) {
+    return absl::InvalidArgumentError(StrCat("--round-robin-groups must be in [1, ",
+                                             comm::kMaxRoundRobinGroups, "], got ",
+                                             c.streams.groups));
+  }
+  if (!(c.streams.share > 0 && c.streams.share <= 1)) {
+    return absl::InvalidArgumentError(
+        StrCat("--collective-share must be in (0, 1] (the part of the link one collective "
+               "fills), got ",
+               c.streams.share));
+  }
   if (c.model.grad_ready_order.size() != c.model.params.size()) {
     return absl::InvalidArgumentError("the model's grad-ready order does not cover its parameters");
   }
@@ -295,6 +307,8 @@ std::string PriceRangeNote(const SimulateConfig& c) {
 
 void Describe(const SimulateConfig& c, SimulateReport& r) {
   r.set_model(c.model.name);
+  r.set_round_robin_groups(c.streams.groups);
+  r.set_collective_share(c.streams.share);
   r.set_parameter_tensors(static_cast<int>(c.model.params.size()));
   r.set_parameter_bytes(c.model.TotalBytes());
   r.set_grad_ready_order(c.model.order_estimated ? "estimated: reverse registration order"
@@ -345,9 +359,9 @@ absl::Status WriteSvg(const SimulateConfig& config, SimulateReport& r) {
   int world = 1;
   for (int n : c.world_sizes) world = std::max(world, n);
   const StepTimeline first = sim::SimulateStep(c.model, InitialPlan(c.model, c.ddp), c.network,
-                                               world, c.hook, c.interference);
+                                               world, c.hook, c.interference, c.streams);
   const StepTimeline rebuilt = sim::SimulateStep(c.model, SteadyPlan(c.model, c.ddp), c.network,
-                                                 world, c.hook, c.interference);
+                                                 world, c.hook, c.interference, c.streams);
   DDPKIT_ASSIGN_OR_RETURN(
       const std::string svg,
       SimulatedTimelineSvg(

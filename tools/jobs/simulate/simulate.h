@@ -36,6 +36,8 @@ struct SimulateConfig {
   std::vector<double> caps = {1, 2, 5, 10, 15, 25, 50, 100, 200};
   int no_sync_every = 1;  // K: K - 1 micro-batches under no_sync, then a synced one
   sim::Hook hook;
+  // --round-robin-groups K and --collective-share: the streams the collectives run on.
+  sim::Streams streams;
   std::string svg_path;  // "": no picture; else the largest world's step under `ddp`
 };
 

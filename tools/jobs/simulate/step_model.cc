@@ -91,15 +91,19 @@ std::vector<WorkItem> BackwardWork(const SimModel& model, const reducer::BucketA
   return work;
 }
 
-// Backward's work items and the communication stream, advanced together from event to event:
-// the current item done, or the running collective (or its hook's work after it) done. Backward
-// and a collective each go at their interference rate while the other is running.
+// Backward's work items and the communication streams, advanced together from event to event:
+// the current item done, or a running collective (or its hook's work after it) done. Backward
+// and the collectives each go at their interference rate while the other side is running.
+// Collective i runs on stream i mod K (round-robin groups: ProcessGroupRoundRobin hands call i to
+// group i mod K), each stream in order; a bucket's collectives one after another (a hook chains
+// them). Collectives running at once share the link: each goes at min(1, 1 / (running · share))
+// of its speed alone, share being the part of the link one collective fills (Streams).
 class StepRun {
  public:
   StepRun(const SimModel& model, const reducer::BucketAssignment& plan,
           std::vector<Pending> collectives, const Hook& hook, const Interference& rates,
-          StepTimeline& t)
-      : queue_(std::move(collectives)), rates_(rates), t_(t) {
+          const Streams& streams, StepTimeline& t)
+      : queue_(std::move(collectives)), rates_(rates), share_(streams.share), t_(t) {
     left_in_bucket_.resize(plan.buckets.size());
     for (size_t b = 0; b < plan.buckets.size(); ++b) {
       left_in_bucket_[b] = plan.buckets[b].size();
@@ -109,59 +113,108 @@ class StepRun {
     t_.bucket_launch_us.assign(plan.buckets.size(), -1);
     t_.bucket_queued_us.assign(plan.buckets.size(), -1);
     launched_.assign(plan.buckets.size(), false);
+    done_.assign(queue_.size(), false);
+    lanes_.resize(std::max(1, streams.groups));
+    for (size_t k = 0; k < lanes_.size(); ++k) lanes_[k].next = k;
     work_ = BackwardWork(model, plan, t_.param_bucket, hook);
     work_left_ = work_[0].us;
   }
 
   void Run(double start_us) {
     now_ = item_start_ = start_us;
-    while (backward_running() || running_ >= 0 || next_ < queue_.size()) {
-      if (running_ < 0 && next_ < queue_.size() && launched_[queue_[next_].bucket]) StartNext();
+    while (backward_running() || busy() || pending()) {
+      for (Lane& lane : lanes_) {
+        if (lane.running < 0 && CanStart(lane.next)) Start(lane);
+      }
       // A hook's work after a collective is the machine's own compute: it runs at its own speed
       // and slows neither side (only a collective and backward contend).
-      const bool collective = running_ >= 0 && !in_callback_;
-      const double compute_speed = collective ? rates_.compute_rate : 1;
-      const double comm_speed = collective && backward_running() ? rates_.comm_rate : 1;
+      const int sending = Sending();
+      const double compute_speed = sending > 0 ? rates_.compute_rate : 1;
+      const double comm_speed = (sending > 0 && backward_running() ? rates_.comm_rate : 1) *
+                                std::min(1.0, 1 / (std::max(sending, 1) * share_));
       const double to_work = backward_running() ? work_left_ / compute_speed : kNever;
-      const double to_comm = running_ >= 0 ? comm_left_ / comm_speed : kNever;
+      double to_comm = kNever;
+      for (const Lane& lane : lanes_) {
+        if (lane.running >= 0) to_comm = std::min(to_comm, lane.left / Speed(lane, comm_speed));
+      }
       const double dt = std::min(to_work, to_comm);
       // Nothing runs and nothing can start (every bucket was sent), or a time that is not a
       // number (a profile gone wrong must not spin here forever).
       if (dt == kNever || !(dt >= 0)) break;
       now_ += dt;
-      work_left_ -= dt * compute_speed, comm_left_ -= dt * comm_speed;
+      work_left_ -= dt * compute_speed;
+      for (Lane& lane : lanes_) {
+        if (lane.running < 0) continue;
+        lane.ending = lane.left / Speed(lane, comm_speed) <= dt;
+        lane.left -= dt * Speed(lane, comm_speed);
+      }
+      // Backward's item first: a collective that ends with backward's tail hands off to the next.
       if (to_work <= to_comm) FinishWork();
-      if (to_comm <= to_work) FinishComm();
+      for (Lane& lane : lanes_) {
+        if (lane.running >= 0 && lane.ending) Finish(lane);
+      }
     }
   }
 
  private:
   static constexpr double kNever = 1e300;
-  bool backward_running() const { return item_ < work_.size(); }
+  // One communication stream: the collective on it (an index into queue_), what is left of it
+  // (or of its hook's work after it) at full speed, and the next collective it takes.
+  struct Lane {
+    int running = -1;
+    size_t next = 0, record = 0;  // record: its entry in t_.collectives
+    double left = 0;
+    bool in_callback = false, ending = false;
+  };
 
-  void StartNext() {
-    running_ = static_cast<int>(next_++);
-    comm_left_ = queue_[running_].alone_us, in_callback_ = false;
-    t_.collectives.push_back({queue_[running_].bucket, now_, now_, now_, queue_[running_].bytes});
+  bool backward_running() const { return item_ < work_.size(); }
+  bool busy() const {
+    return std::any_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.running >= 0; });
+  }
+  bool pending() const {
+    return std::any_of(lanes_.begin(), lanes_.end(),
+                       [&](const Lane& l) { return l.next < queue_.size(); });
+  }
+  int Sending() const {
+    return static_cast<int>(std::count_if(lanes_.begin(), lanes_.end(), [](const Lane& l) {
+      return l.running >= 0 && !l.in_callback;
+    }));
+  }
+  static double Speed(const Lane& lane, double comm_speed) {
+    return lane.in_callback ? 1 : comm_speed;
+  }
+  // Its bucket launched, and the bucket's collective before it (a hook's chain) done.
+  bool CanStart(size_t i) const {
+    if (i >= queue_.size() || !launched_[queue_[i].bucket]) return false;
+    return i == 0 || queue_[i - 1].bucket != queue_[i].bucket || done_[i - 1];
+  }
+
+  void Start(Lane& lane) {
+    lane.running = static_cast<int>(lane.next);
+    lane.next += lanes_.size();
+    lane.left = queue_[lane.running].alone_us, lane.in_callback = false;
+    lane.record = t_.collectives.size();
+    t_.collectives.push_back(
+        {queue_[lane.running].bucket, now_, now_, now_, queue_[lane.running].bytes});
   }
 
   // The collective is done: its hook's work after it starts (at its own speed, so it ends
   // callback_us on), then, where backward is over and another bucket's collective follows, the
   // hand-off to it. Or that work is done.
-  void FinishComm() {
-    if (in_callback_) {
-      running_ = -1;
-      return;
+  void Finish(Lane& lane) {
+    const Pending& p = queue_[lane.running];
+    if (!lane.in_callback) {
+      Collective& c = t_.collectives[lane.record];
+      c.end_us = now_, c.callback_end_us = now_ + p.callback_us;
+      const bool last = static_cast<size_t>(lane.running) + 1 >= queue_.size();
+      const double handoff = backward_running() || last ? 0 : p.handoff_us;
+      if (p.callback_us + handoff > 0) {
+        lane.in_callback = true, lane.left = p.callback_us + handoff;
+        return;
+      }
     }
-    const Pending& p = queue_[running_];
-    Collective& c = t_.collectives.back();
-    c.end_us = now_, c.callback_end_us = now_ + p.callback_us;
-    const double handoff = backward_running() || next_ >= queue_.size() ? 0 : p.handoff_us;
-    if (p.callback_us + handoff > 0) {
-      in_callback_ = true, comm_left_ = p.callback_us + handoff;
-      return;
-    }
-    running_ = -1;
+    done_[lane.running] = true;
+    lane.running = -1;
   }
 
   // A gradient is ready (its bucket too, with its last one), a bucket is launched, or
@@ -184,15 +237,15 @@ class StepRun {
 
   std::vector<Pending> queue_;
   Interference rates_;
+  double share_;
   StepTimeline& t_;
   std::vector<size_t> left_in_bucket_;
-  std::vector<bool> launched_;
+  std::vector<bool> launched_, done_;  // per bucket; per collective (its hook's work too)
+  std::vector<Lane> lanes_;
   std::vector<WorkItem> work_;
-  double now_ = 0, work_left_ = 0, comm_left_ = 0;
+  double now_ = 0, work_left_ = 0;
   double item_start_ = 0;  // when backward's current work item began
-  size_t item_ = 0, next_ = 0;
-  int running_ = -1;  // the collective on the stream, an index into queue_
-  bool in_callback_ = false;
+  size_t item_ = 0;
 };
 
 }  // namespace
@@ -237,21 +290,25 @@ double HookComputeUs(const SimModel& model, const std::vector<size_t>& bucket, c
 
 StepTimeline SimulateStep(const SimModel& model, const reducer::BucketAssignment& plan,
                           const NetworkModel& network, int world, const Hook& hook,
-                          const Interference& interference) {
+                          const Interference& interference, const Streams& streams) {
   StepTimeline t;
   t.forward_end_us = model.forward_us;
   t.grad_ready_us.assign(model.params.size(), 0);
   t.param_bucket.assign(model.params.size(), -1);
   StepRun run(model, plan, PlanCollectives(model, plan, network, world, hook), hook, interference,
-              t);
+              streams, t);
   run.Run(model.forward_us);
+  // Busy time is the union of the collectives' spans (on one stream they never overlap).
+  double busy_until = -1e300, last_end = 0;
   for (const Collective& c : t.collectives) {
-    t.comm_us += c.callback_end_us - c.start_us, t.bytes_sent += c.bytes;
+    t.comm_us += std::max(0.0, c.callback_end_us - std::max(c.start_us, busy_until));
+    busy_until = std::max(busy_until, c.callback_end_us), t.bytes_sent += c.bytes;
+    last_end = std::max(last_end, c.callback_end_us);
   }
   // A replayed iteration's collectives ended comm_wait_us later (or sooner) than priced.
   const double wait = t.collectives.empty() ? 0 : std::max(model.comm_wait_us, -t.comm_us);
   t.comm_us += wait;
-  const double stream_end = t.collectives.empty() ? 0 : t.collectives.back().callback_end_us + wait;
+  const double stream_end = t.collectives.empty() ? 0 : last_end + wait;
   t.comm_end_us = std::max(t.backward_end_us, stream_end);
   t.exposed_us = t.comm_end_us - t.backward_end_us;
   t.overlapped_us = t.comm_us - t.exposed_us;

@@ -4,7 +4,8 @@
 //    own backward time;
 //  * a bucket is ready when its last gradient is; buckets launch strictly in plan order (the
 //    reducer's next_bucket_), on one communication stream, so bucket b starts at
-//    max(ready_b, end of bucket b-1);
+//    max(ready_b, end of bucket b-1) — or on K round-robin groups' streams, collective i on
+//    stream i mod K, which then share the link (Streams);
 //  * a comm hook changes what a bucket sends: fp16 halves float32 bytes; PowerSGD rank R sends
 //    the uncompressed tensors, then P (rows·R), then Q (cols·R) per matrix worth compressing;
 //    and it adds work: before the bucket's collective on backward's thread (a cast down), after
@@ -44,6 +45,18 @@ struct Interference {
   double compute_rate = 1;  // backward's speed while a collective runs beside it
 };
 
+// The communication streams: DDP's process group, or K round-robin groups (--round-robin-groups,
+// comm/round_robin.h) that run up to K collectives at once. share: the part of the link's
+// capacity one collective alone fills, so that collectives running at once each go at
+// min(1, 1 / (running · share)) of their speed alone: 1 where one collective already fills the
+// link (K groups then only split it), 1/K where K of them fill it together (a Gloo group's one
+// thread, an NCCL communicator's few channels). `ddpkit bench allreduce --round-robin-groups K`
+// measures it.
+struct Streams {
+  int groups = 1;
+  double share = 1;
+};
+
 struct Collective {
   int bucket = 0;
   double start_us = 0, end_us = 0;
@@ -65,7 +78,7 @@ struct StepTimeline {
   double compute_us = 0;      // forward + backward + finalize's copies + optimizer, each alone
   double hook_launch_us = 0;  // of it: a comm hook's work before each bucket's collective
   double slowdown_us = 0;     // what interference added to backward
-  double comm_us = 0;         // the stream's busy time
+  double comm_us = 0;         // the time any stream was busy
   double exposed_us = 0;
   double overlapped_us = 0;
   double bytes_sent = 0;  // per rank, as the collectives count them
@@ -97,7 +110,7 @@ std::vector<double> BucketPayloads(const SimModel& model, const std::vector<size
 // One synced step with `plan` (buckets in launch order) on `world` ranks.
 StepTimeline SimulateStep(const SimModel& model, const reducer::BucketAssignment& plan,
                           const NetworkModel& network, int world, const Hook& hook,
-                          const Interference& interference = {});
+                          const Interference& interference = {}, const Streams& streams = {});
 
 // A micro-batch under no_sync: forward and backward only, no communication, no optimizer.
 double NoSyncMicroBatchUs(const SimModel& model);

@@ -70,6 +70,50 @@ TEST(StepModelTest, BucketsLaunchInOrderOnOneStream) {
   EXPECT_DOUBLE_EQ(u.exposed_us, 94 - 70);
 }
 
+// Round-robin groups: collective i on stream i mod K. p2 ready at 30 (4 us), p1 at 50 (40 us),
+// p0 at 70 (4 us); on one stream p0's waits for p1's until 90 (the test above).
+TEST(StepModelTest, RoundRobinGroupsRunCollectivesAtOnceSharingTheLink) {
+  const SimModel m = Model({1000, 10000, 1000}, 20);
+  const reducer::BucketAssignment plan = Plan({{2}, {1}, {0}});
+  // Two groups whose collectives each fill half the link: p0's runs 70..74 beside p1's, both at
+  // full speed, and the tail ends with p1's at 90.
+  const StepTimeline half =
+      SimulateStep(m, plan, OneGbps(), 2, {}, {}, {.groups = 2, .share = 0.5});
+  ASSERT_EQ(half.collectives.size(), 3u);
+  EXPECT_DOUBLE_EQ(half.collectives[2].start_us, 70);
+  EXPECT_DOUBLE_EQ(half.collectives[2].end_us, 74);
+  EXPECT_DOUBLE_EQ(half.comm_end_us, 90);
+  EXPECT_DOUBLE_EQ(half.exposed_us, 20);
+  EXPECT_DOUBLE_EQ(half.comm_us, 4 + 40);  // the time any stream was busy, not the sum
+  // Each fills the link alone: from 70 both go at half speed. p0's 4 us end at 78, p1's 20 us
+  // left at 70 lose 4 to it and end at 94 — the one stream's end: the groups only split the link.
+  const StepTimeline full = SimulateStep(m, plan, OneGbps(), 2, {}, {}, {.groups = 2, .share = 1});
+  EXPECT_DOUBLE_EQ(full.collectives[2].start_us, 70);
+  EXPECT_DOUBLE_EQ(full.collectives[2].end_us, 78);
+  EXPECT_DOUBLE_EQ(full.comm_end_us, 94);
+  EXPECT_DOUBLE_EQ(full.comm_us, 4 + 44);
+  // One group is the one stream, whatever the share.
+  const StepTimeline one = SimulateStep(m, plan, OneGbps(), 2, {}, {}, {.groups = 1, .share = 0.5});
+  EXPECT_DOUBLE_EQ(one.collectives[2].start_us, 90);
+  EXPECT_DOUBLE_EQ(one.comm_end_us, 94);
+}
+
+// A hook chains a bucket's collectives (PowerSGD's Q after its P): on two groups they still run
+// one after the other.
+TEST(StepModelTest, ABucketsCollectivesRunInTurnOnRoundRobinGroups) {
+  SimModel m;
+  m.params = {{.name = "w", .shape = {100, 100}, .backward_us = 20}};
+  m.grad_ready_order = {0};
+  m.forward_us = 10;
+  const Hook powersgd = {.kind = Hook::kPowerSgd, .rank = 1};  // P and Q: 400 bytes each
+  const StepTimeline t =
+      SimulateStep(m, Plan({{0}}), OneGbps(), 2, powersgd, {}, {.groups = 2, .share = 0.5});
+  ASSERT_EQ(t.collectives.size(), 2u);
+  EXPECT_DOUBLE_EQ(t.collectives[0].start_us, 30);
+  EXPECT_DOUBLE_EQ(t.collectives[1].start_us, t.collectives[0].end_us);
+  EXPECT_DOUBLE_EQ(t.comm_end_us, 30.8);
+}
+
 TEST(StepModelTest, ACollectiveBesideBackwardGoesAtItsRate) {
   // p1 ready at 30; its 4 us allreduce at half speed while p0's backward runs: 30..38. p0 at 50,
   // its bucket 50..54: the same exposed tail, 8 us of stream time overlapped.
