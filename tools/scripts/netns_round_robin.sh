@@ -30,42 +30,14 @@ trap 'rm -rf "$OUT"' EXIT
 [ -z "${REUSE:-}" ] || [ -n "${KEEP:-}" ] || { echo "REUSE needs KEEP, the traces' folder" >&2; exit 2; }
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
-# Inside the hosts: one ddpkit command on one gloo rank per host. `train NAME PORT ARGS...`
-# traces to $OUT/NAME.json (the ranks' files merged); `bench NAME PORT ARGS...` keeps rank 0's
-# JSON report as $OUT/NAME.json. Run under `netns_hosts.sh run`, exported to the bash there.
-on_hosts() {
-  local kind=$1 name=$2 port=$3 pids=() k status=0
-  shift 3
-  export DDPKIT_STORE_TOKEN="netns-rr-$$-$port"
-  local job=("$B" train --model "$MODEL" --batch-size "$BATCH" --steps "$STEPS" "$@"
-    --backend gloo --timeout 60 --trace "$OUT/$name.json")
-  [ "$kind" = train ] || job=("$B" bench allreduce --backend gloo --timeout 60 --json "$@")
-  for ((k = 0; k < 2; ++k)); do
-    "$S/netns_hosts.sh" exec "h$k" "$B" launch --nnodes 2 --node-rank "$k" \
-      --master-addr 10.77.0.1 --master-port "$port" --local-addr "10.77.0.$((k + 1))" \
-      -- "${job[@]}" >"$OUT/node$k.out" 2>"$OUT/node$k.err" &
-    pids+=($!)
-  done
-  for k in "${pids[@]}"; do wait "$k" || status=1; done
-  ((status == 0)) || { cat "$OUT"/node*.out "$OUT"/node*.err >&2; return 1; }
-  if [ "$kind" = train ]; then
-    "$B" trace merge --out "$OUT/$name.json" "$OUT/$name".rank*.json >/dev/null
-    rm -f "$OUT/$name".rank*.json
-  else  # launch tags each line with its rank: keep rank 0's report
-    sed -n 's/^\[rank 0\] //p' "$OUT/node0.out" >"$OUT/$name.json"
-  fi
-}
+HOSTS=2
+. "$S/netns_jobs.sh"
 
-# One case, one repeat: hosts up, the bench, the calibration and the cap runs, hosts down.
+# One case, one repeat (each_case): the bench, the calibration and the cap runs.
 measure_case() {
-  local rate=$1 delay=$2
-  local shape=(--rate "$rate")
-  [ "$delay" = none ] || shape+=(--relay h1 --delay "$delay")
-  DDPKIT_BIN="$B" DDPKIT_NETNS_PREFIX="ddpkrr$$" "$S/netns_hosts.sh" run 2 "${shape[@]}" -- bash -c "
-    set -e
-    $(declare -f on_hosts)
-    B='$B' S='$S' OUT='$OUT' MODEL='$MODEL' BATCH=$BATCH STEPS=$STEPS
-    on_hosts bench bench 29710 --round-robin-groups $K --min-bytes 1048576 --max-bytes 8388608
+  on_link "$1" "$2" "
+    on_hosts bench bench 29710 allreduce --round-robin-groups $K --min-bytes 1048576 \
+      --max-bytes 8388608
     on_hosts train calibration 29711
     port=29712
     for cap in ${CAPS//,/ }; do
@@ -73,40 +45,29 @@ measure_case() {
         on_hosts train cap\$cap-k\$k \$port --bucket-cap-mb \$cap --round-robin-groups \$k
         port=\$((port + 1))
       done
+    done"
+}
+
+# One case's rows: each cap's runs on one group and on K, beside their predictions.
+case_rows() {
+  local kept=$1 label=$2 r=$3 share measured predicted
+  share=$(field "$kept/bench.json" \
+    "sorted(p.get('collective_share', 1) for p in d['points'])[len(d['points']) // 2]")
+  for cap in ${CAPS//,/ }; do
+    for k in 1 "$K"; do
+      measured=$(python3 "$S/trace_step_ms.py" "$kept/cap$cap-k$k.json")
+      if "$B" simulate --model "$MODEL" --batch-size "$BATCH" --world-size 2 \
+        --bucket-cap-mb "$cap" --round-robin-groups "$k" --collective-share "$share" \
+        --calibrate "$kept/calibration.json" --json >"$OUT/s.json"; then
+        predicted=$(field "$OUT/s.json" "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")
+      else  # a failed prediction is a row that says so (simulate's error on stderr)
+        predicted=failed
+      fi
+      echo -e "$r\t$label\t$cap\t$k\t$measured\t$predicted\t$share"
     done
-  " >&2
+  done
 }
 
 echo -e "repeat\tlink\tcap_mb\tgroups\tmeasured_ms\tpredicted_ms\tshare"
-for r in $(seq 1 "$REPEATS"); do
-  for rate in $RATES; do
-    for delay in ${DELAYS//,/ }; do
-      kept=${KEEP:-$OUT}/$rate-$delay-$r
-      if [ -z "${REUSE:-}" ]; then
-        measure_case "$rate" "$delay"
-        [ -z "${KEEP:-}" ] || { mkdir -p "$kept" && cp "$OUT"/bench.json "$OUT"/calibration.json \
-          "$OUT"/cap*.json "$kept"; }
-      fi
-      [ -n "${KEEP:-}" ] || kept=$OUT
-      label="gloo $rate$([ "$delay" = none ] || echo " +${delay}ms")"
-      share=$(field "$kept/bench.json" \
-        "sorted(p.get('collective_share', 1) for p in d['points'])[len(d['points']) // 2]")
-      for cap in ${CAPS//,/ }; do
-        for k in 1 "$K"; do
-          measured=$(python3 "$S/trace_step_ms.py" "$kept/cap$cap-k$k.json")
-          if "$B" simulate --model "$MODEL" --batch-size "$BATCH" --world-size 2 \
-            --bucket-cap-mb "$cap" --round-robin-groups "$k" --collective-share "$share" \
-            --calibrate "$kept/calibration.json" --json >"$OUT/s.json"; then
-            predicted=$(field "$OUT/s.json" "d['worlds'][0]['step_ms'] - d.get('optimizer_ms', 0)")
-          else  # a failed prediction is a row that says so (simulate's error on stderr)
-            predicted=failed
-          fi
-          echo -e "$r\t$label\t$cap\t$k\t$measured\t$predicted\t$share"
-        done
-      done
-      rm -f "$OUT"/*.json
-    done
-  done
-done
-ip netns list | grep -q "ddpkrr$$" && echo "netns_round_robin: hosts left behind" >&2
+each_case "bench.json calibration.json cap*.json" case_rows
 exit 0
