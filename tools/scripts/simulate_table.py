@@ -199,9 +199,10 @@ def no_tallies():
     return {kind: [] for kind in KINDS}
 
 
-def print_rows(label, groups, columns, tallies):
+def print_rows(label, groups, columns, tallies, spread_rows):
     """The file's table, a row per (backend, ranks, cap) but its "again" rows; tallies every
-    comparison and the spread. Returns the errors and the failed predictions' count."""
+    comparison, and each row's spread in spread_rows. Returns the errors and the failed
+    predictions' count."""
     errors, failed = [], 0
     print(f"\n{label}\n")
     print("| backend | ranks | bucket_cap_mb | measured ms | predicted ms | error |")
@@ -227,7 +228,7 @@ def print_rows(label, groups, columns, tallies):
             if g["calibration"]:
                 tallies["unchanged"].append(error_of(g["calibration"], g["measured"]))
         if g["spread"]:
-            tallies["spread"].append((100 * statistics.median(g["spread"]), error))
+            spread_rows.append((100 * statistics.median(g["spread"]), error))
         columns[-1][1].append((backend, world, cap, error))
         print(f"| {backend} | {world} | {cap} | {cell(g['measured'])} | "
               f"{cell(g['predicted'])}{note} | {error:+.0f}% |")
@@ -366,8 +367,7 @@ def main(args):
         columns.append((label, []))
         groups = rows_of(path)
         tallies = no_tallies()
-        tallies["spread"] = spread_rows
-        errors, failed = print_rows(label, groups, columns, tallies)
+        errors, failed = print_rows(label, groups, columns, tallies, spread_rows)
         print(f"\n{label}: {summary(errors, failed)}")
         print_again(label, groups, again_column, tallies)
         compared.append((label, tallies))
