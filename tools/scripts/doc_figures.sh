@@ -69,6 +69,12 @@ cp varlen/imbalance.svg "$root/docs/varlen_imbalance.svg"
   --compute a100 --network dgx-a100-ib200,gbps=100 --world-size 64 --sweep-caps \
   --svg "$root/docs/simulate_gpt2.svg" > /dev/null
 
+# docs/simulate.md: ResNet-50 on 32 ranks over two round-robin Gloo groups (the paper's setting).
+"$ddpkit" simulate --params "$root/tests/testdata/plans/resnet50.json" --batch-size 32 \
+  --compute gflops=9000 --network v100-nvlink-ib100,algo=ring,GBps=0.977 --world-size 32 \
+  --round-robin-groups 2 --collective-share 0.625 --svg "$root/docs/simulate_round_robin.svg" \
+  > /dev/null
+
 # docs/performance.md: the DDP paper's experiments at this machine's scale.
 "$ddpkit" bench paper --world-size 2 --out paper > /dev/null 2>&1
 cp paper/paper.svg "$root/docs/paper.svg"

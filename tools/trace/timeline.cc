@@ -87,27 +87,60 @@ void DrawCompute(plot::Svg& svg, const plot::Axes& axes, const RankView& rank,
   }
 }
 
-// The collectives, and under them the strip: overlap green, exposed red.
+// Each drawn collective's row in the comm lane, and how many rows the rank needs: collectives
+// that run at once (round-robin process groups, a join's shadow beside a real one) would hide
+// each other in one row, so each takes the first row free at its start (-1: not drawn).
+struct CommRows {
+  std::vector<int> row;
+  int rows = 1;
+};
+
+CommRows RowsOf(const RankView& rank, const TimelineOptions& o) {
+  CommRows out{.row = std::vector<int>(rank.collectives.size(), -1)};
+  std::vector<size_t> order;
+  for (size_t i = 0; i < rank.collectives.size(); ++i) {
+    if (InRange(rank.collectives[i], o)) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return rank.collectives[a].start_us < rank.collectives[b].start_us;
+  });
+  std::vector<double> busy_until;  // per row
+  for (size_t i : order) {
+    const TraceItem& c = rank.collectives[i];
+    size_t r = 0;
+    while (r < busy_until.size() && busy_until[r] > c.start_us) ++r;
+    if (r == busy_until.size()) busy_until.push_back(c.end_us);
+    busy_until[r] = std::max(c.start_us, c.end_us);
+    out.row[i] = static_cast<int>(r);
+  }
+  out.rows = std::max<int>(1, static_cast<int>(busy_until.size()));
+  return out;
+}
+
+// The collectives, a row per collective at once, and under them the strip: overlap green,
+// exposed red.
 void DrawComm(plot::Svg& svg, const plot::Axes& axes, const RankView& rank,
-              const TimelineOptions& o, double y) {
+              const TimelineOptions& o, const CommRows& rows, double y) {
   Intervals compute, comm;
   for (const TraceItem& p : rank.phases) {
     if (InRange(p, o) && (p.name == "forward" || p.name == "backward" || p.name == "optimizer")) {
       compute.emplace_back(p.start_us, p.end_us);
     }
   }
-  for (const TraceItem& c : rank.collectives) {
-    if (!InRange(c, o)) continue;
+  for (size_t i = 0; i < rank.collectives.size(); ++i) {
+    const TraceItem& c = rank.collectives[i];
+    if (rows.row[i] < 0) continue;
     comm.emplace_back(c.start_us, c.end_us);
     const int bucket = c.purpose == "bucket" ? c.bucket : -1;
     plot::Style style{.stroke = "#ffffff", .width = 0.5, .fill = BucketColour(bucket)};
     if (c.shadow) style.opacity = 0.55;
     const double x = axes.X(c.start_us);
-    svg.Rect(x, y, std::max(1.0, axes.X(c.end_us) - x), kCommLane, style,
+    svg.Rect(x, y + kCommLane * rows.row[i], std::max(1.0, axes.X(c.end_us) - x), kCommLane, style,
              absl::StrFormat("%s%s, seq %d, %d bytes: %s", c.name, c.shadow ? " (shadow)" : "",
                              c.seq, c.bytes, Ms(c.end_us - c.start_us)));
   }
   compute = MergeIntervals(std::move(compute));
+  y += kCommLane * (rows.rows - 1);  // the strip under the last row
   for (const auto& [a, b] : MergeIntervals(std::move(comm))) {
     svg.Rect(axes.X(a), y + kCommLane + 1, axes.X(b) - axes.X(a), kStrip,
              {.stroke = "none", .width = 0, .fill = "#d62728"});
@@ -191,8 +224,12 @@ absl::StatusOr<std::string> TimelineSvg(const TraceView& view, const TimelineOpt
                                              o.first_iteration, ":", o.end_iteration,
                                              " (pick a range with --iterations A:B)"));
   }
-  const double rank_height = kComputeLane + kCommLane + kStrip + kRankGap + 4;
-  const double lanes_height = rank_height * view.ranks.size();
+  std::vector<CommRows> rows;
+  double lanes_height = 0;
+  for (const RankView& rank : view.ranks) {
+    rows.push_back(RowsOf(rank, o));
+    lanes_height += kComputeLane + kCommLane * rows.back().rows + kStrip + kRankGap + 4;
+  }
   if (o.span_ms > 0) window.end = window.start + o.span_ms * 1000;
   const int buckets = MaxBucket(view, o);
   // The legend: 4 phases, buckets 0..buckets, 3 communication kinds; 3 to a row.
@@ -225,13 +262,18 @@ absl::StatusOr<std::string> TimelineSvg(const TraceView& view, const TimelineOpt
   plot::DrawAxes(svg, axes, "milliseconds from the first iteration's start", "");
   DrawIterationMarks(svg, us, view, o);
   double y = kTop + 8;
-  for (const RankView& rank : view.ranks) {
+  for (size_t r = 0; r < view.ranks.size(); ++r) {
+    const RankView& rank = view.ranks[r];
     svg.Text(10, y + 12, StrCat("rank ", rank.rank), 12, "start", "#222222", true);
     svg.Text(kLeft - 8, y + kComputeLane / 2 + 4, "compute", 10, "end", "#555555");
-    svg.Text(kLeft - 8, y + kComputeLane + 2 + kCommLane / 2 + 4, "comm", 10, "end", "#555555");
+    for (int row = 0; row < rows[r].rows; ++row) {
+      svg.Text(kLeft - 8, y + kComputeLane + 2 + kCommLane * row + kCommLane / 2 + 4,
+               rows[r].rows == 1 ? std::string("comm") : StrCat("comm ", row + 1), 10, "end",
+               "#555555");
+    }
     DrawCompute(svg, us, rank, o, y);
-    DrawComm(svg, us, rank, o, y + kComputeLane + 2);
-    y += rank_height;
+    DrawComm(svg, us, rank, o, rows[r], y + kComputeLane + 2);
+    y += kComputeLane + kCommLane * rows[r].rows + kStrip + kRankGap + 4;
   }
   DrawTimelineLegend(svg, kTop + lanes_height + 50, buckets);
   return svg.Finish();

@@ -1,7 +1,8 @@
 // `ddpkit trace svg`: one iteration (or a few) as a picture. Per rank a compute lane (forward,
 // backward, finalize, optimizer; a tick per gradient hook in its bucket's colour) and a
-// communication lane (each collective, a bucket's in the bucket's colour), with a strip under
-// it: green where communication ran while the rank computed, red where it was exposed.
+// communication lane (each collective, a bucket's in the bucket's colour; collectives that run
+// at once, as on round-robin groups, a row each), with a strip under it: green where
+// communication ran while the rank computed, red where it was exposed.
 #pragma once
 
 #include <string>

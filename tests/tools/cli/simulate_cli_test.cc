@@ -367,4 +367,34 @@ TEST(SimulateCliTest, RoundRobinGroupsHelpOnlyWhereOneCollectiveLeavesTheLinkIdl
   EXPECT_NE(text.out.find("streams: 2 round-robin groups"), std::string::npos) << text.out;
 }
 
+// Two groups' collectives at once each get a row of the picture's comm lane; with one group
+// they run in turn and one row holds them.
+TEST(SimulateCliTest, RoundRobinTimelineDrawsCollectivesAtOnceInRowsOfTheirOwn) {
+  const std::string svg = (std::filesystem::temp_directory_path() / "ddpkit_rr_test.svg").string();
+  const std::string job =
+      "--model mlp:784,2048,2048,2048,10 --batch-size 64 --compute gflops=100 --network eth10 "
+      "--world-size 8 --bucket-cap-mb 5 --svg " +
+      svg + " ";
+  auto picture = [&](const std::string& extra) {
+    auto r = Simulate(job + extra);
+    EXPECT_EQ(r.status, 0) << extra << ": " << r.err;
+    std::ifstream in(svg);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string one = picture("");
+  EXPECT_NE(one.find(">comm<"), std::string::npos);
+  EXPECT_EQ(one.find(">comm 2<"), std::string::npos);
+  const std::string two = picture("--round-robin-groups 2 --collective-share 0.5");
+  EXPECT_NE(two.find(">comm 2<"), std::string::npos);
+  EXPECT_EQ(two.find(">comm 3<"), std::string::npos);
+  std::filesystem::remove(svg);
+}
+
+// The picture goes to its path whole or not at all; a path that cannot be written is named.
+TEST(SimulateCliTest, TimelineIntoAMissingFolderIsAnErrorNamingIt) {
+  auto r = Simulate("--model mlp:64,256,10 --world-size 2 --svg /nonexistent-ddpkit-dir/t.svg");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("/nonexistent-ddpkit-dir/t.svg"), std::string::npos) << r.err;
+}
+
 }  // namespace

@@ -246,6 +246,50 @@ TEST(TraceTest, TimelineLegendNamesBucketsThatShareAColour) {
   EXPECT_EQ(svg->find(R"(font-size="14")"), std::string::npos) << "the long title kept 14 px";
 }
 
+// Collectives that run at once take a row each under the compute lane, and the rank's lanes
+// grow by that row: the next rank starts lower.
+TEST(TraceTest, TimelineGivesCollectivesAtOnceARowEach) {
+  auto picture = [](bool at_once) {
+    trace::TraceView view;
+    view.job = "test", view.backend = "threads", view.world_size = 2;
+    for (int r = 0; r < 2; ++r) {
+      trace::RankView rank;
+      rank.rank = r;
+      rank.phases.push_back({.name = "forward", .start_us = 0, .end_us = 100, .iteration = 0});
+      rank.phases.push_back({.name = "backward", .start_us = 100, .end_us = 300, .iteration = 0});
+      rank.collectives.push_back({.name = "allreduce a",
+                                  .start_us = 150,
+                                  .end_us = 250,
+                                  .iteration = 0,
+                                  .bucket = 0,
+                                  .purpose = "bucket"});
+      rank.collectives.push_back({.name = "allreduce b",
+                                  .start_us = at_once ? 200.0 : 250.0,
+                                  .end_us = 350,
+                                  .iteration = 0,
+                                  .bucket = 1,
+                                  .purpose = "bucket"});
+      view.ranks.push_back(rank);
+    }
+    absl::StatusOr<std::string> svg = trace::TimelineSvg(view, {.first_iteration = 0});
+    EXPECT_TRUE(svg.ok()) << svg.status();
+    return svg.value_or("");
+  };
+  // The y of the text element that reads `label` (the last one when several do).
+  auto y_of = [](const std::string& svg, const std::string& label) {
+    const size_t at = svg.rfind(">" + label + "<");
+    if (at == std::string::npos) return -1.0;
+    const size_t y = svg.rfind(" y=\"", at);
+    return std::stod(svg.substr(y + 4));
+  };
+  const std::string in_turn = picture(false), at_once = picture(true);
+  EXPECT_EQ(in_turn.find(">comm 2<"), std::string::npos) << "back to back fit one row";
+  ASSERT_NE(at_once.find(">comm 2<"), std::string::npos);
+  EXPECT_EQ(at_once.find(">comm 3<"), std::string::npos);
+  EXPECT_GT(y_of(at_once, "comm 2"), y_of(at_once, "comm 1"));
+  EXPECT_GT(y_of(at_once, "rank 1"), y_of(in_turn, "rank 1")) << "rank 1's lanes moved down";
+}
+
 TEST(TraceTest, BadFilesAreNamed) {
   const std::string path = TempPath("bad.json");
   ASSERT_TRUE(WriteFileAtomically(path, "{\"traceEvents\": []}").ok());

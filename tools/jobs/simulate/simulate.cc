@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "autograd/base/error.h"
+#include "autograd/base/file_util.h"
 #include "comm/round_robin.h"
 #include "reducer/distributed_data_parallel.h"
 
@@ -369,9 +369,8 @@ absl::Status WriteSvg(const SimulateConfig& config, SimulateReport& r) {
           StrCat("simulated on ", c.network.name, ", bucket_cap_mb ",
                  static_cast<double>(reducer::LimitsOf(c.ddp).bucket_cap_bytes) / kMiB, ", hook ",
                  HookName(c.hook), ", ", reducer::RulesFollowed(c.ddp.pytorch_version))));
-  std::ofstream out(c.svg_path);
-  out << svg;
-  if (!out) return absl::InternalError(StrCat("cannot write ", c.svg_path));
+  // Atomically: a picture the user kept from an earlier run is replaced whole or not at all.
+  DDPKIT_RETURN_IF_ERROR(WriteFileAtomically(c.svg_path, svg));
   r.set_svg_path(c.svg_path);
   return absl::OkStatus();
 }
