@@ -4,6 +4,7 @@
     simulate_table.py [--svg FILE] LABEL=rows.tsv [LABEL=rows.tsv ...]
     simulate_table.py --questions questions.tsv     (simulate_questions.sh's rows)
     simulate_table.py --round-robin rows.tsv        (netns_round_robin.sh's rows)
+    simulate_table.py --batches A B LABEL=name.tsv [LABEL=name.tsv ...]   (two batches' rows)
 
 Per file: one markdown row per (backend, ranks, bucket cap), the medians over the repeats with
 their range, and the error of the predicted median against the measured one; then the file's
@@ -18,7 +19,10 @@ prediction that failed (predicted_ms "failed") is left out of its row's median a
 row whose every prediction failed has no error and counts as outside ±15%. --svg FILE also
 draws every row's error, a column of dots per file, with the ±15% band (docs/simulate.md's
 picture), the "again" rows hollow in a column of their own, in the palette and type of ddpkit's
-own pictures (tools/plot/svg.cc). Standard library only.
+own pictures (tools/plot/svg.cc). --batches A B compares two batches of the same rows (each
+name.tsv in folder A and in folder B): the rows either batch has outside ±15%, and how much of
+a row's error comes back in the other batch (a model's error does; the machine's moves). Standard
+library only.
 """
 import csv
 import html
@@ -347,7 +351,71 @@ def round_robin_table(path):
     return "\n".join(lines)
 
 
+def row_errors(path):
+    """(backend, world, cap) -> the row's error, % (None where every prediction failed); the
+    cap rows and the default row, not the "again" rows."""
+    return {key: error_of(g["predicted"], g["measured"]) if g["predicted"] else None
+            for key, g in rows_of(path).items() if key[2] != "again"}
+
+
+def shared_and_not(xs, ys):
+    """A row's error split over two batches, as RMS percentages: the part both share,
+    sqrt(mean(x·y)) (a model's error comes back), and the part they do not,
+    sqrt(mean((x - y)²) / 2) (the machine's moves: noise independent between batches)."""
+    both = statistics.mean(x * y for x, y in zip(xs, ys))
+    apart = statistics.mean((x - y) ** 2 for x, y in zip(xs, ys)) / 2
+    return max(0.0, both) ** 0.5, apart ** 0.5
+
+
+def outside(error):
+    """A row outside ±15% (or one whose every prediction failed)."""
+    return error is None or abs(error) > 15
+
+
+def shown(error):
+    return "failed" if error is None else f"{error:+.0f}%"
+
+
+def batches_table(a, b, labelled):
+    """Two batches of the same rows: per file the rows each missed, the rows both missed, and
+    how much of a row's error both batches share (shared_and_not)."""
+    lines = ["| rows | count | mean absolute error, first | second | outside ±15%, first | "
+             "second | both | a row's error: the part both share (RMS) | the part they do not |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    misses, xs_all, ys_all = [], [], []
+    for arg in labelled:
+        label, name = arg.split("=", 1)
+        first, second = row_errors(f"{a}/{name}"), row_errors(f"{b}/{name}")
+        keys = [k for k in first if k in second]
+        xs = [first[k] for k in keys if first[k] is not None and second[k] is not None]
+        ys = [second[k] for k in keys if first[k] is not None and second[k] is not None]
+        xs_all += xs
+        ys_all += ys
+        lines.append(f"| {label} | {len(keys)} | {statistics.mean(map(abs, xs)):.1f}% | "
+                     f"{statistics.mean(map(abs, ys)):.1f}% | "
+                     f"{sum(outside(first[k]) for k in keys)} | "
+                     f"{sum(outside(second[k]) for k in keys)} | "
+                     f"{sum(outside(first[k]) and outside(second[k]) for k in keys)} | "
+                     "{:.1f}% | {:.1f}% |".format(*shared_and_not(xs, ys)))
+        misses += [(label, k, first[k], second[k]) for k in keys
+                   if outside(first[k]) or outside(second[k])]
+    lines.append(f"| **all** | {len(xs_all)} | {statistics.mean(map(abs, xs_all)):.1f}% | "
+                 f"{statistics.mean(map(abs, ys_all)):.1f}% | "
+                 f"{sum(outside(m[2]) for m in misses)} | "
+                 f"{sum(outside(m[3]) for m in misses)} | "
+                 f"{sum(outside(m[2]) and outside(m[3]) for m in misses)} | "
+                 "{:.1f}% | {:.1f}% |".format(*shared_and_not(xs_all, ys_all)))
+    lines += ["", "| rows | backend | ranks | bucket_cap_mb | error, first | second |",
+              "|---|---|---|---|---|---|"]
+    for label, (backend, world, cap), x, y in misses:
+        lines.append(f"| {label} | {backend} | {world} | {cap} | {shown(x)} | {shown(y)} |")
+    return "\n".join(lines)
+
+
 def main(args):
+    if args[:1] == ["--batches"] and len(args) > 3:
+        print(batches_table(args[1], args[2], args[3:]))
+        return
     if args[:1] == ["--questions"] and len(args) == 2:
         print(questions_table(args[1]))
         return
