@@ -88,8 +88,8 @@ void DrawCompute(plot::Svg& svg, const plot::Axes& axes, const RankView& rank,
 }
 
 // Each drawn collective's row in the comm lane, and how many rows the rank needs: collectives
-// that run at once (round-robin process groups, a join's shadow beside a real one) would hide
-// each other in one row, so each takes the first row free at its start (-1: not drawn).
+// that run at once (round-robin process groups; PyTorch's Gloo, two on its worker threads) would
+// hide each other in one row, so each takes the first row free at its start (-1: not drawn).
 struct CommRows {
   std::vector<int> row;
   int rows = 1;
