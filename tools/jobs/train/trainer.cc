@@ -183,7 +183,8 @@ absl::Status Finish(const TrainConfig& config, Rank& rank, int first_step, Tenso
   }
   // Rank 0 alone evaluates: after a synced step every rank holds the same model, and N ranks
   // sharing a machine's cores would each spend the same seconds on one number (a 20-step GPT
-  // on 4 thread ranks of a 2-core machine: 8.6 s with every rank evaluating, 4.8 s with one).
+  // on 4 thread ranks of a 2-core machine, medians of 5 interleaved runs: 8.9 s with every rank
+  // evaluating, 4.9 s with one).
   // No collective follows, so no rank's --timeout runs while it evaluates.
   if (rank.group.rank() == 0) {
     report.set_final_accuracy(Accuracy(*rank.model, rank.data));
