@@ -458,7 +458,8 @@ std::vector<Replay> Replays(const std::vector<IterationSample>& slowest, const S
     r.model.backward_tail_us = us[n];
     r.model.forward_us = it.forward_us - it.unused_search_us;
     r.model.unused_search_us = it.unused_search_us;
-    r.model.optimizer_us = it.optimizer_us;
+    // The optimizer does not depend on the plan: every replay takes the median's, so the
+    // iteration a prediction reports (the median step) is not chosen by the optimizer's noise.
     r.model.start_skew_us = it.start_skew_us;
     if (const double us = ViewFinalizeUs(it); us >= 0) r.model.finalize_us = us;
     r.plan = PlanRun(it, n);
@@ -566,7 +567,7 @@ double SelfOff(const Calibration& c, const Hook& hook, int world) {
 // long. Those are refitted to the run's steps (RatesFromSteps; `rebuild` re-derives what depends
 // on the rates) — and kept only where the median step then comes closer: the fit weighs each
 // iteration's error, and on a noisy run (an MLP over a 25 Gb/s link whose steps spread 38%) the
-// pair closest one iteration at a time replayed the median 15.2% off against 11.8% before. The
+// pair closest one iteration at a time replayed the median 13.8% off against 12.1% before. The
 // summary's note says what was tried ("" when the run agrees with its rates). Refitted always,
 // the 180 rows of docs/simulate.md's validation came out worse (6.1% against 5.8%): the gaps'
 // rates are kept wherever the run agrees with them.

@@ -145,8 +145,32 @@ SimPoint PointOf(const SimulateConfig& config, const sim::SimModel& model,
   return p;
 }
 
-// With replays, every calibration iteration is simulated and the one with the median time per
-// micro-batch reported (its step, comm and exposed time are one iteration's, so they add up).
+// Two points of one plan averaged field by field: the times still add up (step = compute +
+// slowdown + exposed + start skew), and the efficiency is the mean compute over the mean
+// micro-batch.
+SimPoint MeanOf(const SimPoint& a, const SimPoint& b) {
+  SimPoint m = a;
+  const auto mean = [](double x, double y) { return (x + y) / 2; };
+  m.set_step_ms(mean(a.step_ms(), b.step_ms()));
+  m.set_compute_ms(mean(a.compute_ms(), b.compute_ms()));
+  m.set_comm_ms(mean(a.comm_ms(), b.comm_ms()));
+  m.set_exposed_ms(mean(a.exposed_ms(), b.exposed_ms()));
+  m.set_overlapped_ms(mean(a.overlapped_ms(), b.overlapped_ms()));
+  m.set_slowdown_ms(mean(a.slowdown_ms(), b.slowdown_ms()));
+  m.set_first_step_ms(mean(a.first_step_ms(), b.first_step_ms()));
+  m.set_iteration_ms(mean(a.iteration_ms(), b.iteration_ms()));
+  if (m.iteration_ms() > 0) {
+    m.set_scaling_efficiency(
+        mean(a.scaling_efficiency() * a.iteration_ms(), b.scaling_efficiency() * b.iteration_ms()) /
+        m.iteration_ms());
+  }
+  m.set_bytes_per_rank(mean(a.bytes_per_rank(), b.bytes_per_rank()));
+  return m;
+}
+
+// With replays, every calibration iteration is simulated and the median time per micro-batch
+// reported: the middle iteration's point, or for an even count the mean of the middle two (the
+// median a measured step is taken as; a run's noisy iterations can lie 10% apart there).
 SimPoint PointAt(const SimulateConfig& c, int world, const reducer::DdpOptions& options) {
   if (c.replays.empty()) return PointOf(c, c.model, c.network, world, options);
   std::vector<SimPoint> points;
@@ -156,7 +180,8 @@ SimPoint PointAt(const SimulateConfig& c, int world, const reducer::DdpOptions& 
   std::sort(points.begin(), points.end(), [](const SimPoint& a, const SimPoint& b) {
     return a.iteration_ms() < b.iteration_ms();
   });
-  return points[(points.size() - 1) / 2];
+  const size_t n = points.size();
+  return n % 2 == 1 ? points[n / 2] : MeanOf(points[n / 2 - 1], points[n / 2]);
 }
 
 CapSweep SweepAt(const SimulateConfig& c, int world) {

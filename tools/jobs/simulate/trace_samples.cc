@@ -113,7 +113,11 @@ double BucketCompletedUs(const IterationSample& it, const AllreduceSample& a) {
 
 double Median(std::vector<double> v) {
   std::erase_if(v, [](double x) { return !std::isfinite(x); });  // a NaN would break the sort
-  return jobs::Median(std::move(v));
+  const size_t n = v.size();
+  if (n == 0 || n % 2 == 1) return jobs::Median(std::move(v));
+  std::nth_element(v.begin(), v.begin() + n / 2, v.end());
+  const double upper = v[n / 2];
+  return (*std::max_element(v.begin(), v.begin() + n / 2) + upper) / 2;
 }
 
 double Spread(std::vector<double> v) {

@@ -67,7 +67,8 @@ absl::StatusOr<std::vector<IterationSample>> IterationSamples(const trace::Trace
 // its collectives); -1 where the trace does not say, or says so before `a` ended.
 double BucketCompletedUs(const IterationSample& it, const AllreduceSample& a);
 
-// jobs::Median (the upper median; 0 for none) of the finite ones.
+// The median of the finite ones (of an even count, the mean of the middle two, as Python's
+// statistics.median and the validation's measured steps take it; 0 for none).
 double Median(std::vector<double> values);
 
 // The finite ones' interquartile range over their median (nearest-rank quartiles; 0 for fewer

@@ -585,6 +585,15 @@ TEST(CalibrateTest, ASpreadIsTheInterquartileRangeOverTheMedian) {
   EXPECT_EQ(Spread({0, 0, 0, 0}), 0);
 }
 
+// The simulator's median is the one its validation measures steps with (Python's
+// statistics.median): of an even count, the mean of the middle two.
+TEST(CalibrateTest, AMedianOfAnEvenCountIsTheMeanOfTheMiddleTwo) {
+  EXPECT_DOUBLE_EQ(Median({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(Median({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(Median({1, std::nan(""), 5}), 3);  // the NaN left out
+  EXPECT_EQ(Median({}), 0);
+}
+
 // Without each gradient's bucket (a PyTorch profiler trace without its plan) nothing is
 // replayed: the check says so rather than guessing a plan.
 TEST(CalibrateTest, ATraceWithoutBucketsIsNotReplayed) {
