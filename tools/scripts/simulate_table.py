@@ -4,7 +4,7 @@
     simulate_table.py [--svg FILE] LABEL=rows.tsv [LABEL=rows.tsv ...]
     simulate_table.py --questions questions.tsv     (simulate_questions.sh's rows)
     simulate_table.py --round-robin rows.tsv        (netns_round_robin.sh's rows)
-    simulate_table.py --batches A B LABEL=name.tsv [LABEL=name.tsv ...]   (two batches' rows)
+    simulate_table.py --batches A B [C ...] LABEL=name.tsv [LABEL=name.tsv ...]   (batches' rows)
 
 Per file: one markdown row per (backend, ranks, bucket cap), the medians over the repeats with
 their range, and the error of the predicted median against the measured one; then the file's
@@ -19,10 +19,10 @@ prediction that failed (predicted_ms "failed") is left out of its row's median a
 row whose every prediction failed has no error and counts as outside ±15%. --svg FILE also
 draws every row's error, a column of dots per file, with the ±15% band (docs/simulate.md's
 picture), the "again" rows hollow in a column of their own, in the palette and type of ddpkit's
-own pictures (tools/plot/svg.cc). --batches A B compares two batches of the same rows (each
-name.tsv in folder A and in folder B): the rows either batch has outside ±15%, and how much of
-a row's error comes back in the other batch (a model's error does; the machine's moves). Standard
-library only.
+own pictures (tools/plot/svg.cc). --batches A B [C ...] compares batches of the same rows (each
+name.tsv in every folder): the rows any batch has outside ±15%, those outside in more than one,
+and how much of a row's error comes back in another batch (a model's error does; the machine's
+moves). Standard library only.
 """
 import csv
 import html
@@ -358,12 +358,15 @@ def row_errors(path):
             for key, g in rows_of(path).items() if key[2] != "again"}
 
 
-def shared_and_not(xs, ys):
-    """A row's error split over two batches, as RMS percentages: the part both share,
-    sqrt(mean(x·y)) (a model's error comes back), and the part they do not,
-    sqrt(mean((x - y)²) / 2) (the machine's moves: noise independent between batches)."""
-    both = statistics.mean(x * y for x, y in zip(xs, ys))
-    apart = statistics.mean((x - y) ** 2 for x, y in zip(xs, ys)) / 2
+def shared_and_not(series):
+    """A row's error split over several batches (one list per batch, the same rows in each), as
+    RMS percentages: the part the batches share, sqrt(mean(x·y)) over every pair of batches (a
+    model's error comes back), and the part they do not, sqrt(mean of each row's variance
+    across the batches) (the machine's moves: noise independent between batches). Of two
+    batches: sqrt(mean(x·y)) and sqrt(mean((x - y)²) / 2)."""
+    pairs = [(x, y) for i, a in enumerate(series) for b in series[i + 1:] for x, y in zip(a, b)]
+    both = statistics.mean(x * y for x, y in pairs)
+    apart = statistics.mean(statistics.variance(row) for row in zip(*series))
     return max(0.0, both) ** 0.5, apart ** 0.5
 
 
@@ -376,46 +379,61 @@ def shown(error):
     return "failed" if error is None else f"{error:+.0f}%"
 
 
-def batches_table(a, b, labelled):
-    """Two batches of the same rows: per file the rows each missed, the rows both missed, and
-    how much of a row's error both batches share (shared_and_not)."""
-    lines = ["| rows | count | mean absolute error, first | second | outside ±15%, first | "
-             "second | both | a row's error: the part both share (RMS) | the part they do not |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    misses, xs_all, ys_all = [], [], []
+ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth"]
+
+
+def batches_table(folders, labelled):
+    """Batches of the same rows (two or more folders): per file the rows each missed, the rows
+    missed in more than one (of two: in both), and how much of a row's error the batches share
+    (shared_and_not)."""
+    n = len(folders)
+    names = ORDINALS[:n]
+    again = "both" if n == 2 else "in two or more"
+    lines = [f"| rows | count | mean absolute error, {' | '.join(names)} | "
+             f"outside ±15%, {' | '.join(names)} | {again} | "
+             "a row's error: the part both share (RMS) | the part they do not |"
+             if n == 2 else
+             f"| rows | count | mean absolute error, {' | '.join(names)} | "
+             f"outside ±15%, {' | '.join(names)} | {again} | "
+             "a row's error: the part the batches share (RMS) | the part they do not |",
+             "|---" * (5 + 2 * n) + "|"]
+    misses, all_series = [], [[] for _ in folders]
     for arg in labelled:
         label, name = arg.split("=", 1)
-        first, second = row_errors(f"{a}/{name}"), row_errors(f"{b}/{name}")
-        keys = [k for k in first if k in second]
-        xs = [first[k] for k in keys if first[k] is not None and second[k] is not None]
-        ys = [second[k] for k in keys if first[k] is not None and second[k] is not None]
-        xs_all += xs
-        ys_all += ys
-        lines.append(f"| {label} | {len(keys)} | {statistics.mean(map(abs, xs)):.1f}% | "
-                     f"{statistics.mean(map(abs, ys)):.1f}% | "
-                     f"{sum(outside(first[k]) for k in keys)} | "
-                     f"{sum(outside(second[k]) for k in keys)} | "
-                     f"{sum(outside(first[k]) and outside(second[k]) for k in keys)} | "
-                     "{:.1f}% | {:.1f}% |".format(*shared_and_not(xs, ys)))
-        misses += [(label, k, first[k], second[k]) for k in keys
-                   if outside(first[k]) or outside(second[k])]
-    lines.append(f"| **all** | {len(xs_all)} | {statistics.mean(map(abs, xs_all)):.1f}% | "
-                 f"{statistics.mean(map(abs, ys_all)):.1f}% | "
-                 f"{sum(outside(m[2]) for m in misses)} | "
-                 f"{sum(outside(m[3]) for m in misses)} | "
-                 f"{sum(outside(m[2]) and outside(m[3]) for m in misses)} | "
-                 "{:.1f}% | {:.1f}% |".format(*shared_and_not(xs_all, ys_all)))
-    lines += ["", "| rows | backend | ranks | bucket_cap_mb | error, first | second |",
-              "|---|---|---|---|---|---|"]
-    for label, (backend, world, cap), x, y in misses:
-        lines.append(f"| {label} | {backend} | {world} | {cap} | {shown(x)} | {shown(y)} |")
+        errors = [row_errors(f"{folder}/{name}") for folder in folders]
+        keys = [k for k in errors[0] if all(k in e for e in errors[1:])]
+        known = [k for k in keys if all(e[k] is not None for e in errors)]
+        series = [[e[k] for k in known] for e in errors]
+        for whole, part in zip(all_series, series):
+            whole += part
+        rows = [[e[k] for e in errors] for k in keys]
+        lines.append(f"| {label} | {len(keys)} | "
+                     + " | ".join(f"{statistics.mean(map(abs, x)):.1f}%" for x in series) + " | "
+                     + " | ".join(str(sum(outside(r[i]) for r in rows)) for i in range(n))
+                     + f" | {sum(sum(map(outside, r)) > 1 for r in rows)} | "
+                     + "{:.1f}% | {:.1f}% |".format(*shared_and_not(series)))
+        misses += [(label, k, r) for k, r in zip(keys, rows) if any(map(outside, r))]
+    lines.append(f"| **all** | {len(all_series[0])} | "
+                 + " | ".join(f"{statistics.mean(map(abs, x)):.1f}%" for x in all_series) + " | "
+                 + " | ".join(str(sum(outside(m[2][i]) for m in misses)) for i in range(n))
+                 + f" | {sum(sum(map(outside, m[2])) > 1 for m in misses)} | "
+                 + "{:.1f}% | {:.1f}% |".format(*shared_and_not(all_series)))
+    lines += ["", f"| rows | backend | ranks | bucket_cap_mb | error, {' | '.join(names)} |",
+              "|---" * (4 + n) + "|"]
+    for label, (backend, world, cap), r in misses:
+        lines.append(f"| {label} | {backend} | {world} | {cap} | "
+                     + " | ".join(map(shown, r)) + " |")
     return "\n".join(lines)
 
 
 def main(args):
-    if args[:1] == ["--batches"] and len(args) > 3:
-        print(batches_table(args[1], args[2], args[3:]))
-        return
+    if args[:1] == ["--batches"]:
+        folders = [a for a in args[1:] if "=" not in a]
+        labelled = args[1 + len(folders):]
+        if 2 <= len(folders) <= len(ORDINALS) and labelled and all("=" in a for a in labelled):
+            print(batches_table(folders, labelled))
+            return
+        sys.exit(__doc__)
     if args[:1] == ["--questions"] and len(args) == 2:
         print(questions_table(args[1]))
         return
