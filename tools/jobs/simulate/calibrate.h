@@ -31,9 +31,10 @@ namespace ddpkit::jobs::sim {
 
 // One calibration iteration to replay: its own compute (each gradient's gap with the
 // interference taken out, forward, finalize's copies; the optimizer is the median's, which no
-// plan changes) and how much longer than the fitted cost alone its allreduces took. A step's parts are skewed (a slow allreduce, a preempted
-// gradient), and the median of their sum is more than the sum of their medians: simulating
-// every iteration and reporting the median step keeps that (simulate.h, SimulateConfig).
+// plan changes) and how much longer than the fitted cost alone its allreduces took. A step's
+// parts are skewed (a slow allreduce, a preempted gradient), and the median of their sum is more
+// than the sum of their medians: simulating every iteration and reporting the median step keeps
+// that (simulate.h, SimulateConfig).
 struct Replay {
   SimModel model;
   // Its allreduces that ran alone, as the rank whose step is measured saw them: their times less
