@@ -387,15 +387,10 @@ def batches_table(folders, labelled):
     missed in more than one (of two: in both), and how much of a row's error the batches share
     (shared_and_not)."""
     n = len(folders)
-    names = ORDINALS[:n]
-    again = "both" if n == 2 else "in two or more"
-    lines = [f"| rows | count | mean absolute error, {' | '.join(names)} | "
-             f"outside ±15%, {' | '.join(names)} | {again} | "
-             "a row's error: the part both share (RMS) | the part they do not |"
-             if n == 2 else
-             f"| rows | count | mean absolute error, {' | '.join(names)} | "
-             f"outside ±15%, {' | '.join(names)} | {again} | "
-             "a row's error: the part the batches share (RMS) | the part they do not |",
+    names = " | ".join(ORDINALS[:n])
+    more, sharers = ("both", "both") if n == 2 else ("in two or more", "the batches")
+    lines = [f"| rows | count | mean absolute error, {names} | outside ±15%, {names} | {more} | "
+             f"a row's error: the part {sharers} share (RMS) | the part they do not |",
              "|---" * (5 + 2 * n) + "|"]
     misses, all_series = [], [[] for _ in folders]
     for arg in labelled:
@@ -418,7 +413,7 @@ def batches_table(folders, labelled):
                  + " | ".join(str(sum(outside(m[2][i]) for m in misses)) for i in range(n))
                  + f" | {sum(sum(map(outside, m[2])) > 1 for m in misses)} | "
                  + "{:.1f}% | {:.1f}% |".format(*shared_and_not(all_series)))
-    lines += ["", f"| rows | backend | ranks | bucket_cap_mb | error, {' | '.join(names)} |",
+    lines += ["", f"| rows | backend | ranks | bucket_cap_mb | error, {names} |",
               "|---" * (4 + n) + "|"]
     for label, (backend, world, cap), r in misses:
         lines.append(f"| {label} | {backend} | {world} | {cap} | "
