@@ -5,6 +5,7 @@
     simulate_table.py --questions questions.tsv     (simulate_questions.sh's rows)
     simulate_table.py --round-robin rows.tsv        (netns_round_robin.sh's rows)
     simulate_table.py --batches A B [C ...] LABEL=name.tsv [LABEL=name.tsv ...]   (batches' rows)
+    simulate_table.py --pool A B [C ...] [--svg FILE] LABEL=name.tsv [...]   (batches pooled)
 
 Per file: one markdown row per (backend, ranks, bucket cap), the medians over the repeats with
 their range, and the error of the predicted median against the measured one; then the file's
@@ -21,8 +22,10 @@ draws every row's error, a column of dots per file, with the ±15% band (docs/si
 picture), the "again" rows hollow in a column of their own, in the palette and type of ddpkit's
 own pictures (tools/plot/svg.cc). --batches A B [C ...] compares batches of the same rows (each
 name.tsv in every folder): the rows any batch has outside ±15%, those outside in more than one,
-and how much of a row's error comes back in another batch (a model's error does; the machine's
-moves). Standard library only.
+how much of a row's error comes back in another batch (a model's error does; the machine's
+moves), and the rows beyond ±5% the same way in every batch. --pool A B [C ...] makes the tables of a single batch from several batches' rows taken
+together (each name.tsv in every folder): each row's medians over every batch's repeats, as one
+batch run with that many repeats would give. Standard library only.
 """
 import csv
 import html
@@ -33,26 +36,33 @@ PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759"]  # tools/plot/svg.cc's fi
 SHOWN = 40  # the picture's error axis runs from -SHOWN% to +SHOWN%; beyond, a clipped marker
 
 
-def rows_of(path):
+def rows_in(paths):
+    """The rows of one or more TSVs (several: batches pooled), in order."""
+    for path in paths:
+        with open(path) as f:
+            yield from csv.DictReader(f, delimiter="\t")
+
+
+def rows_of(*paths):
     """(backend, world, cap) -> the row's repeats; "pairs" keeps each repeat's (predicted,
-    measured) for the paired error, "calibration" each repeat's calibration run's own step."""
+    measured) for the paired error, "calibration" each repeat's calibration run's own step.
+    Several paths: the same rows from several batches, their repeats pooled."""
     groups = {}
-    with open(path) as f:
-        for r in csv.DictReader(f, delimiter="\t"):
-            key = (r["backend"], r["world"], r["cap_mb"])
-            g = groups.setdefault(key, {"measured": [], "predicted": [], "failed": 0,
-                                        "spread": [], "pairs": [], "calibration": []})
-            measured = float(r["measured_ms"])
-            g["measured"].append(measured)
-            if r.get("calibration_spread"):  # rows written before the column had none
-                g["spread"].append(float(r["calibration_spread"]))
-            if r.get("calibration_ms"):  # nor this one
-                g["calibration"].append(float(r["calibration_ms"]))
-            if r["predicted_ms"] == "failed":
-                g["failed"] += 1
-            else:
-                g["predicted"].append(float(r["predicted_ms"]))
-                g["pairs"].append((float(r["predicted_ms"]), measured))
+    for r in rows_in(paths):
+        key = (r["backend"], r["world"], r["cap_mb"])
+        g = groups.setdefault(key, {"measured": [], "predicted": [], "failed": 0,
+                                    "spread": [], "pairs": [], "calibration": []})
+        measured = float(r["measured_ms"])
+        g["measured"].append(measured)
+        if r.get("calibration_spread"):  # rows written before the column had none
+            g["spread"].append(float(r["calibration_spread"]))
+        if r.get("calibration_ms"):  # nor this one
+            g["calibration"].append(float(r["calibration_ms"]))
+        if r["predicted_ms"] == "failed":
+            g["failed"] += 1
+        else:
+            g["predicted"].append(float(r["predicted_ms"]))
+            g["pairs"].append((float(r["predicted_ms"]), measured))
     return groups
 
 
@@ -379,6 +389,15 @@ def shown(error):
     return "failed" if error is None else f"{error:+.0f}%"
 
 
+LEAN = 5  # %: a row beyond it, the same way, in every batch leans (the model's, not the machine's)
+
+
+def leaning(errors):
+    """Every batch's error beyond ±LEAN%, all the same way."""
+    return None not in errors and (all(e > LEAN for e in errors)
+                                   or all(e < -LEAN for e in errors))
+
+
 ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth"]
 
 
@@ -392,7 +411,7 @@ def batches_table(folders, labelled):
     lines = [f"| rows | count | mean absolute error, {names} | outside ±15%, {names} | {more} | "
              f"a row's error: the part {sharers} share (RMS) | the part they do not |",
              "|---" * (5 + 2 * n) + "|"]
-    misses, all_series = [], [[] for _ in folders]
+    misses, leans, all_series = [], [], [[] for _ in folders]
     for arg in labelled:
         label, name = arg.split("=", 1)
         errors = [row_errors(f"{folder}/{name}") for folder in folders]
@@ -408,6 +427,7 @@ def batches_table(folders, labelled):
                      + f" | {sum(sum(map(outside, r)) > 1 for r in rows)} | "
                      + "{:.1f}% | {:.1f}% |".format(*shared_and_not(series)))
         misses += [(label, k, r) for k, r in zip(keys, rows) if any(map(outside, r))]
+        leans += [(label, k, r) for k, r in zip(keys, rows) if leaning(r)]
     lines.append(f"| **all** | {len(all_series[0])} | "
                  + " | ".join(f"{statistics.mean(map(abs, x)):.1f}%" for x in all_series) + " | "
                  + " | ".join(str(sum(outside(m[2][i]) for m in misses)) for i in range(n))
@@ -416,6 +436,13 @@ def batches_table(folders, labelled):
     lines += ["", f"| rows | backend | ranks | bucket_cap_mb | error, {names} |",
               "|---" * (4 + n) + "|"]
     for label, (backend, world, cap), r in misses:
+        lines.append(f"| {label} | {backend} | {world} | {cap} | "
+                     + " | ".join(map(shown, r)) + " |")
+    lines += ["", f"Leaning one way by more than {LEAN:.0f}% in every batch (the model's error, "
+              "where it is largest):", "",
+              f"| rows | backend | ranks | bucket_cap_mb | error, {names} |",
+              "|---" * (4 + n) + "|"]
+    for label, (backend, world, cap), r in leans:
         lines.append(f"| {label} | {backend} | {world} | {cap} | "
                      + " | ".join(map(shown, r)) + " |")
     return "\n".join(lines)
@@ -435,6 +462,16 @@ def main(args):
     if args[:1] == ["--round-robin"] and len(args) == 2:
         print(round_robin_table(args[1]))
         return
+    folders = None  # --pool: each LABEL=name.tsv is that file in every folder, pooled
+    if args[:1] == ["--pool"]:
+        folders = []
+        for a in args[1:]:
+            if "=" in a or a.startswith("--"):
+                break
+            folders.append(a)
+        args = args[1 + len(folders):]
+        if len(folders) < 2:
+            sys.exit(__doc__)
     svg_path = None
     if args[:1] == ["--svg"] and len(args) > 1:
         svg_path, args = args[1], args[2:]
@@ -446,7 +483,7 @@ def main(args):
     for arg in args:
         label, path = arg.split("=", 1)
         columns.append((label, []))
-        groups = rows_of(path)
+        groups = rows_of(*[f"{d}/{path}" for d in folders] if folders else [path])
         tallies = no_tallies()
         errors, failed = print_rows(label, groups, columns, tallies, spread_rows)
         print(f"\n{label}: {summary(errors, failed)}")

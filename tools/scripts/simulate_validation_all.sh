@@ -14,7 +14,10 @@
 # cross-host rows, and PARTS="fp16 powersgd" runs only those loopback parts (the others' TSVs in
 # OUT are kept: a batch resumed). REUSE=1 TWO_RUNS=1 calibrates each row from its calibration run
 # and its largest cap's run together (`--calibrate A.json,B.json`) and writes only the rows
-# neither run is into OUT/two_runs (the questions left out).
+# neither run is into OUT/two_runs (the questions left out). POOL="B1 B2 ..." (folders of earlier
+# batches of the same rows) also writes OUT/pooled.md and OUT/pooled.svg: the tables and picture
+# of this batch's repeats and theirs taken together (simulate_table.py --pool), each row a
+# median over every batch's repeats.
 #   tools/scripts/simulate_validation_all.sh OUT [REPEATS]
 set -euo pipefail
 OUT=${1:?usage: simulate_validation_all.sh OUT [REPEATS]}
@@ -66,3 +69,12 @@ python3 "$S/simulate_table.py" --svg "$R/validation.svg" "MLP=$R/mlp.tsv" "ResNe
   "GPT=$R/gpt.tsv" "find_unused_parameters=$R/find_unused.tsv" \
   "static_graph=$R/static_graph.tsv" "fp16 hook=$R/fp16.tsv" "PowerSGD rank 1=$R/powersgd.tsv" \
   "${across[@]}" | tee "$R/tables.md"
+if [ -n "${POOL:-}" ]; then
+  read -r -a pooled <<<"$R $POOL"  # POOL: a list of folders
+  [ ${#across[@]} = 0 ] || across=("across hosts=netns.tsv")
+  python3 "$S/simulate_table.py" --pool "${pooled[@]}" --svg "$R/pooled.svg" "MLP=mlp.tsv" \
+    "ResNet=resnet.tsv" "GPT=gpt.tsv" "find_unused_parameters=find_unused.tsv" \
+    "static_graph=static_graph.tsv" "fp16 hook=fp16.tsv" "PowerSGD rank 1=powersgd.tsv" \
+    "${across[@]}" >"$R/pooled.md"
+  echo "pooled with $POOL: $(grep '^all:' "$R/pooled.md")" >&2
+fi
