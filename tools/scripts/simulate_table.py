@@ -23,9 +23,10 @@ picture), the "again" rows hollow in a column of their own, in the palette and t
 own pictures (tools/plot/svg.cc). --batches A B [C ...] compares batches of the same rows (each
 name.tsv in every folder): the rows any batch has outside ±15%, those outside in more than one,
 how much of a row's error comes back in another batch (a model's error does; the machine's
-moves), and the rows beyond ±5% the same way in every batch. --pool A B [C ...] makes the tables of a single batch from several batches' rows taken
-together (each name.tsv in every folder): each row's medians over every batch's repeats, as one
-batch run with that many repeats would give. Standard library only.
+moves), and the rows beyond ±5% the same way in every batch. --pool A B [C ...] makes the
+tables (and --svg's picture) of one batch from several batches' rows taken together (each
+name.tsv in every folder): each row's medians over every batch's repeats, as one batch run
+with that many repeats would give. Standard library only.
 """
 import csv
 import html
