@@ -13,7 +13,8 @@
 # MODEL, BATCH (64), STEPS (20), CAPS (1,5,25), DDPKIT (build/bin/ddpkit), KEEP (a folder that
 # keeps every trace), REUSE=1 (run nothing: predict KEEP's traces again; no root needed),
 # TWO_RUNS=1 with REUSE (calibrate from the calibration run and the largest cap's together,
-# `--calibrate A.json,B.json`, and print only the other caps' rows).
+# `--calibrate A.json,B.json`, and print only the other caps' rows; TWO_RUNS=smallest: the
+# smallest cap's).
 set -euo pipefail
 B=$(realpath "${DDPKIT:-build/bin/ddpkit}")
 S=$(realpath "$(dirname "$0")")
@@ -28,8 +29,9 @@ trap 'rm -rf "$OUT"' EXIT
 [ -z "${REUSE:-}" ] || [ -n "${KEEP:-}" ] || { echo "REUSE needs KEEP, the traces' folder" >&2; exit 2; }
 [ -z "${KEEP:-}" ] || mkdir -p "$KEEP"
 [ -z "${TWO_RUNS:-}" ] || [ -n "${REUSE:-}" ] ||
-  { echo "TWO_RUNS predicts kept runs (REUSE=1, KEEP): the second is the largest cap's" >&2; exit 2; }
-LARGEST=${CAPS##*,}
+  { echo "TWO_RUNS predicts kept runs (REUSE=1, KEEP): the second is a cap's run" >&2; exit 2; }
+SECOND=${CAPS##*,}  # the run calibrated from beside the calibration run: the largest cap's,
+[ "${TWO_RUNS:-}" != smallest ] || SECOND=${CAPS%%,*}  # or with TWO_RUNS=smallest the smallest's
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 . "$S/netns_jobs.sh"
@@ -48,10 +50,10 @@ measure_case() {
 case_rows() {
   local kept=$1 label=$2 r=$3 calibrate=$1/calibration.json again=again calibration_ms
   calibration_ms=$(python3 "$S/trace_step_ms.py" "$kept/calibration.json")
-  [ -z "${TWO_RUNS:-}" ] || calibrate="$calibrate,$kept/cap$LARGEST.json"
+  [ -z "${TWO_RUNS:-}" ] || calibrate="$calibrate,$kept/cap$SECOND.json"
   [ "${AGAIN:-1}" != 0 ] && [ -z "${TWO_RUNS:-}" ] && [ -f "$kept/again.json" ] || again=
   for cap in default ${CAPS//,/ } $again; do
-    if [ -n "${TWO_RUNS:-}" ] && { [ "$cap" = default ] || [ "$cap" = "$LARGEST" ]; }; then
+    if [ -n "${TWO_RUNS:-}" ] && { [ "$cap" = default ] || [ "$cap" = "$SECOND" ]; }; then
       continue  # a run calibrated from
     fi
     flags=() trace=$kept/cap$cap.json

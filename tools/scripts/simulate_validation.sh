@@ -16,7 +16,7 @@
 #   HOOK=fp16 SPECS=gloo:2 tools/scripts/simulate_validation.sh 3   (the hook in every run)
 #   REUSE=1 TWO_RUNS=1 KEEP=dir tools/scripts/simulate_validation.sh 1   (each calibrated from its
 #     calibration run and its largest cap's run together, `--calibrate A.json,B.json`: only the
-#     rows neither run is, the other caps)
+#     rows neither run is, the other caps; TWO_RUNS=smallest: its smallest cap's run)
 set -euo pipefail
 B=${DDPKIT:-build/bin/ddpkit}
 MODEL=${MODEL:-mlp:784,1024,1024,1024,10}
@@ -54,8 +54,9 @@ trace_of() { echo "${KEEP:-$OUT}/$1-$2-$3-$4.json"; }
 [ -z "${REUSE:-}" ] || [ -n "${KEEP:-}" ] || { echo "REUSE needs KEEP, the traces' folder" >&2; exit 2; }
 [ -z "${KEEP:-}" ] || mkdir -p "$KEEP"
 [ -z "${TWO_RUNS:-}" ] || [ -n "${REUSE:-}" ] ||
-  { echo "TWO_RUNS predicts kept runs (REUSE=1, KEEP): the second is the largest cap's" >&2; exit 2; }
-LARGEST=${CAPS##*,}
+  { echo "TWO_RUNS predicts kept runs (REUSE=1, KEEP): the second is a cap's run" >&2; exit 2; }
+SECOND=${CAPS##*,}  # the run calibrated from beside the calibration run: the largest cap's,
+[ "${TWO_RUNS:-}" != smallest ] || SECOND=${CAPS%%,*}  # or with TWO_RUNS=smallest the smallest's
 # The "again" row: the calibration's own options run once more after the caps' runs, predicted
 # as the default row is. Beside the calibration's measured step (the calibration_ms column, in
 # every row) it is how far this machine moves between two runs of one job: the error a
@@ -69,9 +70,9 @@ for r in $(seq 1 "$REPEATS"); do
     calibration=$(trace_of calibration "$be" "$n" "$r")
     [ -n "${REUSE:-}" ] || train "$be" "$n" "$calibration"
     calibrate=$calibration calibration_ms=$(measured "$calibration")
-    [ -z "${TWO_RUNS:-}" ] || calibrate="$calibration,$(trace_of "cap$LARGEST" "$be" "$n" "$r")"
+    [ -z "${TWO_RUNS:-}" ] || calibrate="$calibration,$(trace_of "cap$SECOND" "$be" "$n" "$r")"
     for cap in default ${CAPS//,/ } $(again_row); do
-      if [ -n "${TWO_RUNS:-}" ] && { [ "$cap" = default ] || [ "$cap" = "$LARGEST" ]; }; then
+      if [ -n "${TWO_RUNS:-}" ] && { [ "$cap" = default ] || [ "$cap" = "$SECOND" ]; }; then
         continue  # a run calibrated from
       fi
       flags=() measured_trace=$calibration  # the default row: the calibration run itself

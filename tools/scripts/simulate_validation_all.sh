@@ -14,7 +14,8 @@
 # cross-host rows, and PARTS="fp16 powersgd" runs only those loopback parts (the others' TSVs in
 # OUT are kept: a batch resumed). REUSE=1 TWO_RUNS=1 calibrates each row from its calibration run
 # and its largest cap's run together (`--calibrate A.json,B.json`) and writes only the rows
-# neither run is into OUT/two_runs (the questions left out). POOL="B1 B2 ..." (folders of earlier
+# neither run is into OUT/two_runs (the questions left out); TWO_RUNS=smallest, with its smallest
+# cap's run instead, into OUT/two_runs_smallest. POOL="B1 B2 ..." (folders of earlier
 # batches of the same rows) also writes OUT/pooled.md and OUT/pooled.svg: the tables and picture
 # of this batch's repeats and theirs taken together (simulate_table.py --pool), each row a
 # median over every batch's repeats.
@@ -24,7 +25,11 @@ OUT=${1:?usage: simulate_validation_all.sh OUT [REPEATS]}
 REPEATS=${2:-3}
 S=$(dirname "$0")
 mkdir -p "$OUT"
-RESULTS=$OUT${TWO_RUNS:+/two_runs}  # where the TSVs and tables go
+case ${TWO_RUNS:-} in  # where the TSVs and tables go
+  "") RESULTS=$OUT ;;
+  smallest) RESULTS=$OUT/two_runs_smallest ;;
+  *) RESULTS=$OUT/two_runs ;;
+esac
 mkdir -p "$RESULTS"
 export STEPS=${STEPS:-20}
 MLP=mlp:784,1024,1024,1024,10
