@@ -30,6 +30,8 @@ trap 'rm -rf "$OUT"' EXIT
 [ -z "${KEEP:-}" ] || mkdir -p "$KEEP"
 [ -z "${TWO_RUNS:-}" ] || [ -n "${REUSE:-}" ] ||
   { echo "TWO_RUNS predicts kept runs (REUSE=1, KEEP): the second is a cap's run" >&2; exit 2; }
+case ${TWO_RUNS:-} in "" | 1 | smallest) ;; *)
+  echo "TWO_RUNS is 1 (the largest cap's run) or smallest, not '$TWO_RUNS'" >&2; exit 2 ;; esac
 SECOND=${CAPS##*,}  # the run calibrated from beside the calibration run: the largest cap's,
 [ "${TWO_RUNS:-}" != smallest ] || SECOND=${CAPS%%,*}  # or with TWO_RUNS=smallest the smallest's
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }

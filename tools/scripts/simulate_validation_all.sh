@@ -28,7 +28,8 @@ mkdir -p "$OUT"
 case ${TWO_RUNS:-} in  # where the TSVs and tables go
   "") RESULTS=$OUT ;;
   smallest) RESULTS=$OUT/two_runs_smallest ;;
-  *) RESULTS=$OUT/two_runs ;;
+  1) RESULTS=$OUT/two_runs ;;
+  *) echo "TWO_RUNS is 1 (the largest cap's run) or smallest, not '$TWO_RUNS'" >&2; exit 2 ;;
 esac
 mkdir -p "$RESULTS"
 export STEPS=${STEPS:-20}
